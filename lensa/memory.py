@@ -1,0 +1,230 @@
+"""Training memory: model states per parameter, and activations.
+
+Model states follow the ZeRO paper (Rajbhandari et al., 2019): with mixed
+precision and Adam every parameter costs 2 + 2 + K bytes, a 16-bit weight and
+gradient plus K = 12 bytes of optimizer state (FP32 master weight, Adam m and
+v). Activations follow Korthikanti et al. (2022): a transformer layer keeps
+``34 * d_model`` bytes per token in 16-bit when the attention scores are not
+stored (FlashAttention), plus ``5 * heads * seq_len`` bytes per token when
+they are. FP32 training stores them at twice the size.
+
+All sizes are in bytes; the view converts to decimal gigabytes (1 GB = 1e9 B).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Precision = Literal["mixed", "fp32"]
+Optimizer = Literal["adam", "sgd_momentum", "adam_8bit"]
+Checkpointing = Literal["none", "selective", "full"]
+Group = Literal["params", "grads", "optimizer"]
+
+PRECISIONS: tuple[Precision, ...] = ("mixed", "fp32")
+OPTIMIZERS: tuple[Optimizer, ...] = ("adam", "sgd_momentum", "adam_8bit")
+CHECKPOINTING: tuple[Checkpointing, ...] = ("none", "selective", "full")
+
+# Korthikanti et al. 2022, eq. (1): bytes per token per layer at 16 bits.
+ACTIVATION_BYTES_PER_TOKEN_PER_D_MODEL = 34
+ATTENTION_SCORE_BYTES_PER_TOKEN_PER_HEAD_PER_POSITION = 5
+# With full recomputation only each layer's 16-bit input is kept.
+CHECKPOINT_BYTES_PER_TOKEN_PER_D_MODEL = 2
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The numbers of a transformer that memory depends on."""
+
+    params: float  # parameter count
+    d_model: int  # hidden size
+    layers: int
+    heads: int
+    context: int  # longest sequence the model was trained on, in tokens
+
+    def __post_init__(self) -> None:
+        if not (self.params > 0 and self.d_model > 0 and self.layers > 0 and self.heads > 0):
+            raise ValueError("a model needs positive params, d_model, layers and heads")
+
+
+# The lesson's model: a 7B chat model (Llama 2 7B's shape).
+SEVEN_B = ModelShape(params=6.74e9, d_model=4096, layers=32, heads=32, context=4096)
+
+
+@dataclass(frozen=True)
+class StateComponent:
+    """One slice of the model states: what it is, its bytes per parameter, its ZeRO group."""
+
+    key: Literal["weights", "gradients", "master", "momentum", "adam_m", "adam_v"]
+    dtype: str  # "fp16", "fp32", "int8"
+    bytes_per_param: float
+    group: Group
+
+
+_OPTIMIZER_STATES: dict[Optimizer, tuple[tuple[str, str, float], ...]] = {
+    "adam": (("adam_m", "fp32", 4), ("adam_v", "fp32", 4)),
+    "sgd_momentum": (("momentum", "fp32", 4),),
+    # bitsandbytes' 8-bit Adam: both moments block-quantised to one byte.
+    "adam_8bit": (("adam_m", "int8", 1), ("adam_v", "int8", 1)),
+}
+
+
+def state_components(precision: Precision = "mixed", optimizer: Optimizer = "adam") -> tuple[StateComponent, ...]:
+    """The model states of one parameter, in the order the lesson draws them.
+
+    Mixed precision: 16-bit weight and gradient, FP32 master weight, then the
+    optimizer's own states. FP32: 4-byte weight and gradient and the
+    optimizer's states, with no separate master copy.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}")
+    if optimizer not in _OPTIMIZER_STATES:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}")
+    if precision == "mixed":
+        parts = [
+            StateComponent("weights", "fp16", 2, "params"),
+            StateComponent("gradients", "fp16", 2, "grads"),
+            StateComponent("master", "fp32", 4, "optimizer"),
+        ]
+    else:
+        parts = [
+            StateComponent("weights", "fp32", 4, "params"),
+            StateComponent("gradients", "fp32", 4, "grads"),
+        ]
+    parts += [StateComponent(k, d, b, "optimizer") for k, d, b in _OPTIMIZER_STATES[optimizer]]  # type: ignore[arg-type]
+    return tuple(parts)
+
+
+def bytes_per_param(precision: Precision = "mixed", optimizer: Optimizer = "adam") -> float:
+    """Bytes of model state per parameter: 16 for Adam in either precision."""
+    return float(sum(c.bytes_per_param for c in state_components(precision, optimizer)))
+
+
+def zero_divisor(group: Group, zero_stage: int, gpus: int) -> int:
+    """How many GPUs share one group of states under ZeRO stage 0..3.
+
+    Stage 1 partitions optimizer states, stage 2 also gradients, stage 3 also
+    the parameters (ZeRO paper, Figure 1).
+    """
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError("ZeRO stage must be 0, 1, 2 or 3")
+    if gpus < 1:
+        raise ValueError("need at least one GPU")
+    first_stage = {"optimizer": 1, "grads": 2, "params": 3}[group]
+    return gpus if zero_stage >= first_stage else 1
+
+
+def state_bytes_by_component(
+    params: float,
+    precision: Precision = "mixed",
+    optimizer: Optimizer = "adam",
+    zero_stage: int = 0,
+    gpus: int = 1,
+) -> tuple[tuple[StateComponent, float], ...]:
+    """Each model-state component with the bytes one GPU holds of it."""
+    return tuple(
+        (c, params * c.bytes_per_param / zero_divisor(c.group, zero_stage, gpus))
+        for c in state_components(precision, optimizer)
+    )
+
+
+def model_state_bytes(
+    params: float,
+    precision: Precision = "mixed",
+    optimizer: Optimizer = "adam",
+    zero_stage: int = 0,
+    gpus: int = 1,
+) -> float:
+    """Bytes of model states held by one GPU."""
+    return float(sum(b for _, b in state_bytes_by_component(params, precision, optimizer, zero_stage, gpus)))
+
+
+def activation_bytes_per_token_per_layer(
+    model: ModelShape,
+    precision: Precision = "mixed",
+    checkpointing: Checkpointing = "none",
+    flash_attention: bool = True,
+    seq_len: int | None = None,
+) -> float:
+    """Bytes one token leaves behind in one layer for the backward pass.
+
+    ``seq_len`` (tokens per sequence) matters only for the attention-score
+    term, stored when FlashAttention is off and nothing is recomputed; it
+    defaults to the model's context. Selective recomputation (Korthikanti et
+    al.) recomputes exactly that term, so it costs what FlashAttention does.
+    Full recomputation keeps only each layer's input. FP32 doubles it all.
+    """
+    if checkpointing not in CHECKPOINTING:
+        raise ValueError(f"checkpointing must be one of {CHECKPOINTING}")
+    width = 2 if precision == "fp32" else 1
+    if checkpointing == "full":
+        return float(CHECKPOINT_BYTES_PER_TOKEN_PER_D_MODEL * model.d_model * width)
+    per_token = ACTIVATION_BYTES_PER_TOKEN_PER_D_MODEL * model.d_model
+    if not flash_attention and checkpointing == "none":
+        s = model.context if seq_len is None else seq_len
+        per_token += ATTENTION_SCORE_BYTES_PER_TOKEN_PER_HEAD_PER_POSITION * model.heads * s
+    return float(per_token * width)
+
+
+def activation_bytes(
+    model: ModelShape,
+    tokens: int,
+    precision: Precision = "mixed",
+    checkpointing: Checkpointing = "none",
+    flash_attention: bool = True,
+    seq_len: int | None = None,
+) -> float:
+    """Activation bytes for ``tokens`` tokens per GPU per step, all layers.
+
+    With full recomputation the backward pass also rebuilds one layer's full
+    activations at a time, so that one layer is counted on top of the stored
+    inputs. 0 tokens give 0 bytes; negative tokens raise ValueError.
+    """
+    if tokens < 0:
+        raise ValueError("tokens must be >= 0")
+    if seq_len is None:
+        seq_len = min(tokens, model.context) if tokens else model.context
+    stored = (
+        tokens
+        * model.layers
+        * activation_bytes_per_token_per_layer(model, precision, checkpointing, flash_attention, seq_len)
+    )
+    if checkpointing == "full":
+        stored += tokens * activation_bytes_per_token_per_layer(model, precision, "none", flash_attention, seq_len)
+    return float(stored)
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Per-GPU training memory, component by component, in bytes."""
+
+    states: tuple[tuple[StateComponent, float], ...]  # (component, bytes on this GPU)
+    activations: float
+
+    @property
+    def model_states(self) -> float:
+        return float(sum(b for _, b in self.states))
+
+    @property
+    def total(self) -> float:
+        return self.model_states + self.activations
+
+    @property
+    def bytes_per_param(self) -> float:
+        return float(sum(c.bytes_per_param for c, _ in self.states))
+
+
+def training_memory(
+    model: ModelShape,
+    tokens: int,
+    precision: Precision = "mixed",
+    optimizer: Optimizer = "adam",
+    zero_stage: int = 0,
+    gpus: int = 1,
+    checkpointing: Checkpointing = "none",
+    flash_attention: bool = True,
+) -> MemoryBreakdown:
+    """Everything step 1 draws: model states by component plus activations, per GPU."""
+    states = state_bytes_by_component(model.params, precision, optimizer, zero_stage, gpus)
+    acts = activation_bytes(model, tokens, precision, checkpointing, flash_attention)
+    return MemoryBreakdown(states=states, activations=acts)

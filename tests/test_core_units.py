@@ -1,0 +1,98 @@
+"""The rest of the core: memory bookkeeping, accumulation, speed model, the sample, imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lensa import formats as F
+from lensa.gradients import SAMPLE_SIZE, gradient_sample
+from lensa.master import accumulate, total_change
+from lensa.memory import (
+    SEVEN_B,
+    ModelShape,
+    bytes_per_param,
+    model_state_bytes,
+    state_components,
+)
+from lensa.speed import GPUS, step_time_s, tokens_per_second, training_flops
+
+
+def test_sample_is_seeded_lognormal_with_one_decade():
+    a, b = gradient_sample(1e-6), gradient_sample(1e-6)
+    assert len(a) == SAMPLE_SIZE and np.array_equal(a, b) and np.all(a > 0)
+    logs = np.log10(a)
+    assert abs(logs.mean() + 6) < 0.15 and abs(logs.std() - 1) < 0.1
+    # moving the typical size slides the sample without reshuffling it
+    assert np.allclose(gradient_sample(1e-3) / a, 1e3)
+    for bad in (0.0, -1.0, np.inf, np.nan):
+        with pytest.raises(ValueError):
+            gradient_sample(bad)
+
+
+def test_bytes_per_param_by_precision_and_optimizer():
+    assert bytes_per_param("mixed") == bytes_per_param("fp32") == 16
+    assert [c.bytes_per_param for c in state_components("mixed")] == [2, 2, 4, 4, 4]
+    assert [c.bytes_per_param for c in state_components("fp32")] == [4, 4, 4, 4]
+    assert bytes_per_param("mixed", "sgd_momentum") == 12
+    assert bytes_per_param("mixed", "adam_8bit") == 10
+    with pytest.raises(ValueError):
+        bytes_per_param("fp8")  # type: ignore[arg-type]
+
+
+def test_any_model_size():
+    small = ModelShape(params=124e6, d_model=768, layers=12, heads=12, context=1024)
+    assert model_state_bytes(small.params) == 16 * 124e6
+    with pytest.raises(ValueError):
+        ModelShape(params=0, d_model=1, layers=1, heads=1, context=1)
+
+
+def test_accumulate_rounds_every_sum():
+    assert accumulate(1.0, 1e-6, 1000, "fp16") == 1.0
+    assert accumulate(1.0, 2.0**-10, 3, "fp16") == 1 + 3 * 2.0**-10
+    # the stored start: 0.1 is not an FP16 value, changes count from what is stored
+    assert total_change(0.1, 0.0, 10, "fp16") == 0.0
+    assert accumulate(0.1, 0.0, 0, "fp16") == float(F.quantize(0.1, "fp16"))
+    # odd starting weight and an exact half-spacing update: one step, then stuck on the even value
+    w = 1 + 2.0**-10
+    assert accumulate(w, 2.0**-11, 1000, "fp16") == 1 + 2.0**-9
+    assert np.isinf(accumulate(65504, 16, 1, "fp16"))
+    with pytest.raises(ValueError):
+        accumulate(1.0, 1.0, -1, "fp16")
+
+
+def test_accumulate_equals_a_numpy_float32_loop():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        w, u = float(rng.uniform(0.1, 100)), float(10 ** rng.uniform(-8, -2))
+        ref = np.float32(w)
+        for _ in range(1000):
+            ref = np.float32(ref + np.float32(u))
+        assert accumulate(w, u, 1000, "fp32") == float(ref)
+
+
+def test_speed_model():
+    assert training_flops(6.74e9, 4096) == 6 * 6.74e9 * 4096
+    a100 = GPUS["a100"]
+    assert a100.peak("fp32") == 19.5e12 and a100.peak("bf16") == 312e12 and a100.peak("fp8") is None
+    assert a100.source
+    t = step_time_s(SEVEN_B.params, 4096, a100.peak("bf16"))
+    assert t == pytest.approx(SEVEN_B.params * 6 * 4096 / (312e12 * 0.4))
+    assert tokens_per_second(a100.peak("bf16"), SEVEN_B.params) == pytest.approx(4096 / t)
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError):
+            step_time_s(1, 1, bad)
+    with pytest.raises(ValueError):
+        step_time_s(1, 1, 1e12, mfu=1.5)
+
+
+def test_core_imports_no_view_or_torch():
+    code = (
+        "import sys, lensa, lensa.formats, lensa.gradients, lensa.memory, lensa.scaling, lensa.master, lensa.speed;"
+        "bad = [m for m in ('streamlit', 'plotly', 'torch') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

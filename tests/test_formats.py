@@ -1,0 +1,323 @@
+"""lensa.formats against ml_dtypes, numpy and torch: every code point, every midpoint."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lensa import formats as F
+from tests.conftest import requires_torch
+
+LIBRARY_DTYPES = {
+    "fp32": np.float32,
+    "bf16": ml_dtypes.bfloat16,
+    "fp16": np.float16,
+    "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+    "fp8_e5m2": ml_dtypes.float8_e5m2,
+}
+SMALL = ["bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
+UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32}
+
+
+def all_codes(name: str) -> np.ndarray:
+    return np.arange(1 << F.FORMATS[name].bits, dtype=np.int64)
+
+
+def library_values(name: str, codes: np.ndarray) -> np.ndarray:
+    bits = F.FORMATS[name].bits
+    with np.errstate(invalid="ignore"):  # signalling NaN codes
+        return codes.astype(UINT[bits]).view(LIBRARY_DTYPES[name]).astype(np.float64)
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal as stored floats: NaN equals NaN, and -0 differs from +0."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    both_nan = np.isnan(a) & np.isnan(b)
+    equal = (a == b) & (np.signbit(a) == np.signbit(b))
+    return bool(np.all(both_nan | equal))
+
+
+# --- the records ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(LIBRARY_DTYPES))
+def test_format_constants_match_finfo(name):
+    f = F.FORMATS[name]
+    fi = ml_dtypes.finfo(LIBRARY_DTYPES[name])
+    assert f.max == float(fi.max)
+    assert f.smallest_normal == float(fi.smallest_normal)
+    assert f.smallest_subnormal == float(fi.smallest_subnormal)
+    assert f.eps == float(fi.eps)
+    assert f.exponent_bits == fi.nexp
+    assert f.significand_bits == fi.nmant
+    assert f.emin == fi.minexp
+    assert f.bits == fi.bits
+    assert (f.dtype == np.dtype(LIBRARY_DTYPES[name])) if f.dtype is not None else False
+
+
+def test_tf32_is_fp32_range_with_ten_bits():
+    t, s = F.FORMATS["tf32"], F.FORMATS["fp32"]
+    assert (t.exponent_bits, t.significand_bits, t.bias, t.bits) == (8, 10, 127, 19)
+    assert t.smallest_normal == s.smallest_normal
+    assert t.max == (2 - 2**-10) * 2.0**127
+    assert t.eps == F.FORMATS["fp16"].eps
+    assert t.dtype is None
+
+
+def test_seed_quoted_limits():
+    fp16, bf16 = F.FORMATS["fp16"], F.FORMATS["bf16"]
+    assert fp16.max == 65504
+    assert fp16.smallest_normal == 2.0**-14 and f"{fp16.smallest_normal:.1e}" == "6.1e-05"
+    assert fp16.smallest_subnormal == 2.0**-24 and f"{fp16.smallest_subnormal:.1e}" == "6.0e-08"
+    assert bf16.eps == 2.0**-7 and fp16.eps == 2.0**-10
+    assert F.FORMATS["fp8_e4m3"].max == 448 and F.FORMATS["fp8_e5m2"].max == 57344
+
+
+def test_unknown_format_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown format"):
+        F.quantize(1.0, "fp12")
+
+
+# --- every code point -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_every_code_point_decodes_like_the_library_and_round_trips(name):
+    codes = all_codes(name)
+    ours = F.from_bits(codes, name)
+    assert same(ours, library_values(name, codes))
+    finite = ~np.isnan(ours)
+    assert same(F.quantize(ours[finite], name), ours[finite])
+    assert np.array_equal(F.to_bits(ours[finite], name), codes[finite])
+    # and through the library's own storage type, as the fast path sees them
+    stored = codes.astype(UINT[F.FORMATS[name].bits]).view(LIBRARY_DTYPES[name])
+    assert same(F.quantize(stored, name), ours)
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_midpoints_round_to_even_and_nudges_to_nearest(name):
+    f = F.FORMATS[name]
+    codes = all_codes(name)
+    values = F.from_bits(codes, name)
+    positive = codes[(values > 0) & np.isfinite(values)]
+    lo, hi = F.from_bits(positive[:-1], name), F.from_bits(positive[1:], name)
+    mid = (lo + hi) / 2  # exact in float64 for these narrow formats
+    even_is_hi = (positive[1:] % 2) == 0
+    expected = np.where(even_is_hi, hi, lo)
+    assert same(F.quantize(mid, name), expected)
+    assert same(F.quantize(-mid, name), -expected)
+    nudge = (hi - lo) * 2.0**-20
+    assert same(F.quantize(mid - nudge, name), lo)
+    assert same(F.quantize(mid + nudge, name), hi)
+    # above the largest value: the tie at the threshold, then overflow
+    top = np.inf if f.overflow == "inf" else f.max
+    t = f.overflow_threshold
+    expected_at_tie = top if (int(F.to_bits(f.max, name)) % 2 == 1) else f.max
+    assert same(F.quantize([t, np.nextafter(t, 0), np.nextafter(t, np.inf)], name), [expected_at_tie, f.max, top])
+
+
+def test_halfway_below_smallest_subnormal_goes_to_zero():
+    s = F.FORMATS["fp16"].smallest_subnormal
+    assert same(F.quantize([s / 2, -s / 2, np.nextafter(s / 2, 1)], "fp16"), [0.0, -0.0, s])
+
+
+def test_acceptance_example():
+    assert F.quantize([65519.0, 65520.0, 1.00048828125], "fp16").tolist() == [65504.0, math.inf, 1.0]
+
+
+# --- against torch --------------------------------------------------------------------
+
+
+def hard_float32_inputs(n_random: int = 400_000) -> np.ndarray:
+    """Random bit patterns (every class: NaN, inf, subnormal) plus the tricky spots."""
+    rng = np.random.default_rng(2024)
+    parts = [rng.integers(0, 2**32, n_random, dtype=np.uint64).astype(np.uint32).view(np.float32)]
+    parts.append(rng.standard_normal(n_random).astype(np.float32) * np.float32(1e-3))
+    for name in SMALL:
+        codes = all_codes(name) if F.FORMATS[name].bits == 8 else rng.integers(0, 1 << 16, 50_000)
+        v = F.from_bits(codes, name)
+        v = v[np.isfinite(v)]
+        nxt = F.next_up(v, name)
+        ok = np.isfinite(nxt)
+        mids = ((v[ok] + nxt[ok]) / 2).astype(np.float32)  # exact: 16 significand bits at most
+        parts += [mids, np.nextafter(mids, np.float32(np.inf)), np.nextafter(mids, np.float32(-np.inf)), -mids]
+        t = np.float32(F.FORMATS[name].overflow_threshold)
+        parts.append(np.array([t, np.nextafter(t, np.float32(0)), np.nextafter(t, np.float32(np.inf))], np.float32))
+    parts.append(np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 464.0, 464.01, -470, 1e30], np.float32))
+    return np.concatenate(parts).astype(np.float32)
+
+
+@requires_torch
+@pytest.mark.parametrize("name", SMALL)
+def test_quantize_matches_torch_bit_for_bit_on_float32(name):
+    import torch
+
+    tdtype = {
+        "bf16": torch.bfloat16,
+        "fp16": torch.float16,
+        "fp8_e4m3": torch.float8_e4m3fn,
+        "fp8_e5m2": torch.float8_e5m2,
+    }[name]
+    x = hard_float32_inputs()
+    theirs = torch.from_numpy(x).to(tdtype).to(torch.float64).numpy()
+    ours = F.quantize(x, name)
+    assert same(ours, theirs)
+    # and the direct path (used for float64 inputs) agrees with the fast one
+    with np.errstate(invalid="ignore"):  # signalling NaNs among the random bits
+        x64 = x.astype(np.float64)
+    assert same(F.quantize(x64, name), theirs)
+
+
+@requires_torch
+def test_e4m3_choice_is_torchs_saturation_not_ml_dtypes_nan():
+    import torch
+
+    x = np.array([464.0, 464.5, 1e6, np.inf, -np.inf], np.float32)
+    ours = F.quantize(x, "fp8_e4m3")
+    assert ours.tolist() == [448.0, 448.0, 448.0, 448.0, -448.0]
+    assert ours.tolist() == torch.from_numpy(x).to(torch.float8_e4m3fn).float().tolist()
+    assert np.isnan(x[1:2].astype(ml_dtypes.float8_e4m3fn).astype(np.float32)).all()  # the library differs
+    assert F.classify(x, "fp8_e4m3").tolist() == ["normal", "overflow", "overflow", "overflow", "overflow"]
+
+
+def test_float64_inputs_are_rounded_once():
+    # torch and ml_dtypes both round this through float32 first and get 1.0
+    x = 1 + 2**-8 + 2**-40
+    assert F.quantize([x], "bf16").tolist() == [1.0078125]
+    assert F.quantize([1 + 2**-11 + 2**-40], "fp16").tolist() == [1 + 2**-10]
+    assert F.quantize([1 + 2**-11 + 2**-40], "tf32").tolist() == [1 + 2**-10]
+    assert F.quantize([448 + 16 + 2**-30], "fp8_e4m3").tolist() == [448.0]  # saturates
+
+
+def test_tf32_bit_path_matches_direct_rounding():
+    x = hard_float32_inputs(200_000)
+    with np.errstate(invalid="ignore"):  # signalling NaNs among the random bits
+        x64 = x.astype(np.float64)
+    assert same(F.quantize(x, "tf32"), F.quantize(x64, "tf32"))
+    assert F.quantize(np.float32(1 + 2**-11), "tf32") == 1.0  # tie to even
+    assert F.quantize(np.float32(1 + 3 * 2**-11), "tf32") == 1 + 2**-9  # tie to even, upward
+
+
+# --- classification, spacing, neighbours -----------------------------------------------
+
+
+def test_classify_fp16_boundaries():
+    s = 2.0**-24
+    x = [0.0, -0.0, s / 2, np.nextafter(s / 2, 1), 2**-14 - s / 2, 2**-14 - s / 2 - 1e-12, 1.0, 65519.0, 65520.0]
+    x += [np.inf, -np.inf, np.nan]
+    expected = ["zero", "zero", "zero", "subnormal", "normal", "subnormal", "normal", "normal", "overflow"]
+    expected += ["overflow", "overflow", "nan"]
+    assert F.classify(x, "fp16").tolist() == expected
+
+
+@requires_torch
+@pytest.mark.parametrize("name", ["fp16", "bf16", "fp8_e5m2", "fp8_e4m3"])
+def test_classify_agrees_with_what_torch_stores(name):
+    import torch
+
+    tdtype = {
+        "bf16": torch.bfloat16,
+        "fp16": torch.float16,
+        "fp8_e4m3": torch.float8_e4m3fn,
+        "fp8_e5m2": torch.float8_e5m2,
+    }[name]
+    f = F.FORMATS[name]
+    x = hard_float32_inputs(100_000)
+    x = x[np.isfinite(x)]
+    stored = np.abs(torch.from_numpy(x).to(tdtype).to(torch.float64).numpy())
+    cats = F.classify(x, name)
+    assert np.all((cats == "zero") == (stored == 0))
+    assert np.all((cats == "subnormal") == ((stored > 0) & (stored < f.smallest_normal)))
+    if f.overflow == "inf":
+        assert np.all((cats == "overflow") == np.isinf(stored))
+    else:
+        assert np.all((cats == "overflow") == (np.abs(x) > f.overflow_threshold))
+
+
+def test_category_shares_sum_to_one():
+    shares = F.category_shares(np.geomspace(1e-12, 1e8, 1000), "fp16")
+    assert math.isclose(sum(shares.values()), 1.0)
+    assert shares["zero"] > 0 and shares["overflow"] > 0
+
+
+@pytest.mark.parametrize("name", list(F.FORMATS))
+def test_spacing_is_the_gap_to_the_next_value(name):
+    rng = np.random.default_rng(1)
+    f = F.FORMATS[name]
+    x = F.quantize(np.exp(rng.uniform(np.log(f.smallest_subnormal), np.log(f.max / 4), 5000)), name)
+    x = x[x > 0]
+    assert np.array_equal(F.spacing(x, name), F.next_up(x, name) - x)
+    assert F.spacing(0.0, name) == f.smallest_subnormal
+    assert F.spacing(1.0, name) == f.eps
+    assert np.isinf(F.spacing(f.max * 2, name)) and np.isnan(F.spacing(np.nan, name))
+
+
+def test_neighbours():
+    assert F.next_up(1.0, "fp16") == 1 + 2**-10 and F.next_down(1.0, "fp16") == 1 - 2**-11
+    assert F.next_up(0.0, "fp16") == 2**-24 and F.next_down(0.0, "fp16") == -(2**-24)
+    assert F.next_up(-(2**-24), "fp16") == 0.0
+    assert np.isinf(F.next_up(65504, "fp16")) and F.next_down(np.inf, "fp16") == 65504
+    assert F.next_down(-65504, "fp16") == -np.inf
+
+
+def test_representable_between():
+    assert F.representable_between(1, 1.0625, "bf16").tolist() == [1 + i / 128 for i in range(9)]
+    assert len(F.representable_between(1, 1.0625, "fp16")) == 65
+    grid = F.representable_between(-0.01, 0.01, "fp8_e4m3")
+    assert grid.tolist() == sorted(grid.tolist()) and 0.0 in grid and len(grid) == 11
+    with pytest.raises(ValueError):
+        F.representable_between(0, 1, "fp32")
+
+
+# --- bit fields --------------------------------------------------------------------------
+
+
+def test_fields_of_familiar_values():
+    b = F.fields(0.1, "fp16")
+    assert (b.sign, b.exponent, b.significand) == (0, 11, 0b1001100110)
+    assert b.bit_string() == "0 01011 1001100110" and b.unbiased_exponent == -4
+    assert F.fields(-2.0, "bf16").code == 0xC000
+    assert F.fields(np.float32(1.0), "fp32").code == 0x3F800000
+    assert F.fields(2**-24, "fp16").unbiased_exponent == -14  # subnormal: emin
+    assert F.fields(np.inf, "fp8_e5m2").code == 0x7C and F.fields(np.nan, "fp8_e4m3").code == 0x7F
+
+
+@pytest.mark.parametrize("name", list(F.FORMATS))
+def test_bits_round_trip(name):
+    rng = np.random.default_rng(5)
+    f = F.FORMATS[name]
+    codes = rng.integers(0, 1 << f.bits, 20_000)
+    values = F.from_bits(codes, name)
+    ok = ~np.isnan(values)
+    assert np.array_equal(F.to_bits(values[ok], name), codes[ok])
+    assert same(F.from_bits(F.to_bits(values, name), name), values)
+
+
+def test_fp32_bits_match_numpy():
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, 2**32, 10_000, dtype=np.uint64).astype(np.uint32)
+    values = codes.view(np.float32)
+    ok = ~np.isnan(values)
+    assert np.array_equal(F.to_bits(values[ok], "fp32"), codes[ok].astype(np.int64))
+
+
+# --- properties --------------------------------------------------------------------------
+
+finite_floats = st.floats(allow_nan=False, allow_infinity=False, width=64)
+
+
+@settings(max_examples=300, deadline=None)
+@given(x=finite_floats, y=finite_floats, name=st.sampled_from(list(F.FORMATS)))
+def test_rounding_is_monotone_idempotent_and_within_half_a_spacing(x, y, name):
+    f = F.FORMATS[name]
+    qx, qy = float(F.quantize(x, name)), float(F.quantize(y, name))
+    if x <= y:
+        assert qx <= qy
+    assert float(F.quantize(qx, name)) == qx or math.isnan(qx)
+    if abs(x) <= f.max:
+        assert abs(qx - x) <= float(F.spacing(x, name)) / 2
