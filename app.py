@@ -1,6 +1,40 @@
-"""Lensa · Mixed Precision: the home page."""
+"""Lensa · Mixed Precision: the home page, an overview of the six steps."""
 
 import streamlit as st
 
-st.set_page_config(page_title="Lensa · Mixed Precision", page_icon="🔎")
-st.title("Lensa · Mixed Precision")
+from lensa.ui import widgets
+from lensa.ui.frame import link_params, page_label, setup
+from lensa.ui.site import STEPS
+
+page = setup("overview")
+widgets.after_controls(page)
+st.title(page.t("title"))
+st.markdown(f"#### {page.t('headline')}")
+st.markdown(page.t("intro_1"))
+st.markdown(page.t("intro_2"))
+st.page_link(
+    STEPS[0].file,
+    label=f"{page.t('start')} →",
+    icon=":material/school:",
+    query_params=link_params(STEPS[0].key, page.lang),
+)
+
+st.subheader(page.t("ideas_title"))
+for i, step in enumerate(STEPS, start=1):
+    text_column, link_column = st.columns([5, 2], vertical_alignment="center")
+    text_column.markdown(page.t(f"idea_{i}"))
+    with link_column:
+        st.page_link(step.file, label=page_label(page, step), query_params=link_params(step.key, page.lang))
+
+st.subheader(page.t("faq_title"))
+for i in range(1, 7):
+    with st.expander(page.t(f"faq_q{i}")):
+        st.markdown(page.t(f"faq_a{i}"))
+
+st.subheader(page.t("refs_title"))
+st.markdown(
+    "\n".join(
+        f"{n}. {page.t('refs.' + key)}"
+        for n, key in enumerate(("micikevicius2017", "zero", "kalamkar", "korthikanti", "fp8"), start=1)
+    )
+)

@@ -1,0 +1,149 @@
+"""What a URL parameter may say, and what a control makes of it (pure; no streamlit).
+
+A control has a fixed set of positions (a slider's stops or a choice's
+options). A URL value is read the way a person would type it (``1e-3``,
+``0.001``, ``1.0E-3``, `` 2048 ``), snapped to the nearest position, and when
+it cannot be used it falls back to the default or the nearest end, with a
+reason the page shows as a short notice.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Problem = Literal["not_a_number", "out_of_range", "not_an_option"]
+
+MAX_URL_VALUE_CHARS = 64  # nothing we accept is longer; longer text is junk
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(e[+-]?\d+)?$")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a URL value gave: the control's value, and the problem if there was one."""
+
+    value: object
+    problem: Problem | None = None
+
+
+def parse_number(raw: str) -> float | None:
+    """A finite number as typed by a person, or None.
+
+    Accepts plain and e-notation, any case, surrounding spaces, a comma as the
+    decimal mark when it is the only mark (``0,001``). Rejects the words nan
+    and inf, hex, thousands separators and anything longer than 64
+    characters. A numeral beyond float range (``1e999``) gives ±inf.
+    """
+    if not isinstance(raw, str) or len(raw) > MAX_URL_VALUE_CHARS:
+        return None
+    text = raw.strip().lower().replace("−", "-")
+    if text.count(",") == 1 and "." not in text:
+        text = text.replace(",", ".")
+    if not _NUMBER.match(text):
+        return None
+    try:
+        return float(text)  # a numeral too large for a float gives ±inf: out of range, not junk
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class NumberControl:
+    """A slider over fixed numeric stops; ``log=True`` snaps by ratio rather than difference."""
+
+    name: str
+    stops: tuple[float, ...]
+    default: float
+    log: bool = False
+    integer: bool = False
+
+    def __post_init__(self) -> None:
+        if list(self.stops) != sorted(self.stops) or self.default not in self.stops:
+            raise ValueError(f"{self.name}: stops must be sorted and hold the default")
+        if self.log and self.stops[0] <= 0:
+            raise ValueError(f"{self.name}: log stops must be positive")
+
+    def snap(self, value: float) -> float:
+        """The stop nearest to ``value`` (in log distance when ``log``)."""
+        if self.log:
+            key: Callable[[float], float] = lambda s: abs(math.log(s) - math.log(value))  # noqa: E731
+        else:
+            key = lambda s: abs(s - value)  # noqa: E731
+        return min(self.stops, key=key)
+
+    def read(self, raw: str) -> Reading:
+        value = parse_number(raw)
+        if value is None:
+            return Reading(self.default, "not_a_number")
+        slack = 1e-9 * max(abs(self.lo), abs(self.hi))
+        if value < self.lo - slack or (self.log and value <= 0):
+            return Reading(self.lo, "out_of_range")
+        if value > self.hi + slack:
+            return Reading(self.hi, "out_of_range")
+        return Reading(self.snap(max(value, self.lo)))
+
+    def to_url(self, value: float) -> str:
+        """The canonical URL spelling: integers plainly, others as short e-notation."""
+        if self.integer or (float(value).is_integer() and abs(value) < 1e6):
+            return str(int(value))
+        return f"{value:.3g}".replace("e-0", "e-").replace("e+0", "e")
+
+    @property
+    def lo(self) -> float:
+        return self.stops[0]
+
+    @property
+    def hi(self) -> float:
+        return self.stops[-1]
+
+
+@dataclass(frozen=True)
+class ChoiceControl:
+    """A choice between named options (``mixed`` / ``fp32``); matched without regard to case."""
+
+    name: str
+    options: tuple[str, ...]
+    default: str
+
+    def __post_init__(self) -> None:
+        if self.default not in self.options:
+            raise ValueError(f"{self.name}: the default must be an option")
+
+    def read(self, raw: str) -> Reading:
+        text = raw.strip().lower() if isinstance(raw, str) and len(raw) <= MAX_URL_VALUE_CHARS else None
+        for option in self.options:
+            if text == option.lower():
+                return Reading(option)
+        return Reading(self.default, "not_an_option")
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+Control = NumberControl | ChoiceControl
+
+
+def log_stops(lo_exp: int, hi_exp: int, mantissas: Sequence[float] = (1, 1.5, 2, 3, 5, 7)) -> tuple[float, ...]:
+    """Stops from 10**lo_exp to 10**hi_exp, each decade split at ``mantissas``.
+
+    Values are the float nearest to the decimal (``float("1.5e-06")``), so they
+    print and parse back exactly.
+    """
+    stops = [float(f"{m}e{e}") for e in range(lo_exp, hi_exp) for m in mantissas]
+    stops.append(float(f"1e{hi_exp}"))
+    return tuple(stops)
+
+
+def power_of_two_stops(lo: int, hi: int, with_halves: bool = True) -> tuple[int, ...]:
+    """512, 768, 1024, 1536, … up to ``hi``: powers of two and, if asked, 1.5 times them."""
+    stops = []
+    p = lo
+    while p <= hi:
+        stops.append(p)
+        if with_halves and p * 3 // 2 < hi:
+            stops.append(p * 3 // 2)
+        p *= 2
+    return tuple(stops)

@@ -1,0 +1,193 @@
+"""The one call every page starts with: page config, language, our navigation.
+
+Any page can be the first one a visitor opens (a shared link), so each page
+calls :func:`setup` before anything else. Streamlit's own pages-directory
+navigation is hidden (``client.showSidebarNavigation = false``); ours is drawn
+with ``st.page_link`` so its titles follow the language and every link carries
+the language and the target page's last control values in its URL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import streamlit as st
+
+from lensa.ui import i18n
+from lensa.ui.site import PAGES, PAGES_BY_KEY, PageInfo
+
+LANG_WIDGET = "w.lang"
+_LANG_CHOICE = "lensa.lang_choice"  # the learner's choice this session (outlives page switches)
+_PAGE = "lensa.page"  # the page the previous run of this session drew
+_MISSING = object()
+_SEEN = "lensa.seen"  # URL values as we last read or wrote them: a difference means the URL moved
+_REMEMBER = "lensa.remember"  # each page's control values as URL text, for links into it
+_LANG_NAMES = {"id": "Bahasa Indonesia", "en": "English"}
+# Metric labels wrap instead of being cut off ("Mean relative error FP16" in a quarter row).
+_STYLE = """<style>
+[data-testid="stMetricLabel"] p, [data-testid="stMetricLabel"] div {
+    white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
+}
+</style>"""
+
+
+@dataclass
+class Page:
+    """What a page needs after setup: its identity, the language, and a place for notices."""
+
+    info: PageInfo
+    lang: str
+    notices: list[str] = field(default_factory=list)
+    notice_area: object = None  # a container at the top of the page, filled once controls are read
+    nav_area: object = None  # a sidebar container, filled once the page's own values are known
+    switched: bool = True  # this run is the first on this page since another page (or ever)
+
+    def t(self, key: str, **values: object) -> str:
+        """Text from this page's catalogue section (``"title"``) or any other (``"nav.memory"``)."""
+        full = key if "." in key else f"{self.info.key}.{key}"
+        return i18n.text(self.lang, full, **values)
+
+    # numbers in this page's language
+    def gb(self, n_bytes: float) -> str:
+        return i18n.gigabytes(n_bytes, self.lang)
+
+    def pct(self, share: float) -> str:
+        return i18n.percent(share, self.lang)
+
+    def sci(self, x: float, digits: int = 2) -> str:
+        return i18n.sci(x, self.lang, digits)
+
+    def num(self, x: float, places: int = 0) -> str:
+        return i18n.number(x, self.lang, places)
+
+    def sec(self, s: float) -> str:
+        return i18n.seconds(s, self.lang)
+
+    def ratio(self, r: float) -> str:
+        return i18n.ratio(r, self.lang)
+
+    def sig(self, x: float, digits: int = 2) -> str:
+        return i18n.significant(x, self.lang, digits)
+
+    def plain(self, x: float) -> str:
+        return i18n.plain(x, self.lang)
+
+
+def _state(name: str) -> dict:
+    if name not in st.session_state:
+        st.session_state[name] = {}
+    return st.session_state[name]
+
+
+def seen_urls() -> dict:
+    return _state(_SEEN)
+
+
+def remembered(page_key: str) -> dict[str, str]:
+    return _state(_REMEMBER).setdefault(page_key, {})
+
+
+def _resolve_language(notices_sink: list[str], switched: bool) -> str:
+    """Settle the language, then draw the switch.
+
+    On a rerun of the same page with ``?lang=`` as we left it, the switch's
+    own state is the truth (a click included). When the URL brought a new
+    value it wins; after a page switch, when Streamlit has dropped the
+    widget's state, our record of this session's choice refills it.
+    """
+    raw = st.query_params.get("lang")
+    seen = seen_urls()
+    url_moved = seen.get("lang", _MISSING) != raw
+    state = st.session_state.get(LANG_WIDGET)
+    if not switched and not url_moved and state in i18n.LANGUAGES:
+        st.session_state[_LANG_CHOICE] = state
+    else:
+        if url_moved:
+            url_lang = i18n.parse_language(raw)
+            if raw is not None and url_lang is None:
+                notices_sink.append(raw)
+            seen["lang"] = raw
+        else:
+            url_lang = None
+        st.session_state[_LANG_CHOICE] = i18n.choose_language(
+            url_lang, st.session_state.get(_LANG_CHOICE), st.context.locale
+        )
+        st.session_state[LANG_WIDGET] = st.session_state[_LANG_CHOICE]
+    lang = st.session_state[_LANG_CHOICE]
+    with st.sidebar:
+        st.segmented_control(
+            "Bahasa · Language",
+            i18n.LANGUAGES,
+            format_func=_LANG_NAMES.__getitem__,
+            key=LANG_WIDGET,
+            required=True,
+            label_visibility="collapsed",
+        )
+    implicit = i18n.choose_language(None, None, st.context.locale)
+    if (raw is not None and raw != lang) or (raw is None and lang != implicit):
+        st.query_params["lang"] = lang
+        seen["lang"] = lang
+    return lang
+
+
+def link_params(page_key: str, lang: str) -> dict[str, str]:
+    """The query string a link into ``page_key`` carries: language, then that page's values."""
+    return {"lang": lang, **remembered(page_key)}
+
+
+def page_label(page: Page, target: PageInfo) -> str:
+    title = page.t(f"nav.{target.key}")
+    return f"{target.step} · {title}" if target.step else title
+
+
+def draw_navigation(page: Page) -> None:
+    """Our navigation, drawn after the page's controls so links carry the current values."""
+    with page.nav_area:  # type: ignore[attr-defined]
+        st.markdown(f"### {page.t('app.name')}")
+        for target in PAGES:
+            current = target.key == page.info.key
+            label = page_label(page, target)
+            st.page_link(
+                target.file,
+                label=f"**{label}**" if current else label,
+                icon=":material/arrow_right:" if current else None,
+                query_params=link_params(target.key, page.lang),
+                disabled=False,
+            )
+        st.caption(page.t("app.sidebar_note"))
+
+
+def setup(page_key: str) -> Page:
+    """Configure the page, settle the language, draw the navigation; call it first on every page."""
+    info = PAGES_BY_KEY[page_key]
+    pending: list[str] = []
+    switched = st.session_state.get(_PAGE) != page_key
+    st.session_state[_PAGE] = page_key
+    # The title must be set before the language is known; it is set again below.
+    st.set_page_config(page_title="Lensa", page_icon="🔎", layout="centered", initial_sidebar_state="auto")
+    lang = _resolve_language(pending, switched)
+    page = Page(info, lang, switched=switched)
+    title = page.t(f"nav.{info.key}")
+    st.set_page_config(page_title=f"{title} · Lensa")
+    for raw in pending:
+        page.notices.append(page.t("notice.bad_lang", raw=safe_echo(raw), language=_LANG_NAMES[lang]))
+    page.nav_area = st.sidebar.container()
+    st.html(_STYLE)
+    page.notice_area = st.container()
+    return page
+
+
+def safe_echo(raw: str, limit: int = 24) -> str:
+    """A URL value fit to quote back in a notice: short, one line, no markdown."""
+    text = " ".join(str(raw).split())
+    text = text[:limit] + ("…" if len(text) > limit else "")
+    return "".join(ch for ch in text if ch.isprintable() and ch not in "`*_[]<>\\$~|#")
+
+
+def step_of(info: PageInfo) -> tuple[PageInfo | None, PageInfo | None]:
+    """The lesson pages before and after ``info`` (the overview counts as step 0)."""
+    order = [p for p in PAGES if p.step is not None or p.key == "overview"]
+    if info not in order:
+        return None, None
+    i = order.index(info)
+    return (order[i - 1] if i > 0 else None), (order[i + 1] if i + 1 < len(order) else None)

@@ -1,0 +1,200 @@
+"""Languages: the text catalogues, language choice, and numbers written the local way.
+
+Every word the app shows lives in ``lensa/text/<lang>.toml``, looked up by a
+dotted key (``"memory.title"``). Placeholders are named (``{gb}``) and filled
+with numbers already formatted for the language by the functions below, so a
+translator never touches a number format.
+
+This module has no streamlit import: the choice of language is a pure
+function of what the URL, the session and the browser say.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+import tomllib
+from decimal import ROUND_HALF_UP, Decimal
+from functools import cache
+from pathlib import Path
+
+LANGUAGES: tuple[str, ...] = ("id", "en")
+DEFAULT_LANGUAGE = "id"
+TEXT_DIR = Path(__file__).resolve().parent.parent / "text"
+
+# decimal mark, thousands separator
+_MARKS = {"en": (".", ","), "id": (",", ".")}
+
+
+# --- catalogues ---------------------------------------------------------------
+
+
+def _flatten(table: dict, prefix: str = "") -> dict[str, str]:
+    flat: dict[str, str] = {}
+    for key, value in table.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, full + "."))
+        elif isinstance(value, str):
+            flat[full] = value
+        else:
+            raise TypeError(f"{full}: catalogue values must be text, got {type(value).__name__}")
+    return flat
+
+
+@cache
+def catalogue(lang: str) -> dict[str, str]:
+    """All texts of one language, by dotted key (read once per process)."""
+    if lang not in LANGUAGES:
+        raise ValueError(f"unknown language {lang!r}")
+    with open(TEXT_DIR / f"{lang}.toml", "rb") as fh:
+        return _flatten(tomllib.load(fh))
+
+
+def placeholders(text: str) -> set[str]:
+    """The named fields ``{name}`` a text expects."""
+    return {field for _, field, _, _ in string.Formatter().parse(text) if field}
+
+
+def text(lang: str, key: str, **values: object) -> str:
+    """The text for ``key`` in ``lang`` with its placeholders filled.
+
+    Without values the template comes back as it is, placeholders and all (for
+    figures that fill it per bar). A missing key raises KeyError: the
+    catalogue test makes sure none is.
+    """
+    template = catalogue(lang)[key]
+    return template.format(**values) if values else template
+
+
+def has_text(lang: str, key: str) -> bool:
+    return key in catalogue(lang)
+
+
+# --- choosing the language ---------------------------------------------------------
+
+
+def parse_language(raw: str | None) -> str | None:
+    """``"id"``/``"en"`` from a URL value (any case, surrounding space ignored), else None."""
+    if raw is None:
+        return None
+    value = raw.strip().lower()
+    return value if value in LANGUAGES else None
+
+
+def language_from_locale(locale: str | None) -> str | None:
+    """The browser's locale to our language: ``id*`` gives id, any other known tag en."""
+    if not locale or not isinstance(locale, str):
+        return None
+    return "id" if locale.strip().lower().startswith("id") else "en"
+
+
+def choose_language(url: str | None, session: str | None, locale: str | None) -> str:
+    """``?lang=`` first, then the learner's choice this session, then the locale, then Indonesian."""
+    return parse_language(url) or parse_language(session) or language_from_locale(locale) or DEFAULT_LANGUAGE
+
+
+# --- numbers -------------------------------------------------------------------------
+
+
+def _localise(plain: str, lang: str) -> str:
+    """Swap '.' and ',' of an English-formatted number into the language's marks."""
+    dec, group = _MARKS[lang]
+    return plain.translate(str.maketrans({".": dec, ",": group}))
+
+
+def _round_significant(x: float, digits: int) -> Decimal:
+    """x rounded to ``digits`` significant digits, halves away from zero (as people round)."""
+    d = Decimal(f"{x:.15g}")  # drop binary noise such as 4.2499999999999996
+    if d == 0:
+        return Decimal(0)
+    quantum = Decimal(1).scaleb(d.adjusted() - digits + 1)
+    return d.quantize(quantum, rounding=ROUND_HALF_UP)
+
+
+def _round_places(x: float, places: int) -> Decimal:
+    return Decimal(f"{x:.15g}").quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+
+
+def number(x: float, lang: str, places: int = 0) -> str:
+    """A plain number with grouping: ``8,192`` (en) / ``8.192`` (id); ``places`` decimals."""
+    if not math.isfinite(x):
+        return _non_finite(x)
+    return _localise(f"{_round_places(x, places):,.{places}f}", lang)
+
+
+def _non_finite(x: float) -> str:
+    if math.isnan(x):
+        return "NaN"
+    return "∞" if x > 0 else "−∞"
+
+
+def plain(x: float, lang: str) -> str:
+    """The shortest plain spelling of a number, with grouping: ``0.5``, ``1``, ``1,000``."""
+    if not math.isfinite(x):
+        return _non_finite(x)
+    text = f"{x:,.12f}".rstrip("0").rstrip(".")
+    return _localise(text, lang)
+
+
+def significant(x: float, lang: str, digits: int = 2) -> str:
+    """A number to ``digits`` significant digits in plain notation: ``0.14``, ``91``, ``4.3``."""
+    if not math.isfinite(x):
+        return _non_finite(x)
+    r = _round_significant(x, digits)
+    return _localise(f"{r:,f}", lang)
+
+
+def percent(share: float, lang: str, digits: int = 2) -> str:
+    """A share (0..1) as a percentage to 2 significant digits: ``4.3%``, ``91%``, ``0%``."""
+    return significant(share * 100, lang, digits) + "%"
+
+
+def sci(x: float, lang: str, digits: int = 2) -> str:
+    """e-notation as the lesson writes it: ``1.0e-6``, ``9.77e-4`` (3 digits), ``6.1e-5``.
+
+    From 1 to 9,999 the plain spelling is used instead (``9.74``, ``16``).
+    0 is written ``0``; inf and NaN as ``∞`` / ``NaN``.
+    """
+    if not math.isfinite(x):
+        return _non_finite(x)
+    if x == 0:
+        return "0"
+    r = _round_significant(x, digits)
+    if 1 <= abs(r) < 10_000:  # 9.74 reads better than 9.74e0
+        return ("−" if r < 0 else "") + significant(abs(float(r)), lang, digits)
+    mantissa, exponent = f"{r:.{digits - 1}e}".split("e")
+    sign = "−" if mantissa.startswith("-") else ""
+    return f"{sign}{_localise(mantissa.lstrip('-'), lang)}e{int(exponent)}"
+
+
+def gigabytes(n_bytes: float, lang: str) -> str:
+    """Decimal gigabytes (1 GB = 1e9 bytes) with one decimal: ``107.8 GB`` / ``107,8 GB``."""
+    return f"{number(n_bytes / 1e9, lang, 1)} GB"
+
+
+def seconds(s: float, lang: str) -> str:
+    """A duration: whole seconds from 10 s up (``21 s``), else 2 significant digits (``1.3 s``)."""
+    if not math.isfinite(s):
+        return _non_finite(s)
+    return f"{number(s, lang) if s >= 10 else significant(s, lang, 2)} s"
+
+
+def ratio(r: float, lang: str) -> str:
+    """A speed-up or ratio: ``16×`` from 10 up, else one decimal (``2.5×``)."""
+    if not math.isfinite(r):
+        return _non_finite(r)
+    return f"{number(r, lang) if r >= 10 else number(r, lang, 1)}×"
+
+
+def power_of_two(k: int) -> str:
+    """``2^16``; the same in every language."""
+    return f"2^{k}"
+
+
+def compact(x: float, lang: str) -> str:
+    """A count in words-free short form: ``6.74B``, ``124M``, ``8.2k``, ``512``."""
+    for size, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= size:
+            return significant(x / size, lang, 3) + suffix
+    return number(x, lang)

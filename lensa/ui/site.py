@@ -1,0 +1,57 @@
+"""The pages of the app, in navigation order, with the URL parameters each one owns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lensa.ui.controls import ChoiceControl, Control, NumberControl, log_stops, power_of_two_stops
+
+STEP_COUNT = 6
+
+
+@dataclass(frozen=True)
+class PageInfo:
+    key: str  # also the catalogue section and the URL path
+    file: str  # relative to the app root
+    step: int | None  # 1..6 for lesson steps
+    controls: tuple[Control, ...] = ()
+
+    def control(self, name: str) -> Control:
+        return next(c for c in self.controls if c.name == name)
+
+
+TOKENS_STOPS = power_of_two_stops(512, 32768)
+
+PAGES: tuple[PageInfo, ...] = (
+    PageInfo("overview", "app.py", None),
+    PageInfo(
+        "memory",
+        "pages/memory.py",
+        1,
+        (
+            ChoiceControl("precision", ("mixed", "fp32"), "mixed"),
+            NumberControl("tokens", TOKENS_STOPS, 2048, log=True, integer=True),
+        ),
+    ),
+    PageInfo("fp16_range", "pages/fp16_range.py", 2, (NumberControl("grad", log_stops(-9, -1), 1e-6, log=True),)),
+    PageInfo(
+        "loss_scaling",
+        "pages/loss_scaling.py",
+        3,
+        (NumberControl("scale", tuple(range(25)), 0, integer=True),),
+    ),
+    PageInfo(
+        "master_weights",
+        "pages/master_weights.py",
+        4,
+        (
+            NumberControl("update", log_stops(-8, -2), 1e-6, log=True),
+            NumberControl("w", (0.01, 0.1, 0.5, 1.0, 2.0, 10.0, 100.0, 1000.0), 1.0, log=True),
+        ),
+    ),
+    PageInfo("bf16", "pages/bf16.py", 5, (NumberControl("grad", log_stops(-12, -2), 1e-8, log=True),)),
+    PageInfo("speed", "pages/speed.py", 6, (NumberControl("tokens", TOKENS_STOPS, 4096, log=True, integer=True),)),
+)
+
+PAGES_BY_KEY = {p.key: p for p in PAGES}
+STEPS = tuple(p for p in PAGES if p.step is not None)

@@ -1,0 +1,192 @@
+"""URL-bound controls, the step header and footer, and metric rows.
+
+A control's value comes from the URL when the URL brought something new (a
+shared link, the Back button, a link from our navigation), else from the
+widget itself. After the widget is drawn its value is written back to the URL
+(a default the URL never mentioned is left out, so plain links stay short),
+which is what makes every state of a page a link a teacher can send.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import streamlit as st
+
+from lensa.ui.controls import ChoiceControl, Control, NumberControl
+from lensa.ui.frame import Page, draw_navigation, link_params, page_label, remembered, safe_echo, seen_urls, step_of
+from lensa.ui.site import STEP_COUNT
+
+_MISSING = object()
+_NOTICE_KEYS = {
+    "not_a_number": "notice.not_a_number",
+    "out_of_range": "notice.out_of_range",
+    "not_an_option": "notice.not_an_option",
+}
+
+
+def widget_key(page: Page, name: str) -> str:
+    return f"w.{page.info.key}.{name}"
+
+
+def _values() -> dict:
+    """Each control's current value, kept by us: a widget's own state is lost on a page switch."""
+    if "lensa.values" not in st.session_state:
+        st.session_state["lensa.values"] = {}
+    return st.session_state["lensa.values"]
+
+
+def _is_position(control: Control, value: object) -> bool:
+    if isinstance(control, NumberControl):
+        return value in control.stops
+    return value in control.options
+
+
+def _value_from_url(page: Page, control: Control, label: str, show: Callable[[object], str]) -> object:
+    """The control's value for this run.
+
+    On a rerun of the same page with the URL as we left it, the widget's own
+    state is the truth (it holds the learner's latest move, which the URL
+    catches up with below). When the URL moved (a shared link, Back, Forward)
+    its value wins; after a page switch, when Streamlit has dropped the
+    widget's state, our own record refills it.
+    """
+    raw = st.query_params.get(control.name)
+    seen = seen_urls()
+    slot = (page.info.key, control.name)
+    key = widget_key(page, control.name)
+    values = _values()
+    url_moved = seen.get(slot, _MISSING) != raw
+    state = st.session_state.get(key)
+    if not page.switched and not url_moved and _is_position(control, state):
+        values[slot] = state
+        return state
+    if not url_moved and _is_position(control, values.get(slot)):
+        value = values[slot]
+    elif raw is None:
+        value = control.default
+    else:
+        reading = control.read(raw)
+        value = reading.value
+        if reading.problem:
+            extra = {}
+            if isinstance(control, NumberControl):
+                extra = {"lo": show(control.lo), "hi": show(control.hi)}
+            elif isinstance(control, ChoiceControl):
+                extra = {"options": ", ".join(show(o) for o in control.options)}
+            page.notices.append(
+                page.t(_NOTICE_KEYS[reading.problem], name=label, raw=safe_echo(raw), value=show(value), **extra)
+            )
+    values[slot] = value
+    seen[slot] = raw
+    st.session_state[key] = value
+    return value
+
+
+def _value_to_url(page: Page, control: Control, value: object) -> None:
+    """Make the URL say ``value``; a default that the URL never mentioned stays unmentioned."""
+    raw = st.query_params.get(control.name)
+    canonical = None if raw is None and value == control.default else control.to_url(value)  # type: ignore[arg-type]
+    if canonical is not None and raw != canonical:
+        st.query_params[control.name] = canonical
+    seen_urls()[(page.info.key, control.name)] = canonical
+    memory = remembered(page.info.key)
+    if canonical is None:
+        memory.pop(control.name, None)
+    else:
+        memory[control.name] = canonical
+
+
+def slider(
+    page: Page,
+    name: str,
+    label: str,
+    show: Callable[[object], str],
+    help: str | None = None,
+) -> float:
+    """A URL-bound slider over the control's stops; ``show`` writes a stop for people."""
+    control = page.info.control(name)
+    assert isinstance(control, NumberControl)
+    _value_from_url(page, control, label, show)
+    value = st.select_slider(label, options=control.stops, format_func=show, key=widget_key(page, name), help=help)
+    _value_to_url(page, control, value)
+    return value
+
+
+def choice(
+    page: Page,
+    name: str,
+    label: str,
+    show: Callable[[object], str],
+    help: str | None = None,
+) -> str:
+    """A URL-bound choice between a control's options, drawn as a segmented control."""
+    control = page.info.control(name)
+    assert isinstance(control, ChoiceControl)
+    _value_from_url(page, control, label, show)
+    key = widget_key(page, name)
+    value = st.segmented_control(
+        label,
+        control.options,
+        format_func=show,
+        key=key,
+        required=True,
+        help=help,
+    )
+    _value_to_url(page, control, value)
+    return value
+
+
+def after_controls(page: Page) -> None:
+    """Once a page has read its controls: draw the navigation and say what became of bad link values."""
+    draw_navigation(page)
+    if not page.notices:
+        return
+    with page.notice_area:  # type: ignore[attr-defined]
+        for text in page.notices:
+            st.warning(text, icon=":material/link_off:")
+
+
+def step_header(page: Page) -> None:
+    st.caption(page.t("nav.step_of", n=page.info.step, total=STEP_COUNT))
+    st.title(page.t("title"))
+    st.markdown(f"#### {page.t('headline')}")
+
+
+def metric_row(items: Sequence[tuple[str, str]], help_texts: Sequence[str | None] | None = None) -> None:
+    """A row of metric cards: (label, formatted value) pairs."""
+    columns = st.columns(len(items), border=True)
+    for i, (column, (label, value)) in enumerate(zip(columns, items, strict=True)):
+        column.metric(label, value, help=help_texts[i] if help_texts else None)
+
+
+def explain(page: Page, paragraph: str, try_this: str) -> None:
+    st.markdown(paragraph)
+    st.info(f"**{page.t('common.try_this')}** {try_this}", icon=":material/touch_app:")
+
+
+def notes(page: Page, body: str, sources: Sequence[str]) -> None:
+    with st.expander(page.t("common.notes"), icon=":material/menu_book:"):
+        st.markdown(body)
+        st.markdown(f"**{page.t('common.sources')}**")
+        st.markdown("\n".join(f"- {s}" for s in sources))
+
+
+def step_footer(page: Page) -> None:
+    """Previous and next links, carrying the language and the target's last values."""
+    before, after = step_of(page.info)
+    left, right = st.columns(2)
+    if before is not None:
+        with left:
+            st.page_link(
+                before.file,
+                label=f"← {page_label(page, before)}",
+                query_params=link_params(before.key, page.lang),
+            )
+    if after is not None:
+        with right, st.container(horizontal=True, horizontal_alignment="right"):
+            st.page_link(
+                after.file,
+                label=f"{page_label(page, after)} →",
+                query_params=link_params(after.key, page.lang),
+            )

@@ -1,0 +1,75 @@
+"""Step 2 · FP16's narrow range: small gradients round to zero."""
+
+import streamlit as st
+
+from lensa.formats import FORMATS, category_shares, classify
+from lensa.gradients import gradient_sample
+from lensa.ui import figures, widgets
+from lensa.ui.frame import setup
+
+FP16 = FORMATS["fp16"]
+
+page = setup("fp16_range")
+widgets.step_header(page)
+grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
+widgets.after_controls(page)
+
+sample = gradient_sample(grad)
+cats = classify(sample, FP16)
+shares = category_shares(sample, FP16)
+labels = {
+    "zero": page.t("category.zero"),
+    "subnormal": page.t("category.subnormal"),
+    "normal": page.t("category.normal_fp16"),
+    "overflow": page.t("category.overflow"),
+}
+marks = [
+    (FP16.smallest_subnormal, f"{page.t('mark_subnormal')} {page.sci(FP16.smallest_subnormal)}"),
+    (FP16.smallest_normal, f"{page.t('mark_normal')} {page.sci(FP16.smallest_normal)}"),
+    (FP16.max, f"{page.t('mark_max')} {page.num(FP16.max)}"),
+]
+st.plotly_chart(
+    figures.category_histogram(
+        sample,
+        cats,
+        labels,
+        marks,
+        page.t("figure_title"),
+        page.t("axis"),
+        page.t("count"),
+        page.t("hover"),
+        page.lang,
+    ),
+    config={"displayModeBar": False},
+)
+st.caption(
+    page.t(
+        "caption", sub=page.sci(FP16.smallest_subnormal), normal=page.sci(FP16.smallest_normal), max=page.num(FP16.max)
+    )
+    + " "
+    + page.t("common.illustration")
+)
+
+widgets.metric_row(
+    [
+        (page.t("metric_zero"), page.pct(shares["zero"])),
+        (page.t("metric_subnormal"), page.pct(shares["subnormal"])),
+        (page.t("metric_normal"), page.pct(shares["normal"])),
+        (page.t("metric_largest"), page.sci(float(sample.max()))),
+    ]
+)
+
+values = {
+    "zero": page.pct(shares["zero"]),
+    "sub": page.pct(shares["subnormal"]),
+    "normal": page.pct(shares["normal"]),
+    "over": page.pct(shares["overflow"]),
+    "normal_limit": page.sci(FP16.smallest_normal),
+}
+regime = max(("zero", "subnormal", "normal"), key=lambda c: shares[c])
+paragraph = page.t(f"explain_{regime}", **values)
+if shares["overflow"] > 0:
+    paragraph += page.t("explain_overflow", **values)
+widgets.explain(page, paragraph, page.t("try"))
+widgets.notes(page, page.t("notes"), [page.t("refs.ieee754"), page.t("refs.micikevicius2017")])
+widgets.step_footer(page)

@@ -1,0 +1,113 @@
+"""Step 3 · Loss scaling: shift the gradients into range, then shift them back."""
+
+import numpy as np
+import streamlit as st
+
+from lensa.formats import FORMATS, classify
+from lensa.gradients import gradient_sample
+from lensa.scaling import SpikeModel, dynamic_run, static_shift_shares
+from lensa.ui import figures, widgets
+from lensa.ui.frame import setup
+from lensa.ui.i18n import power_of_two
+
+FP16 = FORMATS["fp16"]
+TYPICAL = 1e-6  # the step-2 sample at its default
+SPIKES = SpikeModel()
+
+
+@st.cache_data(max_entries=1)
+def illustrative_run() -> tuple[list[int], list[float], list[bool]]:
+    run = dynamic_run(SPIKES)
+    return [s.step for s in run], [float(np.log2(s.scale)) for s in run], [s.skipped for s in run]
+
+
+page = setup("loss_scaling")
+widgets.step_header(page)
+k = int(widgets.slider(page, "scale", page.t("scale"), lambda v: power_of_two(int(v)), help=page.t("scale_help")))
+widgets.after_controls(page)
+
+scaled = np.ldexp(gradient_sample(TYPICAL), k)
+shares = static_shift_shares(gradient_sample(TYPICAL), k)
+labels = {
+    "zero": page.t("category.zero"),
+    "subnormal": page.t("category.subnormal"),
+    "normal": page.t("category.normal_fp16"),
+    "overflow": page.t("category.overflow"),
+}
+marks = [
+    (FP16.smallest_subnormal, f"{page.t('fp16_range.mark_subnormal')} {page.sci(FP16.smallest_subnormal)}"),
+    (FP16.smallest_normal, f"{page.t('fp16_range.mark_normal')} {page.sci(FP16.smallest_normal)}"),
+    (FP16.max, f"{page.t('fp16_range.mark_max')} {page.num(FP16.max)}"),
+]
+st.plotly_chart(
+    figures.category_histogram(
+        scaled,
+        classify(scaled, FP16),
+        labels,
+        marks,
+        page.t("figure_title"),
+        page.t("fp16_range.axis"),
+        page.t("fp16_range.count"),
+        page.t("fp16_range.hover"),
+        page.lang,
+    ),
+    config={"displayModeBar": False},
+)
+st.caption(page.t("caption"))
+
+steps, log2_scales, skipped = illustrative_run()
+st.plotly_chart(
+    figures.scaler_run(
+        steps,
+        log2_scales,
+        skipped,
+        page.t("run_title"),
+        page.t("run_axis_step"),
+        page.t("run_axis_scale"),
+        page.t("run_clean"),
+        page.t("run_skipped"),
+        page.t("run_hover"),
+        page.t("run_hover_skipped"),
+        page.t("play"),
+        page.t("pause"),
+    ),
+    config={"displayModeBar": False},
+)
+
+widgets.metric_row(
+    [
+        (page.t("metric_zero"), page.pct(shares["zero"])),
+        (page.t("metric_overflow"), page.pct(shares["overflow"])),
+        (page.t("metric_run_start"), power_of_two(int(log2_scales[0]))),
+        (page.t("metric_run_skipped"), page.num(sum(skipped))),
+    ]
+)
+
+values = {"s": power_of_two(k), "zero": page.pct(shares["zero"]), "over": page.pct(shares["overflow"])}
+if shares["overflow"] > 0:
+    paragraph = page.t("explain_over", **values)
+elif shares["zero"] == 0:
+    paragraph = page.t("explain_fits", **values)
+elif k == 0:
+    paragraph = page.t("explain_none", **values)
+else:
+    paragraph = page.t("explain_some", **values)
+paragraph += " " + page.t(
+    "explain_run",
+    start=power_of_two(int(log2_scales[0])),
+    first=page.t("first_overflow" if skipped[0] else "first_clean"),
+    interval=page.num(SPIKES.growth_interval),
+    skipped=page.num(sum(skipped)),
+)
+widgets.explain(page, paragraph, page.t("try"))
+widgets.notes(
+    page,
+    page.t(
+        "notes",
+        interval=page.num(SPIKES.growth_interval),
+        typical=page.sci(SPIKES.typical_max),
+        spike_pct=page.pct(SPIKES.spike_probability),
+    ),
+    [page.t("refs.micikevicius2017"), page.t("refs.torch_amp")],
+)
+widgets.step_footer(page)

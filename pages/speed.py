@@ -1,0 +1,90 @@
+"""Step 6 · Why it is faster: tensor cores, memory, and FP8."""
+
+import streamlit as st
+
+from lensa.memory import SEVEN_B, training_memory
+from lensa.speed import DEFAULT_GPU, DEFAULT_MFU, GPUS, step_time_s
+from lensa.ui import figures, widgets
+from lensa.ui.frame import setup
+
+GPU_GB = 80
+MODES = (  # (peak key, label key, colour, pattern, memory precision)
+    ("fp32", "bar_fp32", figures.FORMAT_COLOURS["fp32"], "", "fp32"),
+    ("tf32", "bar_tf32", figures.FORMAT_COLOURS["fp32"], figures.TENSOR_CORE_PATTERN, "fp32"),
+    ("bf16", "bar_bf16", figures.FORMAT_COLOURS["bf16"], "", "mixed"),
+)
+
+page = setup("speed")
+widgets.step_header(page)
+tokens = int(widgets.slider(page, "tokens", page.t("tokens"), page.num, help=page.t("tokens_help")))
+widgets.after_controls(page)
+
+gpu = GPUS[DEFAULT_GPU]
+names = [page.t(label) for _, label, _, _, _ in MODES]
+times = [step_time_s(SEVEN_B.params, tokens, gpu.peak(mode), DEFAULT_MFU) for mode, *_ in MODES]
+memories = [training_memory(SEVEN_B, tokens, precision) for *_, precision in MODES]
+
+st.plotly_chart(
+    figures.labelled_bars(
+        names,
+        times,
+        [c for _, _, c, _, _ in MODES],
+        [page.sec(t) for t in times],
+        f"{page.t('time_title')}<br><sup>{page.t('time_subtitle', mfu=page.pct(DEFAULT_MFU))}</sup>",
+        axis_title=page.t("axis_time"),
+        patterns=[p for _, _, _, p, _ in MODES],
+        hovers=[
+            page.t("hover_time", mode=n, time=page.sec(t), peak=page.sig(gpu.peak(m) / 1e12, 3))
+            for n, t, (m, *_) in zip(names, times, MODES, strict=True)
+        ],
+        lang=page.lang,
+    ),
+    config={"displayModeBar": False},
+)
+st.plotly_chart(
+    figures.labelled_bars(
+        names,
+        [m.total / 1e9 for m in memories],
+        [c for _, _, c, _, _ in MODES],
+        [page.gb(m.total) for m in memories],
+        page.t("memory_title"),
+        axis_title=page.t("axis_memory"),
+        patterns=[p for _, _, _, p, _ in MODES],
+        hovers=[
+            page.t(
+                "hover_memory",
+                mode=n,
+                states=page.gb(m.model_states),
+                act=page.gb(m.activations),
+                total=page.gb(m.total),
+            )
+            for n, m in zip(names, memories, strict=True)
+        ],
+        line=(GPU_GB, page.t("gpu_line")),
+        x_max=max(200.0, max(m.total for m in memories) / 1e9 * 1.2),
+        lang=page.lang,
+    ),
+    config={"displayModeBar": False},
+)
+
+fp32_time, bf16_time = times[0], times[2]
+widgets.metric_row(
+    [
+        (page.t("metric_fp32"), page.sec(fp32_time)),
+        (page.t("metric_bf16"), page.sec(bf16_time)),
+        (page.t("metric_speedup"), page.ratio(fp32_time / bf16_time)),
+        (page.t("metric_memory"), page.gb(memories[2].total)),
+    ]
+)
+paragraph = page.t(
+    "explain",
+    tokens=page.num(tokens),
+    bf16=page.sec(bf16_time),
+    fp32=page.sec(fp32_time),
+    speedup=page.ratio(fp32_time / bf16_time),
+    act32=page.gb(memories[0].activations),
+    act16=page.gb(memories[2].activations),
+) + page.t("fp8_line")
+widgets.explain(page, paragraph, page.t("try"))
+widgets.notes(page, page.t("notes"), [page.t("refs.kaplan"), page.t("refs.a100"), page.t("refs.fp8")])
+widgets.step_footer(page)
