@@ -6,13 +6,21 @@ import streamlit as st
 from lensa.formats import FORMATS, classify
 from lensa.gradients import gradient_sample
 from lensa.scaling import SpikeModel, dynamic_run, static_shift_shares
-from lensa.ui import figures, widgets
+from lensa.ui import figures, live_view, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
 
 FP16 = FORMATS["fp16"]
 TYPICAL = 1e-6  # the step-2 sample at its default
 SPIKES = SpikeModel()
+REAL_RUN = "loss_scaling.real_trace"
+# A bad batch in the real run: its gradients times any scale this run reaches overflow FP16,
+# while ordinary steps (|g| ~ 1e-2 at S <= 2^20) stay far below 65504.
+REAL_SPIKE_FACTOR = 1e4
+
+
+def _list(page, numbers: list[int]) -> str:
+    return ", ".join(page.num(n) for n in numbers) if numbers else page.t("real_none")
 
 
 @st.cache_data(max_entries=1)
@@ -56,23 +64,48 @@ st.plotly_chart(
 st.caption(page.t("caption"))
 
 steps, log2_scales, skipped = illustrative_run()
-st.plotly_chart(
-    figures.scaler_run(
-        steps,
-        log2_scales,
-        skipped,
-        page.t("run_title"),
-        page.t("run_axis_step"),
-        page.t("run_axis_scale"),
-        page.t("run_clean"),
-        page.t("run_skipped"),
-        page.t("run_hover"),
-        page.t("run_hover_skipped"),
-        page.t("play"),
-        page.t("pause"),
-    ),
-    config={"displayModeBar": False},
+run_labels = figures.RunLabels(
+    title=page.t("run_title"),
+    axis_step=page.t("run_axis_step"),
+    axis_scale=page.t("run_axis_scale"),
+    clean=page.t("run_clean"),
+    skipped=page.t("run_skipped"),
+    hover_clean=page.t("run_hover"),
+    hover_skipped=page.t("run_hover_skipped"),
+    play=page.t("play"),
+    pause=page.t("pause"),
 )
+real = st.session_state.get(REAL_RUN)
+overlay = None if real is None else (page.t("real_line"), live_view.log2([s.scale for s in real]))
+st.plotly_chart(
+    figures.scaler_run(steps, log2_scales, skipped, run_labels, overlay=overlay), config={"displayModeBar": False}
+)
+with st.expander(page.t("real_title"), icon=":material/science:", expanded=real is not None):
+    overflow_steps = [n for n, s in zip(steps, skipped, strict=True) if s]
+    st.markdown(page.t("real_intro", interval=page.num(SPIKES.growth_interval), steps=_list(page, overflow_steps)))
+    if not live_view.torch_available():
+        st.info(page.t("live.torch_missing"))
+    elif st.button(page.t("real_run"), key="loss_scaling.real_run", icon=":material/play_arrow:"):
+        from lensa import live  # torch only now, when the learner asked for a real run
+
+        try:
+            with st.spinner(page.t("real_running")):
+                real = live.gradscaler_trace(
+                    len(steps),
+                    init_scale=2.0**16,
+                    growth_interval=SPIKES.growth_interval,
+                    spike_steps=tuple(overflow_steps),
+                    spike_factor=REAL_SPIKE_FACTOR,
+                )
+            st.session_state[REAL_RUN] = real
+            st.rerun()
+        except live.LiveError as exc:
+            st.error(live_view.error_text(page, exc), icon=":material/error:")
+    if real is not None:
+        same = [s.scale for s in real] == [2.0**y for y in log2_scales]
+        real_overflows = [s.step for s in real if s.found_inf]
+        key = "real_match" if same else "real_differs"
+        st.markdown(page.t(key, steps=_list(page, real_overflows)))
 
 widgets.metric_row(
     [

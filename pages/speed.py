@@ -4,10 +4,11 @@ import streamlit as st
 
 from lensa.memory import SEVEN_B, training_memory
 from lensa.speed import DEFAULT_GPU, DEFAULT_MFU, GPUS, step_time_s
-from lensa.ui import figures, widgets
+from lensa.ui import figures, live_view, widgets
 from lensa.ui.frame import setup
 
 GPU_GB = 80
+MEASURED = "speed.measured"
 MODES = (  # (peak key, label key, colour, pattern, memory precision)
     ("fp32", "bar_fp32", figures.FORMAT_COLOURS["fp32"], "", "fp32"),
     ("tf32", "bar_tf32", figures.FORMAT_COLOURS["fp32"], figures.TENSOR_CORE_PATTERN, "fp32"),
@@ -86,5 +87,33 @@ paragraph = page.t(
     act16=page.gb(memories[2].activations),
 ) + page.t("fp8_line")
 widgets.explain(page, paragraph, page.t("try"))
+
+with st.expander(page.t("measure_title"), icon=":material/speed:", expanded=MEASURED in st.session_state):
+    st.markdown(page.t("measure_intro"))
+    if not live_view.torch_available():
+        st.info(page.t("live.torch_missing"))
+    elif st.button(page.t("measure_run"), key="speed.measure", icon=":material/play_arrow:"):
+        from lensa import live  # torch only now, when the learner asked for a measurement
+
+        try:
+            with st.spinner(page.t("measure_running")):
+                st.session_state[MEASURED] = (live.device_info(), live.matmul_benchmark())
+        except live.LiveError as exc:
+            st.error(live_view.error_text(page, exc), icon=":material/error:")
+    if MEASURED in st.session_state:
+        info, rows = st.session_state[MEASURED]
+        st.markdown(f"{page.t('live.this_machine')}: {live_view.device_line(page, info)}")
+        st.dataframe(live_view.benchmark_table(page, rows, gpu), hide_index=True, width="stretch")
+        measured = {r["mode"]: r["tflops"] for r in rows if r["tflops"]}
+        if "fp32" in measured and "bf16" in measured:
+            st.markdown(
+                page.t(
+                    "measure_ratio",
+                    n=page.num(rows[0]["size"]),
+                    ratio=page.ratio(measured["bf16"] / measured["fp32"]),
+                    datasheet=page.ratio(gpu.peak("bf16") / gpu.peak("fp32")),
+                )
+            )
+        st.caption(page.t("lab.noisy"))
 widgets.notes(page, page.t("notes"), [page.t("refs.kaplan"), page.t("refs.a100"), page.t("refs.fp8")])
 widgets.step_footer(page)

@@ -34,6 +34,7 @@ FORMAT_COLOURS = {
     "bf16": "#56B4E9",  # sky blue
     "fp16": "#E69F00",  # orange
 }
+ARM_DASHES = {"fp32": "solid", "fp16": "dash", "bf16": "dot"}
 NEUTRAL = "rgba(128,128,128,0.85)"
 NEUTRAL_LIGHT = "rgba(128,128,128,0.25)"
 OUTLINE = "rgba(60,60,60,0.55)"  # keeps the yellow legible on white
@@ -208,25 +209,40 @@ def category_histogram(
     return _layout(fig, 380, title={"text": title}, barmode="stack")
 
 
+@dataclass(frozen=True)
+class RunLabels:
+    """The words of a loss-scale chart; ``hover_*`` take {step} and {scale}."""
+
+    title: str
+    axis_step: str
+    axis_scale: str
+    clean: str
+    skipped: str
+    hover_clean: str
+    hover_skipped: str
+    play: str = ""
+    pause: str = ""
+
+
 def scaler_run(
     steps: Sequence[int],
     log2_scales: Sequence[float],
     skipped: Sequence[bool],
-    title: str,
-    axis_step: str,
-    axis_scale: str,
-    clean_label: str,
-    skipped_label: str,
-    hover_clean: str,
-    hover_skipped: str,
-    play: str,
-    pause: str,
+    labels: RunLabels,
+    animate: bool = True,
+    overlay: tuple[str, Sequence[float]] | None = None,
+    colour: str = FORMAT_COLOURS["fp16"],
 ) -> go.Figure:
-    """log2 S per step, overflowing steps marked ×; a Play button replays the run in the browser."""
+    """log2 S per step, skipped steps marked ×.
+
+    ``animate`` adds a Play button that replays the run in the browser.
+    ``overlay`` (label, log2 S per step) draws a second run over the first,
+    dashed, such as a real GradScaler over the illustration.
+    """
     steps = list(steps)
-    ys = list(log2_scales)
+    ys = [float(y) for y in log2_scales]
     texts = [
-        (hover_skipped if s else hover_clean).format(step=st, scale=i18n.power_of_two(int(y)))
+        (labels.hover_skipped if s else labels.hover_clean).format(step=st, scale=i18n.power_of_two(round(y)))
         for st, y, s in zip(steps, ys, skipped, strict=True)
     ]
 
@@ -237,9 +253,9 @@ def scaler_run(
                 x=xs,
                 y=yv,
                 mode="lines+markers",
-                name=clean_label,
-                line={"shape": "hv", "color": FORMAT_COLOURS["fp16"]},
-                marker={"size": 6, "color": FORMAT_COLOURS["fp16"]},
+                name=labels.clean,
+                line={"shape": "hv", "color": colour},
+                marker={"size": 6, "color": colour},
                 hovertext=tv,
                 hovertemplate="%{hovertext}<extra></extra>",
             ),
@@ -247,7 +263,7 @@ def scaler_run(
                 x=[x for x, s in zip(xs, sk, strict=True) if s],
                 y=[y for y, s in zip(yv, sk, strict=True) if s],
                 mode="markers",
-                name=skipped_label,
+                name=labels.skipped,
                 marker={
                     "symbol": "x-thin-open",
                     "size": 14,
@@ -259,46 +275,84 @@ def scaler_run(
         ]
 
     fig = go.Figure(data=traces(len(steps)))
-    fig.frames = [go.Frame(data=traces(n), name=str(n)) for n in range(1, len(steps) + 1)]
-    lo, hi = min(ys) - 1, max(ys) + 1
-    fig.update_xaxes(title=axis_step, range=[0.5, len(steps) + 0.5], fixedrange=True)
-    fig.update_yaxes(title=axis_scale, range=[lo, hi], dtick=1, fixedrange=True)
-    fig.update_layout(
-        updatemenus=[
-            {
-                "type": "buttons",
-                "direction": "left",
-                "x": 0,
-                "y": -0.22,
-                "xanchor": "left",
-                "yanchor": "top",
-                "showactive": False,
-                "buttons": [
-                    {
-                        "label": play,
-                        "method": "animate",
-                        "args": [
-                            None,
-                            {
-                                "frame": {"duration": 180, "redraw": True},
-                                "fromcurrent": False,
-                                "transition": {"duration": 0},
-                                "mode": "immediate",
-                            },
-                        ],
-                    },
-                    {
-                        "label": pause,
-                        "method": "animate",
-                        "args": [[None], {"frame": {"duration": 0, "redraw": False}, "mode": "immediate"}],
-                    },
-                ],
-            }
-        ]
-    )
-    _layout(fig, 360, title={"text": title})
-    fig.update_layout(margin={"l": 8, "r": 8, "t": 48, "b": 70})
+    all_ys = list(ys)
+    if overlay is not None:
+        name, other = overlay
+        other = [float(y) for y in other]
+        all_ys += other
+        fig.add_trace(
+            go.Scatter(
+                x=steps[: len(other)],
+                y=other,
+                mode="lines",
+                name=name,
+                line={"shape": "hv", "color": NEUTRAL, "width": 3, "dash": "dash"},
+                hovertemplate=f"{name}: %{{y}}<extra></extra>",
+            )
+        )
+    lo, hi = min(all_ys) - 1, max(all_ys) + 1
+    fig.update_xaxes(title=labels.axis_step, range=[0.5, len(steps) + 0.5], fixedrange=True)
+    fig.update_yaxes(title=labels.axis_scale, range=[lo, hi], dtick=1 if hi - lo <= 16 else None, fixedrange=True)
+    _layout(fig, 360, title={"text": labels.title})
+    if animate:
+        fig.frames = [go.Frame(data=traces(n), name=str(n), traces=[0, 1]) for n in range(1, len(steps) + 1)]
+        fig.update_layout(
+            updatemenus=[
+                {
+                    "type": "buttons",
+                    "direction": "left",
+                    "x": 0,
+                    "y": -0.22,
+                    "xanchor": "left",
+                    "yanchor": "top",
+                    "showactive": False,
+                    "buttons": [
+                        {
+                            "label": labels.play,
+                            "method": "animate",
+                            "args": [
+                                None,
+                                {
+                                    "frame": {"duration": 180, "redraw": True},
+                                    "fromcurrent": False,
+                                    "transition": {"duration": 0},
+                                    "mode": "immediate",
+                                },
+                            ],
+                        },
+                        {
+                            "label": labels.pause,
+                            "method": "animate",
+                            "args": [[None], {"frame": {"duration": 0, "redraw": False}, "mode": "immediate"}],
+                        },
+                    ],
+                }
+            ],
+            margin={"l": 8, "r": 8, "t": 48, "b": 70},
+        )
     return fig
+
+
+def loss_curves(
+    series: Sequence[tuple[str, str, Sequence[float]]], title: str, axis_step: str, axis_loss: str, lang: str
+) -> go.Figure:
+    """Training loss per step, one line per arm: (format key for the colour, label, losses)."""
+    fig = go.Figure()
+    for key, label, losses in series:
+        fig.add_trace(
+            go.Scatter(
+                x=list(range(1, len(losses) + 1)),
+                y=list(losses),
+                mode="lines",
+                name=label,
+                # The arms often overlap exactly; the dashes keep each one visible.
+                line={"color": FORMAT_COLOURS[key], "width": 2, "dash": ARM_DASHES.get(key, "solid")},
+                hovertemplate=f"{label}: %{{y:.4f}}<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title=axis_step, fixedrange=True)
+    fig.update_yaxes(title=axis_loss, fixedrange=True, rangemode="tozero")
+    return _layout(fig, 320, title={"text": title}, separators=_separators(lang))
 
 
 # --- step 4 ----------------------------------------------------------------------

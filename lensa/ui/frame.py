@@ -19,6 +19,7 @@ from lensa.ui.site import PAGES, PAGES_BY_KEY, PageInfo
 LANG_WIDGET = "w.lang"
 _LANG_CHOICE = "lensa.lang_choice"  # the learner's choice this session (outlives page switches)
 _PAGE = "lensa.page"  # the page the previous run of this session drew
+_LAST_LANG = "lensa.last_lang"  # the language the previous run drew in
 _MISSING = object()
 _SEEN = "lensa.seen"  # URL values as we last read or wrote them: a difference means the URL moved
 _REMEMBER = "lensa.remember"  # each page's control values as URL text, for links into it
@@ -40,7 +41,7 @@ class Page:
     notices: list[str] = field(default_factory=list)
     notice_area: object = None  # a container at the top of the page, filled once controls are read
     nav_area: object = None  # a sidebar container, filled once the page's own values are known
-    switched: bool = True  # this run is the first on this page since another page (or ever)
+    switched: bool = True  # first run on this page since another page or language: widget states are gone
 
     def t(self, key: str, **values: object) -> str:
         """Text from this page's catalogue section (``"title"``) or any other (``"nav.memory"``)."""
@@ -166,6 +167,9 @@ def setup(page_key: str) -> Page:
     # The title must be set before the language is known; it is set again below.
     st.set_page_config(page_title="Lensa", page_icon="🔎", layout="centered", initial_sidebar_state="auto")
     lang = _resolve_language(pending, switched)
+    # Widgets are identified by their labels too: in another language they are new widgets.
+    switched = switched or st.session_state.get(_LAST_LANG) != lang
+    st.session_state[_LAST_LANG] = lang
     page = Page(info, lang, switched=switched)
     title = page.t(f"nav.{info.key}")
     st.set_page_config(page_title=f"{title} · Lensa")

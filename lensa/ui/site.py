@@ -51,6 +51,23 @@ PAGES: tuple[PageInfo, ...] = (
     ),
     PageInfo("bf16", "pages/bf16.py", 5, (NumberControl("grad", log_stops(-12, -2), 1e-8, log=True),)),
     PageInfo("speed", "pages/speed.py", 6, (NumberControl("tokens", TOKENS_STOPS, 4096, log=True, integer=True),)),
+    PageInfo(
+        "lab",
+        "pages/lab.py",
+        None,
+        (
+            ChoiceControl("device", ("auto", "cpu", "cuda"), "auto"),
+            NumberControl("width", (64, 128, 256, 512, 1024, 2048, 4096), 512, log=True, integer=True),
+            NumberControl("depth", (1, 2, 3, 4, 5, 6), 3, integer=True),
+            NumberControl("batch", (64, 128, 256, 512, 1024, 2048, 4096, 8192), 1024, log=True, integer=True),
+            NumberControl("steps", (10, 20, 30, 60, 100, 200, 300), 60, log=True, integer=True),
+            NumberControl("lr", (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1), 1e-3, log=True),
+            NumberControl("trace_k", tuple(range(8, 41, 2)), 16, integer=True),
+            NumberControl("trace_spike", tuple(range(25)), 12, integer=True),
+            NumberControl("trace_factor", (1e2, 1e3, 1e4, 1e5, 1e6, 1e8), 1e4, log=True),
+            NumberControl("trace_growth", (1, 2, 3, 4, 5, 10), 3, integer=True),
+        ),
+    ),
 )
 
 PAGES_BY_KEY = {p.key: p for p in PAGES}

@@ -18,6 +18,7 @@ from lensa.ui.frame import Page, draw_navigation, link_params, page_label, remem
 from lensa.ui.site import STEP_COUNT
 
 _MISSING = object()
+LINK_NOTICE_ICON = ":material/link_off:"
 _NOTICE_KEYS = {
     "not_a_number": "notice.not_a_number",
     "out_of_range": "notice.out_of_range",
@@ -144,7 +145,7 @@ def after_controls(page: Page) -> None:
         return
     with page.notice_area:  # type: ignore[attr-defined]
         for text in page.notices:
-            st.warning(text, icon=":material/link_off:")
+            st.warning(text, icon=LINK_NOTICE_ICON)
 
 
 def step_header(page: Page) -> None:

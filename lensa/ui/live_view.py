@@ -1,0 +1,111 @@
+"""The words and tables around live runs: device lines, result tables, plain error messages.
+
+Imports ``lensa.live`` lazily too: a lesson page that offers a live check
+pays for torch only when the learner asks for it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from lensa.scaling import simulate
+from lensa.ui.frame import Page
+
+
+def torch_available() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+def error_text(page: Page, exc: BaseException) -> str:
+    """A learner-facing sentence for anything a live run raised."""
+    from lensa import live
+
+    if isinstance(exc, live.LiveError):
+        if exc.kind == "invalid":
+            return page.t("live.error_invalid", detail=exc.message)
+        return page.t(f"live.error_{exc.kind}")
+    return page.t("live.error_unexpected", detail=type(exc).__name__)
+
+
+def device_line(page: Page, info: Any) -> str:
+    """One line about the hardware: a GPU's name and memory, or a CPU's cores and BF16 units."""
+    flag = {True: page.t("live.yes"), False: page.t("live.no"), None: page.t("live.unknown")}
+    if info.device == "cuda":
+        return page.t(
+            "live.device_gpu",
+            name=info.name,
+            memory=page.gb(info.memory_bytes or 0),
+            cc=info.compute_capability,
+            bf16=flag[info.bf16_matrix_units],
+        )
+    return page.t(
+        "live.device_cpu",
+        name=info.name,
+        cores=page.num(info.cores or 0),
+        threads=page.num(info.threads or 0),
+        bf16=flag[info.bf16_matrix_units],
+    )
+
+
+def comparison_table(page: Page, comparison: Any) -> list[dict[str, str]]:
+    """The article's table, one row per finished arm, every number written for the page's language."""
+    from lensa import live
+
+    header = {k: page.t(f"lab.col_{k}") for k in ("arm", "time", "loss", "acc", "mem", "saved", "skipped", "speedup")}
+    rows = []
+    for row in live.comparison_rows(comparison):
+        memory = row["peak_memory_mb"]
+        speed = row["speedup_vs_fp32"]
+        rows.append(
+            {
+                header["arm"]: page.t(f"lab.arm_{row['arm']}"),
+                header["time"]: page.sig(row["time_s"], 3),
+                header["loss"]: page.num(row["final_loss"], 4),
+                header["acc"]: page.pct(row["accuracy"]),
+                header["mem"]: page.t("lab.not_measured_cpu") if memory is None else page.num(memory, 1),
+                header["saved"]: page.num(row["saved_for_backward_mb"], 1),
+                header["skipped"]: page.num(row["skipped_steps"]),
+                header["speedup"]: "—" if speed is None else page.ratio(speed),
+            }
+        )
+    return rows
+
+
+def benchmark_table(page: Page, rows: Sequence[Any], gpu: Any) -> list[dict[str, str]]:
+    """Measured matmul TFLOP/s next to a datasheet's dense peak, one row per mode."""
+    header = {k: page.t(f"speed.measure_col_{k}") for k in ("mode", "measured", "datasheet")}
+    out = []
+    for row in rows:
+        if row["tflops"]:
+            measured = page.sig(row["tflops"], 3)
+        elif row["mode"] == "tf32" and row["device"] == "cpu":
+            measured = page.t("speed.measure_no_tf32")
+        else:
+            measured = page.t("speed.measure_not_run")
+        peak = gpu.peak(row["mode"])
+        out.append(
+            {
+                header["mode"]: row["mode"].upper(),
+                header["measured"]: measured,
+                header["datasheet"]: "—" if peak is None else page.sig(peak / 1e12, 3),
+            }
+        )
+    return out
+
+
+def trace_against_prediction(trace: Sequence[Any], init_scale: float, growth_interval: int) -> tuple[list, int | None]:
+    """Lensa's simulator fed the real run's overflow pattern; returns (prediction, first differing step or None)."""
+    predicted = simulate([s.found_inf for s in trace], init_scale=init_scale, growth_interval=growth_interval)
+    for real, guess in zip(trace, predicted, strict=True):
+        if real.scale_after != guess.scale_after or real.skipped != guess.skipped:
+            return predicted, real.step
+    return predicted, None
+
+
+def log2(values: Sequence[float]) -> list[float]:
+    with np.errstate(divide="ignore"):
+        return [float(v) for v in np.log2(np.asarray(values, dtype=np.float64))]

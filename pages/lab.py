@@ -1,0 +1,253 @@
+"""Live lab: FP32, FP16 + GradScaler and BF16 autocast trained on this machine, and a real scaler provoked."""
+
+import streamlit as st
+
+from lensa.ui import figures, live_view, widgets
+from lensa.ui.frame import setup
+from lensa.ui.i18n import power_of_two
+from lensa.ui.jobs import Job
+
+JOB = "lab.job"
+TRACE = "lab.trace"
+
+page = setup("lab")
+st.title(page.t("title"))
+st.markdown(f"#### {page.t('headline')}")
+
+if not live_view.torch_available():
+    widgets.after_controls(page)
+    st.error(page.t("live.torch_missing"), icon=":material/error:")
+    st.stop()
+
+from lensa import live  # noqa: E402  (torch is only imported from here on, and only on this page)
+
+
+@st.cache_resource(show_spinner=False)
+def machine(device: str):
+    return live.device_info(device)
+
+
+st.markdown(page.t("intro"))
+
+# Containers in reading order, filled below in the order the work needs: every control is read
+# before the navigation is drawn, so its links carry this page's values even during a run.
+settings_area, run_area, results_area = st.container(), st.container(), st.container()
+st.divider()
+trace_area, trace_result_area = st.container(), st.container()
+
+with settings_area:
+    st.subheader(page.t("settings_title"))
+    device = widgets.choice(page, "device", page.t("device"), lambda v: page.t(f"device_{v}"))
+    left, right = st.columns(2)
+    with left:
+        width = int(widgets.slider(page, "width", page.t("width"), page.num))
+        depth = int(widgets.slider(page, "depth", page.t("depth"), page.num))
+        lr = widgets.slider(page, "lr", page.t("lr"), page.sci)
+    with right:
+        batch = int(widgets.slider(page, "batch", page.t("batch"), page.num))
+        steps = int(widgets.slider(page, "steps", page.t("steps"), page.num))
+with trace_area:
+    st.subheader(page.t("trace_title"))
+    st.markdown(page.t("trace_intro"))
+    col_a, col_b = st.columns(2)
+    with col_a:
+        trace_k = int(widgets.slider(page, "trace_k", page.t("trace_scale"), lambda v: power_of_two(int(v))))
+        spike_step = int(
+            widgets.slider(
+                page, "trace_spike", page.t("trace_spike"), lambda v: page.num(v) if v else page.t("trace_none")
+            )
+        )
+    with col_b:
+        spike_factor = widgets.slider(page, "trace_factor", page.t("trace_factor"), page.sci)
+        growth = int(widgets.slider(page, "trace_growth", page.t("trace_growth"), page.num))
+    trace_clicked = st.button(page.t("trace_run"), key="lab.trace_run", icon=":material/science:")
+widgets.after_controls(page)
+
+with settings_area:
+    try:
+        info = machine(device)
+        kind = info.device
+    except live.LiveError as exc:
+        info, kind = None, None
+        st.error(live_view.error_text(page, exc), icon=":material/memory:")
+
+    if info is not None:
+        st.markdown(f"{page.t('live.this_machine')}: {live_view.device_line(page, info)}")
+        if info.device == "cpu":
+            st.caption(page.t("cpu_fast" if info.bf16_matrix_units else "cpu_slow"))
+
+    config = live.RunConfig(width=width, depth=depth, batch_size=batch, steps=steps, lr=lr, device=device)
+    problem = None
+    if kind is not None:
+        estimate = config.estimate_seconds(kind)
+        limit = live.MAX_RUN_SECONDS[kind]
+        st.caption(
+            page.t(
+                "estimate",
+                params=page.num(config.parameters()),
+                seconds=page.sec(estimate),
+                device=kind.upper(),
+                limit=page.sec(limit),
+            )
+        )
+        if estimate > limit:
+            problem = page.t("too_long", seconds=f"{page.sig(estimate, 3)} s", limit=page.sec(limit))
+            st.warning(problem, icon=":material/timer:")
+
+# --- run, stop, progress -------------------------------------------------------------------
+with run_area:
+    job: Job | None = st.session_state.get(JOB)
+    run_col, stop_col = st.columns([3, 1])
+    run_clicked = run_col.button(
+        page.t("run"),
+        type="primary",
+        key="lab.run",
+        disabled=kind is None or problem is not None or (job is not None and not job.done),
+        icon=":material/play_arrow:",
+    )
+    stop_clicked = stop_col.button(
+        page.t("stop"), key="lab.stop", disabled=job is None or job.done, icon=":material/stop:"
+    )
+    if stop_clicked and job is not None:
+        job.stop.set()
+    if run_clicked and (job is None or job.done):
+        if live.is_busy():
+            st.info(page.t("waiting"), icon=":material/hourglass_top:")
+        job = Job(lambda j, cfg=config: live.compare(cfg, progress=j.report, should_stop=j.should_stop)).start()
+        st.session_state[JOB] = job
+
+    if job is not None and not job.done:
+        bar = st.progress(0.0, text=page.t("running"))
+
+        def draw(j: Job) -> None:
+            text = page.t("waiting") if j.state == "waiting" else page.t("running_pct", pct=page.pct(j.fraction))
+            bar.progress(j.fraction, text=text)
+
+        job.wait(draw)
+        bar.empty()
+
+# --- results ---------------------------------------------------------------------------------------
+with results_area:
+    if job is not None and job.done:
+        if job.error is not None:
+            st.error(live_view.error_text(page, job.error), icon=":material/error:")
+        comparison = job.result
+        if comparison is not None and comparison.arms:
+            st.subheader(page.t("results_title"))
+            if comparison.cancelled:
+                st.warning(page.t("cancelled"), icon=":material/stop_circle:")
+            arms = comparison.arms
+            bf16_speed = live.speedup(comparison, "bf16")
+            fp16_speed = live.speedup(comparison, "fp16")
+            cards = []
+            if bf16_speed is not None:
+                cards.append((page.t("metric_speedup_bf16"), page.ratio(bf16_speed)))
+            if fp16_speed is not None:
+                cards.append((page.t("metric_speedup_fp16"), page.ratio(fp16_speed)))
+            if "bf16" in arms and "fp32" in arms:
+                gap = arms["bf16"].final_loss - arms["fp32"].final_loss
+                cards.append((page.t("metric_loss_gap"), page.num(gap, 4)))
+            if "fp16" in arms:
+                cards.append((page.t("metric_skipped"), page.num(arms["fp16"].skipped_steps)))
+            if cards:
+                widgets.metric_row(cards)
+            st.dataframe(live_view.comparison_table(page, comparison), hide_index=True, width="stretch")
+            if bf16_speed is not None:
+                key = "explain_fast" if bf16_speed > 1.2 else "explain_slow"
+                gap = abs(arms["bf16"].final_loss - arms["fp32"].final_loss)
+                st.markdown(page.t(key, speedup=page.ratio(bf16_speed), gap=page.num(gap, 4)))
+            dtypes = {a: (r.layer_output_dtypes[0] if r.layer_output_dtypes else "?") for a, r in arms.items()}
+            loss_dtype = next(iter(arms.values())).loss_dtype
+            st.markdown(
+                page.t(
+                    "dtypes",
+                    fp32=dtypes.get("fp32", "—"),
+                    fp16=dtypes.get("fp16", "—"),
+                    bf16=dtypes.get("bf16", "—"),
+                    loss=loss_dtype,
+                )
+            )
+            st.caption(page.t("noisy"))
+            st.plotly_chart(
+                figures.loss_curves(
+                    [(a, page.t(f"lab.arm_{a}"), r.losses) for a, r in arms.items()],
+                    page.t("loss_title"),
+                    page.t("step_axis"),
+                    page.t("loss_axis"),
+                    page.lang,
+                ),
+                config={"displayModeBar": False},
+            )
+            if "fp16" in arms:
+                fp16 = arms["fp16"]
+                st.plotly_chart(
+                    figures.scaler_run(
+                        list(range(1, len(fp16.loss_scales) + 1)),
+                        live_view.log2([s or 1.0 for s in fp16.loss_scales]),
+                        list(fp16.skipped),
+                        figures.RunLabels(
+                            title=page.t("scale_title"),
+                            axis_step=page.t("step_axis"),
+                            axis_scale="log2 S",
+                            clean=page.t("arm_fp16"),
+                            skipped=page.t("loss_scaling.run_skipped"),
+                            hover_clean=page.t("loss_scaling.run_hover"),
+                            hover_skipped=page.t("loss_scaling.run_hover_skipped"),
+                        ),
+                        animate=False,
+                    ),
+                    config={"displayModeBar": False},
+                )
+            st.download_button(
+                page.t("download"),
+                live.rows_to_csv(live.comparison_rows(comparison)),
+                file_name="lensa-live-comparison.csv",
+                mime="text/csv",
+                icon=":material/download:",
+            )
+
+# --- a real GradScaler, provoked ---------------------------------------------------------------------
+with trace_result_area:
+    if trace_clicked:
+        try:
+            with st.spinner(page.t("running")):
+                trace = live.gradscaler_trace(
+                    24,
+                    init_scale=2.0**trace_k,
+                    growth_interval=growth,
+                    spike_steps=(spike_step,) if spike_step else (),
+                    spike_factor=float(spike_factor),
+                    device=device,
+                )
+            st.session_state[TRACE] = (trace, 2.0**trace_k, growth)
+        except live.LiveError as exc:
+            st.error(live_view.error_text(page, exc), icon=":material/error:")
+    if TRACE in st.session_state:
+        trace, init_scale, interval = st.session_state[TRACE]
+        predicted, differs = live_view.trace_against_prediction(trace, init_scale, interval)
+        st.plotly_chart(
+            figures.scaler_run(
+                [s.step for s in trace],
+                live_view.log2([s.scale for s in trace]),
+                [s.skipped for s in trace],
+                figures.RunLabels(
+                    title=page.t("trace_chart"),
+                    axis_step=page.t("step_axis"),
+                    axis_scale="log2 S",
+                    clean=page.t("trace_real"),
+                    skipped=page.t("loss_scaling.run_skipped"),
+                    hover_clean=page.t("loss_scaling.run_hover"),
+                    hover_skipped=page.t("loss_scaling.run_hover_skipped"),
+                ),
+                animate=False,
+                overlay=(page.t("trace_predicted"), live_view.log2([s.scale for s in predicted])),
+            ),
+            config={"displayModeBar": False},
+        )
+        skipped = sum(s.skipped for s in trace)
+        if differs is None:
+            st.success(
+                page.t("trace_match", n=page.num(len(trace)), skipped=page.num(skipped)), icon=":material/check:"
+            )
+        else:
+            st.warning(page.t("trace_mismatch", step=page.num(differs)), icon=":material/warning:")

@@ -1,0 +1,93 @@
+"""The live lab and the live parts of steps 3 and 6, through AppTest on this machine's CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lensa.scaling import dynamic_run
+from tests.conftest import requires_torch
+from tests.pagetools import metrics, open_page
+
+pytestmark = requires_torch
+
+TINY = {"width": "64", "depth": "1", "batch": "64", "steps": "10"}
+
+
+def test_lab_shows_the_machine_and_an_estimate():
+    at = open_page("lab", lang="en", **TINY)
+    assert not at.exception
+    assert any(m.value.startswith("This machine: **") for m in at.markdown)
+    assert any("parameters · about" in c.value for c in at.caption)
+    assert at.button(key="lab.run").disabled is False
+
+
+def test_lab_runs_a_tiny_comparison_and_keeps_the_results():
+    at = open_page("lab", lang="en", timeout=120, **TINY)
+    at.button(key="lab.run").click().run(timeout=120)
+    assert not at.exception and not at.error
+    table = at.dataframe[0].value
+    assert list(table["Arm"]) == ["FP32 baseline", "FP16 autocast + GradScaler", "BF16 autocast"]
+    assert table["Speed-up over FP32"].iloc[0] == "1.0×"
+    assert all(v == "not measured on CPU" for v in table["Peak memory (MB)"])
+    assert set(metrics(at)) == {"BF16 speed-up", "FP16 speed-up", "Final loss, BF16 − FP32", "FP16 steps skipped"}
+    proof = next(m.value for m in at.markdown if "Inside autocast" in m.value)
+    assert "**float16** in the FP16 arm" in proof and "**bfloat16** in the BF16 arm" in proof
+    assert "**float32** in FP32" in proof and "loss stayed **float32**" in proof
+    assert len(at.get("plotly_chart")) == 2  # loss curves and the FP16 arm's scale
+    csv = at.get("download_button")[0]
+    assert csv is not None
+    # the results stay when another control moves
+    at.select_slider(key="w.lab.lr").set_value(3e-3).run(timeout=120)
+    assert at.dataframe and at.dataframe[0].value["Arm"].iloc[0] == "FP32 baseline"
+
+
+def test_lab_refuses_a_run_that_would_take_too_long():
+    at = open_page("lab", lang="id", width="4096", depth="6", batch="8192", steps="300")
+    assert not at.exception
+    assert at.button(key="lab.run").disabled is True
+    assert any("lebih dari" in w.value for w in at.warning)
+
+
+def test_lab_asks_for_cuda_without_cuda_in_plain_words():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    at = open_page("lab", lang="en", device="cuda", **TINY)
+    assert not at.exception
+    assert any("no usable NVIDIA GPU" in e.value for e in at.error)
+    assert at.button(key="lab.run").disabled is True
+
+
+def test_lab_trace_matches_the_simulator():
+    at = open_page("lab", lang="en", timeout=120, trace_k="30", trace_spike="10")
+    at.button(key="lab.trace_run").click().run(timeout=120)
+    assert not at.exception
+    assert any(s.value.startswith("The prediction matched the real scaler at all 24 steps") for s in at.success)
+
+
+def test_step3_real_gradscaler_follows_the_illustration():
+    at = open_page("loss_scaling", lang="en", timeout=120)
+    at.button(key="loss_scaling.real_run").click().run(timeout=120)
+    assert not at.exception
+    run = dynamic_run()
+    overflowed = ", ".join(str(s.step) for s in run if s.found_inf)
+    assert any(f"overflowed at steps {overflowed} and its scale followed" in m.value for m in at.markdown)
+    spec = json.loads(at.get("plotly_chart")[1].proto.spec)
+    real = next(d for d in spec["data"] if d.get("name") == "real GradScaler")
+    assert len(real["y"]) == len(run)
+
+
+def test_step6_measures_this_machine():
+    at = open_page("speed", lang="en", timeout=120)
+    at.button(key="speed.measure").click().run(timeout=120)
+    assert not at.exception
+    table = at.dataframe[0].value
+    assert list(table["Precision"]) == ["FP32", "TF32", "BF16", "FP16"]
+    measured = dict(zip(table["Precision"], table["Measured here (TFLOP/s)"], strict=True))
+    assert float(measured["FP32"]) > 0 and float(measured["BF16"]) > 0
+    assert measured["TF32"] == "no TF32 on a CPU"
+    assert list(table["A100 datasheet (TFLOP/s)"]) == ["19.5", "156", "312", "312"]
+    assert any("as fast as FP32 here; the A100's datasheet ratio is 16×" in m.value for m in at.markdown)

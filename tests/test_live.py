@@ -1,0 +1,446 @@
+"""lensa.live: real FP32 / FP16 / BF16 training runs, the matmul benchmark, the GradScaler trace, the run slot."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from lensa import live
+from lensa.scaling import simulate
+from tests.conftest import requires_torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Small enough that a whole three-arm comparison takes well under a second on a 2-core CPU.
+TINY = live.RunConfig(
+    width=64, depth=2, batch_size=128, features=16, steps=20, warmup_steps=2, lr=1e-2, eval_size=512, device="cpu"
+)
+
+# BF16 keeps 8 significand bits, so its logits and gradients differ from FP32 by ~0.4 % per op;
+# over 20 Adam steps the final losses stay within this absolute gap (observed: ~1e-3).
+LOSS_TOLERANCE = 0.02
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+HAS_CUDA = _cuda()
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU; this machine has none")
+
+
+def test_import_does_not_import_torch():
+    code = (
+        "import sys, lensa.live as L\n"
+        "L.RunConfig().validate('cpu'); L.RunConfig(width=10).clamped('cpu'); L.is_busy()\n"
+        "assert 'torch' not in sys.modules, 'lensa.live pulled in torch'\n"
+        "print('clean')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "clean"
+
+
+# --- configuration ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"width": 0},
+        {"width": 10**6},
+        {"depth": 9},
+        {"steps": 2.5},
+        {"lr": float("nan")},
+        {"batch_size": True},
+        {"clip_grad_norm": -1.0},
+        {"device": "tpu"},
+    ],
+)
+def test_out_of_range_config_is_invalid(change):
+    with pytest.raises(live.LiveError) as info:
+        replace(TINY, **change).validate("cpu")
+    assert info.value.kind == "invalid"
+    assert next(iter(change)) in info.value.message
+
+
+def test_time_limit_refuses_a_run_too_long_for_the_cpu_but_not_the_gpu():
+    big = live.RunConfig(width=4096, depth=8, batch_size=16384, steps=1000)
+    with pytest.raises(live.LiveError) as info:
+        big.validate("cpu")
+    assert info.value.kind == "invalid" and " s " in info.value.message
+    # Small batches are no way round it: the optimizer's per-parameter work is costed too.
+    with pytest.raises(live.LiveError):
+        live.RunConfig(width=4096, depth=8, batch_size=8, steps=200).validate("cpu")
+    assert live.RunConfig().estimate_seconds("cpu") < 10
+    live.RunConfig().validate("cpu")
+    live.GPU_CONFIG.validate("cuda")
+    with pytest.raises(live.LiveError):
+        live.GPU_CONFIG.validate("cpu")
+    # Fewer arms, less time: the limit applies to the arms actually asked for.
+    long = live.RunConfig(width=1024, depth=4, batch_size=2048, steps=60)
+    assert long.estimate_seconds("cpu", ("bf16",)) < long.estimate_seconds("cpu") / 2
+
+
+def test_clamped_moves_every_field_into_limits_and_fits_the_time_limit():
+    wild = live.RunConfig(width=100000, depth=0, batch_size=3, features=10**5, steps=10**6, lr=50.0, device="cpu")
+    fixed = wild.clamped("cpu")
+    assert fixed.validate("cpu") is fixed
+    assert (fixed.width, fixed.depth, fixed.batch_size, fixed.features, fixed.lr) == (4096, 1, 8, 2048, 1.0)
+    assert 1 <= fixed.steps < 1000
+    assert fixed.estimate_seconds("cpu") <= live.MAX_RUN_SECONDS["cpu"]
+    assert replace(fixed, steps=fixed.steps + 1).estimate_seconds("cpu") > live.MAX_RUN_SECONDS["cpu"]
+    assert live.RunConfig(device="cpu").clamped("cpu") == live.RunConfig(device="cpu")
+    with pytest.raises(live.LiveError) as info:
+        live.RunConfig(width=4096, depth=8, batch_size=16384).clamped("cpu")
+    assert info.value.kind == "invalid"
+
+
+def test_train_flop_follows_six_times_macs_times_samples():
+    cfg = live.RunConfig(width=10, depth=3, batch_size=4, features=5, steps=7, warmup_steps=1)
+    assert cfg.matmul_macs_per_sample() == 5 * 10 + 2 * 10 * 10 + 10
+    assert cfg.train_flop() == 6 * 260 * 4 * 8
+    assert cfg.parameters() == (5 * 10 + 10) + 2 * (10 * 10 + 10) + (10 + 1)
+
+
+def test_unknown_or_repeated_arms_are_invalid():
+    for arms in [("fp8",), (), ("fp32", "fp32")]:
+        with pytest.raises(live.LiveError) as info:
+            live.compare(TINY, arms=arms)
+        assert info.value.kind == "invalid"
+
+
+# --- the comparison -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_run():
+    if not _has_torch():
+        pytest.skip("torch is not installed")
+    seen: list[tuple[float, str]] = []
+    result = live.compare(TINY, progress=lambda f, m: seen.append((f, m)))
+    return result, seen
+
+
+def _has_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+@requires_torch
+def test_comparison_is_complete(tiny_run):
+    c, _ = tiny_run
+    assert c.wall_s < 30.0
+    assert not c.cancelled and c.device == "cpu" and not c.not_run
+    assert list(c.arms) == ["fp32", "fp16", "bf16"]
+    n = TINY.steps
+    for name, a in c.arms.items():
+        assert a.arm == name and a.compute_dtype == {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[name]
+        assert len(a.losses) == len(a.loss_scales) == len(a.skipped) == n
+        assert all(math.isfinite(v) and v > 0 for v in a.losses)
+        assert a.time_s > 0 and a.time_per_step_s == pytest.approx(a.time_s / n)
+        assert a.final_loss == a.losses[-1]
+        assert 0.8 < a.accuracy <= 1.0  # the model really learned the rule
+        assert a.final_loss < 0.7 * a.losses[0]
+        assert math.isfinite(a.eval_loss)
+        assert a.peak_memory_bytes is None and "not measured on CPU" in a.memory_note
+        assert a.saved_for_backward_bytes > 0
+        assert a.skipped_steps == sum(a.skipped) and a.warmup_steps == TINY.warmup_steps
+    fp16 = c.arms["fp16"]
+    assert all(s is not None and s > 0 and math.log2(s).is_integer() for s in fp16.loss_scales)
+    assert fp16.loss_scales[0] == 2.0**16  # GradScaler's default init_scale
+    assert all(s is None for s in c.arms["fp32"].loss_scales + c.arms["bf16"].loss_scales)
+    assert not any(c.arms["fp32"].skipped + c.arms["bf16"].skipped)
+
+
+@requires_torch
+def test_every_arm_starts_from_the_same_weights_and_data(tiny_run):
+    c, _ = tiny_run
+    first = [a.losses[0] for a in c.arms.values()]
+    # Same weights and batch: the first losses differ only by the 16-bit rounding of the forward pass.
+    assert max(first) - min(first) < 1e-2
+    assert c.arms["fp32"].losses[0] == pytest.approx(math.log(2), abs=0.05)
+
+
+@requires_torch
+def test_bf16_and_fp16_final_loss_match_fp32(tiny_run):
+    c, _ = tiny_run
+    base = c.arms["fp32"].final_loss
+    assert abs(c.arms["bf16"].final_loss - base) <= LOSS_TOLERANCE
+    assert abs(c.arms["fp16"].final_loss - base) <= LOSS_TOLERANCE
+
+
+@requires_torch
+def test_autocast_runs_linear_layers_in_16_bits_and_the_loss_in_fp32(tiny_run):
+    c, _ = tiny_run
+    layers = TINY.depth + 1
+    assert c.arms["fp32"].layer_output_dtypes == ("float32",) * layers
+    assert c.arms["fp16"].layer_output_dtypes == ("float16",) * layers
+    assert c.arms["bf16"].layer_output_dtypes == ("bfloat16",) * layers
+    assert {a.loss_dtype for a in c.arms.values()} == {"float32"}
+    # 16-bit activations: autograd keeps fewer bytes for the backward pass.
+    assert c.arms["bf16"].saved_for_backward_bytes < c.arms["fp32"].saved_for_backward_bytes
+
+
+@requires_torch
+def test_progress_rises_to_one(tiny_run):
+    _, seen = tiny_run
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions)
+    assert fractions[-1] == 1.0 and seen[-1][1] == "done"
+    assert {m.split(":")[0] for _, m in seen[:-1]} == {"fp32", "fp16", "bf16"}
+
+
+@requires_torch
+def test_rows_and_csv_follow_the_article_table(tiny_run):
+    c, _ = tiny_run
+    rows = live.comparison_rows(c)
+    assert [r["arm"] for r in rows] == ["fp32", "fp16", "bf16"]
+    assert rows[0]["speedup_vs_fp32"] == 1.0
+    bf16 = rows[2]
+    assert bf16["speedup_vs_fp32"] == pytest.approx(c.arms["fp32"].time_s / c.arms["bf16"].time_s)
+    assert bf16["time_per_step_ms"] == pytest.approx(1e3 * c.arms["bf16"].time_s / TINY.steps)
+    assert bf16["peak_memory_mb"] is None
+    text = live.rows_to_csv(rows).splitlines()
+    assert text[0].split(",")[:3] == ["arm", "label", "time_s"] and len(text) == 4
+    assert text[1].split(",")[6] == ""  # peak memory not measured on CPU: empty cell
+    assert live.speedup(c, "fp8") is None and live.rows_to_csv([]) == ""
+
+
+@requires_torch
+def test_cancelling_keeps_the_finished_arms():
+    state = {"stop": False}
+
+    def progress(_fraction, message):
+        if message.startswith("fp16"):
+            state["stop"] = True
+
+    c = live.compare(TINY, progress=progress, should_stop=lambda: state["stop"])
+    assert c.cancelled
+    assert list(c.arms) == ["fp32"] and len(c.arms["fp32"].losses) == TINY.steps
+    assert any("fp16" in note for note in c.notes)
+    assert not live.is_busy()
+
+    early = live.compare(TINY, should_stop=lambda: True)
+    assert early.cancelled and early.arms == {}
+
+
+@requires_torch
+def test_a_second_concurrent_run_is_refused_as_busy():
+    started, release = threading.Event(), threading.Event()
+    outcome: dict[str, object] = {}
+
+    def hold(_fraction, _message):
+        started.set()
+        release.wait(timeout=30)
+
+    def first():
+        outcome["result"] = live.compare(replace(TINY, steps=2), arms=("fp32",), progress=hold)
+
+    worker = threading.Thread(target=first)
+    worker.start()
+    try:
+        assert started.wait(timeout=30)
+        assert live.is_busy()
+        for attempt in (
+            lambda: live.compare(TINY),
+            lambda: live.matmul_benchmark(size=64, device="cpu"),
+            lambda: live.gradscaler_trace(steps=2, spike_steps=(), device="cpu"),
+        ):
+            with pytest.raises(live.LiveError) as info:
+                attempt()
+            assert info.value.kind == "busy"
+        with pytest.raises(live.LiveError) as waited, live.run_slot(wait_s=0.05):
+            pass
+        assert waited.value.kind == "busy" and "waiting" in waited.value.message
+    finally:
+        release.set()
+        worker.join(timeout=60)
+    assert not live.is_busy()
+    assert not outcome["result"].cancelled
+
+
+@requires_torch
+def test_the_slot_holder_may_nest_runs():
+    with live.run_slot():
+        assert live.is_busy()
+        c = live.compare(replace(TINY, steps=2), arms=("bf16",))
+        assert c.arms["bf16"].losses
+        assert live.is_busy()
+    assert not live.is_busy()
+
+
+@requires_torch
+def test_out_of_memory_becomes_kind_oom_and_frees_the_slot(monkeypatch):
+    import torch
+
+    def explode(*_args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 TiB")
+
+    monkeypatch.setattr(live, "_build_mlp", explode)
+    with pytest.raises(live.LiveError) as info:
+        live.compare(TINY)
+    assert info.value.kind == "oom" and "freed" in info.value.message
+    assert not live.is_busy()
+
+
+@requires_torch
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has CUDA")
+def test_cuda_without_a_gpu_is_kind_no_cuda():
+    for attempt in (
+        lambda: live.compare(replace(TINY, device="cuda")),
+        lambda: live.device_info("cuda"),
+        lambda: live.matmul_benchmark(device="cuda"),
+        lambda: live.gradscaler_trace(device="cuda"),
+    ):
+        with pytest.raises(live.LiveError) as info:
+            attempt()
+        assert info.value.kind == "no_cuda"
+    assert not live.is_busy()
+
+
+# --- GradScaler trace -----------------------------------------------------------------
+
+
+@requires_torch
+def test_real_gradscaler_trace_matches_the_simulated_scaler():
+    kwargs = {"init_scale": 2.0**30, "growth_interval": 2}
+    trace = live.gradscaler_trace(steps=20, spike_steps=(14,), spike_factor=1e6, device="cpu", **kwargs)
+    found = [s.found_inf for s in trace]
+    predicted = simulate(found, **kwargs)
+    assert [s.scale for s in trace] == [p.scale for p in predicted]
+    assert [s.scale_after for s in trace] == [p.scale_after for p in predicted]
+    assert [s.skipped for s in trace] == [p.skipped for p in predicted]
+    # 2**30 times any gradient is far past FP16's 65504: the first step really overflows and is skipped.
+    assert trace[0].found_inf and trace[0].skipped and not math.isfinite(trace[0].max_abs_grad)
+    assert trace[13].spiked and trace[13].found_inf and trace[13].skipped
+    clean = [s for s in trace if not s.found_inf]
+    assert clean and all(math.isfinite(s.max_abs_grad) and not s.skipped for s in clean)
+    assert any(s.scale_after > s.scale for s in trace)  # the scale grew after growth_interval clean steps
+
+
+@requires_torch
+def test_trace_without_provocation_never_skips():
+    trace = live.gradscaler_trace(steps=6, init_scale=1.0, spike_steps=(), growth_interval=100, device="cpu")
+    assert not any(s.found_inf or s.skipped for s in trace)
+    assert {s.scale for s in trace} == {1.0}
+    assert [s.step for s in trace] == list(range(1, 7))
+
+
+def test_trace_settings_are_checked():
+    for kwargs in ({"steps": 0}, {"growth_interval": 0}, {"spike_steps": (99,)}, {"init_scale": float("inf")}):
+        with pytest.raises(live.LiveError) as info:
+            live.gradscaler_trace(device="cpu", **{"steps": 10, **kwargs})
+        assert info.value.kind == "invalid"
+
+
+# --- matmul benchmark -----------------------------------------------------------------
+
+
+@requires_torch
+def test_matmul_benchmark_on_cpu():
+    rows = {r["mode"]: r for r in live.matmul_benchmark(size=256, repeats=3, device="cpu")}
+    assert list(rows) == ["fp32", "tf32", "bf16", "fp16"]
+    for mode in ("fp32", "bf16", "fp16"):
+        row = rows[mode]
+        assert row["applicable"] and row["tflops"] > 0 and row["median_s"] > 0 and row["runs"] >= 3
+        assert row["tflops"] == pytest.approx(2 * 256**3 / row["median_s"] / 1e12)
+    tf32 = rows["tf32"]
+    assert not tf32["applicable"] and tf32["tflops"] is None and "GPU" in tf32["reason"]
+    assert not live.is_busy()
+
+
+@requires_torch
+def test_matmul_benchmark_checks_its_settings_and_can_be_stopped():
+    for kwargs in ({"size": 10}, {"size": 10**5}, {"repeats": 0}, {"modes": ("fp64",)}):
+        with pytest.raises(live.LiveError) as info:
+            live.matmul_benchmark(device="cpu", **kwargs)
+        assert info.value.kind == "invalid"
+    with pytest.raises(live.LiveError) as info:
+        live.matmul_benchmark(size=64, device="cpu", should_stop=lambda: True)
+    assert info.value.kind == "cancelled"
+    assert not live.is_busy()
+
+
+# --- device info ------------------------------------------------------------------------
+
+
+@requires_torch
+def test_device_info_reads_cpu_flags(tmp_path):
+    fake = tmp_path / "cpuinfo"
+    block = "processor\t: {p}\nmodel name\t: Test CPU 9000\nphysical id\t: 0\ncore id\t\t: {c}\nflags\t\t: {f}\n\n"
+    flags = "fpu sse avx2 avx512f avx512_bf16 amx_tile amx_bf16"
+    fake.write_text("".join(block.format(p=i, c=i // 2, f=flags) for i in range(4)))
+    info = live.device_info("cpu", cpuinfo_path=str(fake))
+    assert info.name == "Test CPU 9000" and info.cores == 2
+    assert info.bf16_matrix_units is True and info.bf16_fast is True
+    assert "amx_bf16" in info.cpu_flags and "sse" not in info.cpu_flags
+    assert info.torch_version and "BF16 matrix units" in info.summary()
+
+    fake.write_text(block.format(p=0, c=0, f="fpu sse avx2"))
+    plain = live.device_info("cpu", cpuinfo_path=str(fake))
+    assert plain.bf16_matrix_units is False and plain.bf16_fast is False and plain.notes
+
+
+@requires_torch
+def test_device_info_survives_a_missing_cpuinfo(tmp_path):
+    info = live.device_info("cpu", cpuinfo_path=str(tmp_path / "absent"))
+    assert info.device == "cpu" and info.name
+    assert info.bf16_matrix_units is None and info.cores is None
+    assert any("could not be read" in n for n in info.notes)
+
+
+# --- GPU only ---------------------------------------------------------------------------
+
+
+@requires_torch
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_comparison_measures_peak_memory():
+    c = live.compare(replace(TINY, device="cuda", width=256, batch_size=1024))
+    assert c.device == "cuda"
+    for a in c.arms.values():
+        assert a.peak_memory_bytes is not None and a.peak_memory_bytes > 0
+    assert c.arms["fp16"].layer_output_dtypes[0] == "float16"
+    if "bf16" in c.arms:
+        assert c.arms["bf16"].layer_output_dtypes[0] == "bfloat16"
+        assert abs(c.arms["bf16"].final_loss - c.arms["fp32"].final_loss) <= LOSS_TOLERANCE
+    else:
+        assert "bf16" in c.not_run
+
+
+@requires_torch
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_matmul_benchmark_has_tf32():
+    import torch
+
+    rows = {r["mode"]: r for r in live.matmul_benchmark(size=1024, repeats=3, device="cuda")}
+    assert rows["fp32"]["tflops"] > 0 and rows["fp16"]["tflops"] > 0
+    if torch.cuda.get_device_capability()[0] >= 8:
+        assert rows["tf32"]["applicable"] and rows["tf32"]["tflops"] > 0
+    else:
+        assert not rows["tf32"]["applicable"]
+    assert torch.get_float32_matmul_precision() == "highest"  # restored after the TF32 mode
+
+
+@requires_torch
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_gradscaler_trace_matches_simulation():
+    kwargs = {"init_scale": 2.0**30, "growth_interval": 2}
+    trace = live.gradscaler_trace(steps=12, device="cuda", spike_steps=(), **kwargs)
+    predicted = simulate([s.found_inf for s in trace], **kwargs)
+    assert [s.scale_after for s in trace] == [p.scale_after for p in predicted]
+    assert trace[0].skipped
