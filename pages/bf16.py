@@ -1,7 +1,5 @@
 """Step 5 · BF16: FP32's range with fewer significand bits."""
 
-import streamlit as st
-
 from lensa.formats import FORMATS, category_shares, relative_error, representable_between
 from lensa.gradients import gradient_sample
 from lensa.ui import figures, widgets
@@ -21,7 +19,7 @@ ranges = [
     )
     for key in SHOWN
 ]
-st.plotly_chart(
+widgets.chart(
     figures.format_ranges(
         ranges,
         sample,
@@ -31,23 +29,18 @@ st.plotly_chart(
             "normal": page.t("range_normal"),
             "hover": page.t("range_hover"),
         },
-        page.t("range_title"),
         page.lang,
     ),
-    config={"displayModeBar": False},
+    page.t("range_title"),
+    page.t("common.illustration"),
 )
-st.plotly_chart(
+widgets.chart(
     figures.precision_ticks(
         [(key, FORMATS[key].label, representable_between(1.0, 1.0625, key)) for key in ("fp16", "bf16")],
-        page.t("precision_title"),
         page.lang,
     ),
-    config={"displayModeBar": False},
-)
-st.caption(
-    page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3))
-    + " "
-    + page.t("common.illustration")
+    page.t("precision_title"),
+    page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3)),
 )
 
 s16, sbf = category_shares(sample, "fp16"), category_shares(sample, "bf16")

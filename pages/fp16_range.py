@@ -1,7 +1,5 @@
 """Step 2 · FP16's narrow range: small gradients round to zero."""
 
-import streamlit as st
-
 from lensa.formats import FORMATS, category_shares, classify
 from lensa.gradients import gradient_sample
 from lensa.ui import figures, widgets
@@ -28,26 +26,16 @@ marks = [
     (FP16.smallest_normal, f"{page.t('mark_normal')} {page.sci(FP16.smallest_normal)}"),
     (FP16.max, f"{page.t('mark_max')} {page.num(FP16.max)}"),
 ]
-st.plotly_chart(
+widgets.chart(
     figures.category_histogram(
-        sample,
-        cats,
-        labels,
-        marks,
-        page.t("figure_title"),
-        page.t("axis"),
-        page.t("count"),
-        page.t("hover"),
-        page.lang,
+        sample, cats, labels, marks, page.t("axis"), page.t("count"), page.t("hover"), page.lang
     ),
-    config={"displayModeBar": False},
-)
-st.caption(
+    page.t("figure_title"),
     page.t(
         "caption", sub=page.sci(FP16.smallest_subnormal), normal=page.sci(FP16.smallest_normal), max=page.num(FP16.max)
     )
     + " "
-    + page.t("common.illustration")
+    + page.t("common.illustration"),
 )
 
 widgets.metric_row(

@@ -168,25 +168,23 @@ with results_area:
                 )
             )
             st.caption(page.t("noisy"))
-            st.plotly_chart(
+            widgets.chart(
                 figures.loss_curves(
                     [(a, page.t(f"lab.arm_{a}"), r.losses) for a, r in arms.items()],
-                    page.t("loss_title"),
                     page.t("step_axis"),
                     page.t("loss_axis"),
                     page.lang,
                 ),
-                config={"displayModeBar": False},
+                page.t("loss_title"),
             )
             if "fp16" in arms:
                 fp16 = arms["fp16"]
-                st.plotly_chart(
+                widgets.chart(
                     figures.scaler_run(
                         list(range(1, len(fp16.loss_scales) + 1)),
                         live_view.log2([s or 1.0 for s in fp16.loss_scales]),
                         list(fp16.skipped),
                         figures.RunLabels(
-                            title=page.t("scale_title"),
                             axis_step=page.t("step_axis"),
                             axis_scale="log2 S",
                             clean=page.t("arm_fp16"),
@@ -196,7 +194,7 @@ with results_area:
                         ),
                         animate=False,
                     ),
-                    config={"displayModeBar": False},
+                    page.t("scale_title"),
                 )
             st.download_button(
                 page.t("download"),
@@ -225,13 +223,12 @@ with trace_result_area:
     if TRACE in st.session_state:
         trace, init_scale, interval = st.session_state[TRACE]
         predicted, differs = live_view.trace_against_prediction(trace, init_scale, interval)
-        st.plotly_chart(
+        widgets.chart(
             figures.scaler_run(
                 [s.step for s in trace],
                 live_view.log2([s.scale for s in trace]),
                 [s.skipped for s in trace],
                 figures.RunLabels(
-                    title=page.t("trace_chart"),
                     axis_step=page.t("step_axis"),
                     axis_scale="log2 S",
                     clean=page.t("trace_real"),
@@ -242,7 +239,7 @@ with trace_result_area:
                 animate=False,
                 overlay=(page.t("trace_predicted"), live_view.log2([s.scale for s in predicted])),
             ),
-            config={"displayModeBar": False},
+            page.t("trace_chart"),
         )
         skipped = sum(s.skipped for s in trace)
         if differs is None:

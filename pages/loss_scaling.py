@@ -47,25 +47,23 @@ marks = [
     (FP16.smallest_normal, f"{page.t('fp16_range.mark_normal')} {page.sci(FP16.smallest_normal)}"),
     (FP16.max, f"{page.t('fp16_range.mark_max')} {page.num(FP16.max)}"),
 ]
-st.plotly_chart(
+widgets.chart(
     figures.category_histogram(
         scaled,
         classify(scaled, FP16),
         labels,
         marks,
-        page.t("figure_title"),
         page.t("fp16_range.axis"),
         page.t("fp16_range.count"),
         page.t("fp16_range.hover"),
         page.lang,
     ),
-    config={"displayModeBar": False},
+    page.t("figure_title"),
+    page.t("caption"),
 )
-st.caption(page.t("caption"))
 
 steps, log2_scales, skipped = illustrative_run()
 run_labels = figures.RunLabels(
-    title=page.t("run_title"),
     axis_step=page.t("run_axis_step"),
     axis_scale=page.t("run_axis_scale"),
     clean=page.t("run_clean"),
@@ -77,9 +75,7 @@ run_labels = figures.RunLabels(
 )
 real = st.session_state.get(REAL_RUN)
 overlay = None if real is None else (page.t("real_line"), live_view.log2([s.scale for s in real]))
-st.plotly_chart(
-    figures.scaler_run(steps, log2_scales, skipped, run_labels, overlay=overlay), config={"displayModeBar": False}
-)
+widgets.chart(figures.scaler_run(steps, log2_scales, skipped, run_labels, overlay=overlay), page.t("run_title"))
 with st.expander(page.t("real_title"), icon=":material/science:", expanded=real is not None):
     overflow_steps = [n for n, s in zip(steps, skipped, strict=True) if s]
     st.markdown(page.t("real_intro", interval=page.num(SPIKES.growth_interval), steps=_list(page, overflow_steps)))

@@ -1,7 +1,5 @@
 """Step 4 · FP32 master weights: small updates vanish in FP16."""
 
-import streamlit as st
-
 from lensa.formats import quantize, representable_between, spacing
 from lensa.master import is_update_lost, total_change
 from lensa.ui import figures, widgets
@@ -25,7 +23,7 @@ change16 = total_change(w, update, STEPS, "fp16")
 change32 = total_change(w, update, STEPS, "fp32")
 exact = STEPS * update
 
-st.plotly_chart(
+widgets.chart(
     figures.number_line(
         w16,
         update,
@@ -38,19 +36,17 @@ st.plotly_chart(
             "stored": page.t("mark_stored"),
             "half": page.t("mark_half"),
         },
-        page.t("figure_title", spacing=page.sci(gap, 3)),
         page.t("axis_offset"),
         page.lang,
     ),
-    config={"displayModeBar": False},
+    page.t("figure_title", spacing=page.sci(gap, 3)),
 )
-st.plotly_chart(
+widgets.chart(
     figures.labelled_bars(
         [page.t("bar_exact"), page.t("bar_master"), page.t("bar_fp16")],
         [exact, change32, change16],
         [figures.NEUTRAL, figures.FORMAT_COLOURS["fp32"], figures.FORMAT_COLOURS["fp16"]],
         [page.sci(exact, 3), page.sci(change32, 3), page.sci(change16, 3)],
-        page.t("bars_title", steps=page.num(STEPS)),
         lang=page.lang,
         hovers=[
             f"{page.t('bar_exact')}: {figures.exact(exact, page.lang)}",
@@ -59,7 +55,7 @@ st.plotly_chart(
         ],
         x_max=max(exact, change32, change16) * 1.3,
     ),
-    config={"displayModeBar": False},
+    page.t("bars_title", steps=page.num(STEPS)),
 )
 
 ratio = update / gap

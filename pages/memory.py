@@ -1,7 +1,5 @@
 """Step 1 · Memory per parameter: 16 bytes for every weight with Adam."""
 
-import streamlit as st
-
 from lensa.memory import SEVEN_B, training_memory
 from lensa.ui import figures, widgets
 from lensa.ui.frame import setup
@@ -41,17 +39,15 @@ parts.append(
         pattern=figures.ACTIVATION_PATTERN,
     )
 )
-st.plotly_chart(
-    figures.stacked_memory(parts, page.t("figure_title"), GPU_GB, page.t("gpu_line"), page.t("axis"), page.lang),
-    config={"displayModeBar": False},
-)
-st.caption(
+widgets.chart(
+    figures.stacked_memory(parts, GPU_GB, page.t("gpu_line"), page.t("axis"), page.lang),
+    page.t("figure_title"),
     page.t(
         "caption",
         params=page.t("common.billions", n=page.sig(SEVEN_B.params / 1e9, 3)),
         bpp=page.num(memory.bytes_per_param),
         states=page.gb(memory.model_states),
-    )
+    ),
 )
 
 widgets.metric_row(

@@ -25,13 +25,12 @@ names = [page.t(label) for _, label, _, _, _ in MODES]
 times = [step_time_s(SEVEN_B.params, tokens, gpu.peak(mode), DEFAULT_MFU) for mode, *_ in MODES]
 memories = [training_memory(SEVEN_B, tokens, precision) for *_, precision in MODES]
 
-st.plotly_chart(
+widgets.chart(
     figures.labelled_bars(
         names,
         times,
         [c for _, _, c, _, _ in MODES],
         [page.sec(t) for t in times],
-        f"{page.t('time_title')}<br><sup>{page.t('time_subtitle', mfu=page.pct(DEFAULT_MFU))}</sup>",
         axis_title=page.t("axis_time"),
         patterns=[p for _, _, _, p, _ in MODES],
         hovers=[
@@ -40,15 +39,15 @@ st.plotly_chart(
         ],
         lang=page.lang,
     ),
-    config={"displayModeBar": False},
+    page.t("time_title"),
+    page.t("time_subtitle", mfu=page.pct(DEFAULT_MFU)),
 )
-st.plotly_chart(
+widgets.chart(
     figures.labelled_bars(
         names,
         [m.total / 1e9 for m in memories],
         [c for _, _, c, _, _ in MODES],
         [page.gb(m.total) for m in memories],
-        page.t("memory_title"),
         axis_title=page.t("axis_memory"),
         patterns=[p for _, _, _, p, _ in MODES],
         hovers=[
@@ -65,7 +64,7 @@ st.plotly_chart(
         x_max=max(200.0, max(m.total for m in memories) / 1e9 * 1.2),
         lang=page.lang,
     ),
-    config={"displayModeBar": False},
+    page.t("memory_title"),
 )
 
 fp32_time, bf16_time = times[0], times[2]

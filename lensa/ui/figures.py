@@ -1,5 +1,8 @@
 """Plotly figures, built by pure functions: core results and translated labels in, go.Figure out.
 
+Titles are not drawn inside the figures: the page writes each figure's
+heading as text above it (``widgets.chart``), where it wraps on a phone.
+
 One colour means one thing on every page. The palette is Okabe and Ito's,
 chosen to stay distinct for the common forms of colour blindness, and every
 colour is a mid tone that reads on both Streamlit's light and dark themes.
@@ -54,7 +57,7 @@ def _hatch(shape: str) -> dict:
 def _layout(fig: go.Figure, height: int, **extra: object) -> go.Figure:
     fig.update_layout(
         height=height,
-        margin={"l": 8, "r": 8, "t": 48, "b": 8},
+        margin={"l": 8, "r": 8, "t": 36, "b": 8},
         font=FONT,
         legend={
             "orientation": "h",
@@ -102,9 +105,7 @@ class BarPart:
     hover: str = ""
 
 
-def stacked_memory(
-    parts: Sequence[BarPart], title: str, gpu_gb: float, gpu_label: str, axis_title: str, lang: str
-) -> go.Figure:
+def stacked_memory(parts: Sequence[BarPart], gpu_gb: float, gpu_label: str, axis_title: str, lang: str) -> go.Figure:
     """One stacked column of training memory, each part labelled beside it; a dashed GPU line."""
     fig = go.Figure()
     bottom = 0.0
@@ -132,7 +133,7 @@ def stacked_memory(
     fig.add_annotation(x=1.9, y=gpu_gb, text=gpu_label, showarrow=False, yshift=10, xanchor="right", font={"size": 12})
     fig.update_xaxes(range=[-0.3, 1.9], visible=False, fixedrange=True)
     fig.update_yaxes(range=[0, top], title=axis_title, fixedrange=True, separatethousands=True)
-    _layout(fig, 460, title={"text": title}, barmode="overlay", separators=_separators(lang))
+    _layout(fig, 440, barmode="overlay", separators=_separators(lang))
     return fig
 
 
@@ -152,7 +153,6 @@ def category_histogram(
     categories: np.ndarray,
     labels: dict[str, str],
     marks: Sequence[tuple[float, str]],
-    title: str,
     axis_title: str,
     count_title: str,
     hover: str,
@@ -206,14 +206,13 @@ def category_histogram(
         )
     fig.update_xaxes(title=axis_title, **decade_ticks(HIST_LO, HIST_HI), fixedrange=True)
     fig.update_yaxes(title=count_title, fixedrange=True, rangemode="tozero")
-    return _layout(fig, 380, title={"text": title}, barmode="stack")
+    return _layout(fig, 360, barmode="stack")
 
 
 @dataclass(frozen=True)
 class RunLabels:
     """The words of a loss-scale chart; ``hover_*`` take {step} and {scale}."""
 
-    title: str
     axis_step: str
     axis_scale: str
     clean: str
@@ -293,7 +292,7 @@ def scaler_run(
     lo, hi = min(all_ys) - 1, max(all_ys) + 1
     fig.update_xaxes(title=labels.axis_step, range=[0.5, len(steps) + 0.5], fixedrange=True)
     fig.update_yaxes(title=labels.axis_scale, range=[lo, hi], dtick=1 if hi - lo <= 16 else None, fixedrange=True)
-    _layout(fig, 360, title={"text": labels.title})
+    _layout(fig, 340)
     if animate:
         fig.frames = [go.Frame(data=traces(n), name=str(n), traces=[0, 1]) for n in range(1, len(steps) + 1)]
         fig.update_layout(
@@ -302,7 +301,7 @@ def scaler_run(
                     "type": "buttons",
                     "direction": "left",
                     "x": 0,
-                    "y": -0.22,
+                    "y": -0.3,
                     "xanchor": "left",
                     "yanchor": "top",
                     "showactive": False,
@@ -328,13 +327,13 @@ def scaler_run(
                     ],
                 }
             ],
-            margin={"l": 8, "r": 8, "t": 48, "b": 70},
+            margin={"l": 8, "r": 8, "t": 36, "b": 90},
         )
     return fig
 
 
 def loss_curves(
-    series: Sequence[tuple[str, str, Sequence[float]]], title: str, axis_step: str, axis_loss: str, lang: str
+    series: Sequence[tuple[str, str, Sequence[float]]], axis_step: str, axis_loss: str, lang: str
 ) -> go.Figure:
     """Training loss per step, one line per arm: (format key for the colour, label, losses)."""
     fig = go.Figure()
@@ -352,7 +351,7 @@ def loss_curves(
         )
     fig.update_xaxes(title=axis_step, fixedrange=True)
     fig.update_yaxes(title=axis_loss, fixedrange=True, rangemode="tozero")
-    return _layout(fig, 320, title={"text": title}, separators=_separators(lang))
+    return _layout(fig, 300, separators=_separators(lang))
 
 
 # --- step 4 ----------------------------------------------------------------------
@@ -365,7 +364,6 @@ def number_line(
     grid: np.ndarray,
     spacing: float,
     labels: dict[str, str],
-    title: str,
     axis_title: str,
     lang: str,
 ) -> go.Figure:
@@ -421,7 +419,7 @@ def number_line(
     reach = max(abs(offsets).max(), abs(update), spacing) * 1.08
     fig.update_xaxes(title=axis_title, range=[-reach, reach], exponentformat="e", zeroline=False, fixedrange=True)
     fig.update_yaxes(visible=False, range=[-1, 1], fixedrange=True)
-    return _layout(fig, 300, title={"text": title}, showlegend=False, separators=_separators(lang))
+    return _layout(fig, 280, showlegend=False, separators=_separators(lang))
 
 
 def labelled_bars(
@@ -429,7 +427,6 @@ def labelled_bars(
     values: Sequence[float],
     colours: Sequence[str],
     texts: Sequence[str],
-    title: str,
     axis_title: str | None = None,
     patterns: Sequence[str] | None = None,
     hovers: Sequence[str] | None = None,
@@ -464,8 +461,8 @@ def labelled_bars(
     top = x_max if x_max is not None else max([*values, line[0] if line else 0.0]) * 1.25 or 1.0
     fig.update_xaxes(title=axis_title, range=[0, top], fixedrange=True, exponentformat="e")
     fig.update_yaxes(autorange="reversed", fixedrange=True)
-    _layout(fig, height, title={"text": title}, separators=_separators(lang))
-    fig.update_layout(margin={"l": 8, "r": 24, "t": 56, "b": 8})
+    _layout(fig, height, separators=_separators(lang))
+    fig.update_layout(margin={"l": 8, "r": 24, "t": 24 if line else 8, "b": 8})
     return fig
 
 
@@ -487,7 +484,6 @@ def format_ranges(
     ranges: Sequence[FormatRange],
     sample: np.ndarray,
     labels: dict[str, str],
-    title: str,
     lang: str,
 ) -> go.Figure:
     """Each format's subnormal and normal range on one log axis, with the gradient sample as a strip."""
@@ -532,10 +528,10 @@ def format_ranges(
         showgrid=False,
     )
     fig.update_xaxes(**decade_ticks(RANGE_LO, RANGE_HI, every=10), fixedrange=True)
-    return _layout(fig, 300, title={"text": title}, barmode="overlay")
+    return _layout(fig, 280, barmode="overlay")
 
 
-def precision_ticks(grids: Sequence[tuple[str, str, np.ndarray]], title: str, lang: str) -> go.Figure:
+def precision_ticks(grids: Sequence[tuple[str, str, np.ndarray]], lang: str) -> go.Figure:
     """Every stored value of each format in a small interval, as a row of ticks."""
     fig = go.Figure()
     for key, label, values in grids:
@@ -553,4 +549,4 @@ def precision_ticks(grids: Sequence[tuple[str, str, np.ndarray]], title: str, la
         )
     fig.update_yaxes(fixedrange=True, autorange="reversed")
     fig.update_xaxes(fixedrange=True)
-    return _layout(fig, 200, title={"text": title}, separators=_separators(lang))
+    return _layout(fig, 180, separators=_separators(lang))

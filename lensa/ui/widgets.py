@@ -154,6 +154,14 @@ def step_header(page: Page) -> None:
     st.markdown(f"#### {page.t('headline')}")
 
 
+def chart(fig: object, title: str, caption: str | None = None) -> None:
+    """A figure with its heading above it and, when given, a caption that decodes it below."""
+    st.markdown(f"**{title}**")
+    st.plotly_chart(fig, config={"displayModeBar": False})
+    if caption:
+        st.caption(caption)
+
+
 def metric_row(items: Sequence[tuple[str, str]], help_texts: Sequence[str | None] | None = None) -> None:
     """A row of metric cards: (label, formatted value) pairs."""
     columns = st.columns(len(items), border=True)
