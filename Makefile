@@ -6,8 +6,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8501
 PYTEST_ARGS ?=
+IMAGE ?= lensa
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: run test lint format clean
+.PHONY: run test lint format clean screenshots docker-build docker-run container-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,13 +27,32 @@ $(VENV)/.dev-installed: requirements.txt requirements-dev.txt | $(BIN)/python
 run: $(VENV)/.app-installed
 	$(BIN)/streamlit run app.py --server.port $(PORT)
 
-## Lint, then the whole test suite.
+## Lint, then the whole test suite: the fast tests on every core, then the browser tests
+## (skipped, with the reason, where /usr/bin/chromium is missing).
 test: lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n auto -m "not e2e" $(PYTEST_ARGS)
+	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/hadolint Dockerfile
+
+## Screenshots of every page (light theme, en and id, 1280 and 390 px) into docs/screenshots/.
+screenshots: $(VENV)/.dev-installed
+	$(BIN)/python scripts/screenshots.py
+
+## Build the image: CPU torch; TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 for CUDA.
+docker-build:
+	docker build --build-arg TORCH_INDEX_URL=$(TORCH_INDEX_URL) -t $(IMAGE) .
+
+## Serve the image on http://localhost:$(PORT).
+docker-run:
+	docker run --rm -p $(PORT):8501 $(IMAGE)
+
+## Build the real Dockerfile with podman and prove the image serves (as root; no Docker engine needed).
+container-check:
+	scripts/container_check.sh
 
 format: $(VENV)/.dev-installed
 	$(BIN)/ruff check --fix .

@@ -1,0 +1,80 @@
+# Lensa · Mixed Precision as a container: Streamlit on 0.0.0.0:8501, the CPU build of torch by default.
+#
+#   docker build -t lensa .
+#   docker run --rm -p 8501:8501 lensa                      # then open http://localhost:8501
+#
+# Build args, all optional:
+#   BASE_IMAGE       a Debian-like image with Python 3.11 (python3 + venv) on its PATH. The default is the
+#                    official slim image; scripts/container_check.sh passes a local debootstrap image instead.
+#   TORCH_INDEX_URL  where torch comes from: the CPU wheels (default), or a CUDA build, e.g.
+#                    --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126
+#   PIP_INDEX_URL    the index for everything else (a company mirror works too).
+#   WHEELHOUSE_URL   when set, every package comes from this pip --find-links location (a directory of wheels
+#                    from `pip download -r requirements.txt`, served over HTTP) and no index is contacted.
+#                    A server on the build host needs `docker build --network=host`.
+#
+# The port follows STREAMLIT_SERVER_PORT (docker run -e STREAMLIT_SERVER_PORT=9000 -p 9000:9000 ...), and the
+# HEALTHCHECK follows it too.
+
+ARG BASE_IMAGE=python:3.11.13-slim-bookworm
+
+# ---- deps: a virtual environment at /opt/venv with requirements.txt installed; only the venv is kept ----
+FROM ${BASE_IMAGE} AS deps
+
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG PIP_INDEX_URL=https://pypi.org/simple
+ARG WHEELHOUSE_URL=
+
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DEFAULT_TIMEOUT=60
+
+SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
+WORKDIR /build
+# Only the requirements: code changes do not invalidate this (slow) layer.
+COPY requirements.txt ./
+
+# torch comes first, from TORCH_INDEX_URL and at the version requirements.txt pins, so that the pip install
+# -r that follows finds it satisfied (torch==2.13.0 accepts 2.13.0+cpu) instead of pulling PyPI's CUDA build.
+RUN python3 -m venv /opt/venv; \
+    if [ -n "${WHEELHOUSE_URL}" ]; then \
+        /opt/venv/bin/pip install --no-cache-dir --no-index --find-links "${WHEELHOUSE_URL}" -r requirements.txt; \
+    else \
+        torch_req="$(sed -n -e 's/[[:space:]]*#.*$//' -e 's/^[[:space:]]*\(torch[[:space:]]*[=<>~!].*\)$/\1/p' requirements.txt | head -n 1)"; \
+        [ -n "${torch_req}" ] || { echo "requirements.txt pins no torch version" >&2; exit 1; }; \
+        /opt/venv/bin/pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "${torch_req}"; \
+        /opt/venv/bin/pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -r requirements.txt; \
+    fi; \
+    /opt/venv/bin/pip check; \
+    /opt/venv/bin/python -c "import streamlit, torch; print('streamlit', streamlit.__version__, '| torch', torch.__version__, '| cuda', torch.version.cuda)"
+
+# ---- runtime ----
+FROM ${BASE_IMAGE}
+
+ENV PATH="/opt/venv/bin:${PATH}" \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    STREAMLIT_SERVER_ADDRESS=0.0.0.0 \
+    STREAMLIT_SERVER_PORT=8501 \
+    STREAMLIT_SERVER_FILE_WATCHER_TYPE=none \
+    STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
+
+# An unprivileged user; the code and the venv stay root-owned and read-only to it.
+RUN groupadd --gid 10001 lensa \
+    && useradd --no-log-init --uid 10001 --gid lensa --create-home --home-dir /home/lensa --shell /usr/sbin/nologin lensa
+
+COPY --from=deps /opt/venv /opt/venv
+
+WORKDIR /app
+# .dockerignore keeps the venv, tests, caches, docs and scripts out; .streamlit/config.toml comes along
+# (headless, no usage statistics, XSRF protection, toolbar "viewer").
+COPY . .
+
+USER 10001:10001
+EXPOSE 8501
+
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python3", "-c", "import os, urllib.request as u; r = u.urlopen('http://localhost:%s/_stcore/health' % os.environ.get('STREAMLIT_SERVER_PORT', '8501'), timeout=4); raise SystemExit(r.read() != b'ok')"]
+
+# Serves on STREAMLIT_SERVER_ADDRESS:STREAMLIT_SERVER_PORT, i.e. 0.0.0.0:8501 (see ENV above).
+CMD ["streamlit", "run", "app.py"]

@@ -1,0 +1,329 @@
+#!/usr/bin/env bash
+# Prove that the Dockerfile builds and that the image serves the app, on a machine with no Docker engine and
+# no access to container registries (only a Debian mirror and a Python package index, or this machine's own
+# pip sources).
+#
+#   sudo scripts/container_check.sh        # from anywhere in the repo; ~3.5 min cold, ~25 s warm
+#
+# What it does, each phase under a timeout:
+#   1. tools      installs podman, buildah, debootstrap and curl with apt-get when any is missing
+#   2. base       builds a Debian bookworm image (python3 3.11 + venv) with debootstrap and imports it with
+#                 podman, standing in for python:3.11-slim; kept between runs (BASE_REBUILD=1 makes it anew)
+#   3. wheelhouse pip downloads requirements.txt (CPU torch) for CPython 3.11 on this machine, cached
+#                 per requirements.txt between runs, and serves it on 127.0.0.1 for the build (WHEELHOUSE_URL)
+#   4. build      podman build --isolation=chroot --format docker of the real Dockerfile with that base
+#   5. serve      starts the image's own CMD with buildah run on a free port (host network), polls
+#                 /_stcore/health until it says "ok", fetches / and checks it is Streamlit's page, and runs
+#                 the image's HEALTHCHECK command inside the container
+# then prints a summary and removes the running container (also on failure or Ctrl-C). Exit status 0 = pass.
+#
+# Knobs (environment): IMAGE (localhost/lensa:check), BASE_IMAGE_NAME (localhost/lensa-check-base:bookworm),
+# BASE_REBUILD=1, DEBIAN_MIRROR (default: the one apt uses here), CACHE_DIR (~/.cache/lensa-container-check),
+# TORCH_CPU_INDEX (https://download.pytorch.org/whl/cpu, tried first when reachable), PORT (a free one),
+# WHEEL_PORT (38651), BUILD_TIMEOUT (1800 s), SERVE_TIMEOUT (180 s).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+IMAGE="${IMAGE:-localhost/lensa:check}"
+BASE_IMAGE_NAME="${BASE_IMAGE_NAME:-localhost/lensa-check-base:bookworm}"
+BASE_REBUILD="${BASE_REBUILD:-0}"
+CACHE_DIR="${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lensa-container-check}"
+TORCH_CPU_INDEX="${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+BUILD_TIMEOUT="${BUILD_TIMEOUT:-1800}"
+SERVE_TIMEOUT="${SERVE_TIMEOUT:-180}"
+PY_VERSION=3.11 # what the Dockerfile's base images carry, and what the wheelhouse is downloaded for
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/lensa-container-check.XXXXXX")"
+CTR=""
+CTRS_BEFORE_BUILD="" # set while podman build runs: its working containers outlive a killed build
+SERVER_PID=""
+WHEEL_SERVER_PID=""
+KEEP_WORK=1
+declare -a TIMINGS=()
+
+log() { printf '\n== %s\n' "$*"; }
+die() {
+    printf '\nFAIL: %s\n' "$*" >&2
+    exit 1
+}
+now_us() { local t="${EPOCHREALTIME/./}"; printf '%s' "$t"; }
+elapsed() { # start_us -> "12.3"
+    local d=$(($(now_us) - $1))
+    printf '%d.%d' $((d / 1000000)) $((d % 1000000 / 100000))
+}
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1]); s.close()'
+}
+# Stop a process group we started (setsid made the child its leader) and wait for it.
+stop_group() {
+    local pid="$1"
+    [[ -n "$pid" ]] || return 0
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 1 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.2
+        done
+        kill -KILL -- "-$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    stop_group "$SERVER_PID"
+    stop_group "$WHEEL_SERVER_PID"
+    if [[ -n "$CTRS_BEFORE_BUILD" ]]; then
+        # Only the containers that appeared during our build, never anybody else's.
+        timeout 60 buildah containers -a -q --notruncate 2>/dev/null | grep -vxF -f "$CTRS_BEFORE_BUILD" |
+            xargs -r timeout 120 buildah rm >/dev/null 2>&1 || true
+    fi
+    if [[ -n "$CTR" ]]; then
+        timeout 60 buildah rm "$CTR" >/dev/null 2>&1 || echo "warning: could not remove working container $CTR" >&2
+    fi
+    if [[ $rc -ne 0 ]]; then
+        echo "container check FAILED (exit $rc); logs kept in $WORK" >&2
+    elif [[ "$KEEP_WORK" == 0 ]]; then
+        rm -rf "$WORK"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+T_TOTAL="$(now_us)"
+
+# ---------------------------------------------------------------- 1. tools
+log "1/5 tools"
+t="$(now_us)"
+[[ "$(id -u)" -eq 0 ]] || die "needs root (debootstrap and rootful podman): sudo $0"
+[[ -f requirements.txt && -f Dockerfile ]] || die "no requirements.txt or Dockerfile in $ROOT"
+command -v python3 >/dev/null || die "python3 is needed on the host (pip download, free ports, wheel server)"
+missing=()
+for tool in podman buildah debootstrap curl; do
+    command -v "$tool" >/dev/null || missing+=("$tool")
+done
+[[ -e /usr/share/keyrings/debian-archive-keyring.gpg ]] || missing+=(debian-archive-keyring)
+if ((${#missing[@]})); then
+    command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get to install them"
+    echo "installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! timeout 900 apt-get install -y -q "${missing[@]}" >"$WORK/apt.log" 2>&1; then
+        timeout 300 apt-get update -q >>"$WORK/apt.log" 2>&1 || true
+        timeout 900 apt-get install -y -q "${missing[@]}" >>"$WORK/apt.log" 2>&1 ||
+            die "apt-get install ${missing[*]} failed, see $WORK/apt.log"
+    fi
+fi
+echo "$(podman --version) | $(buildah --version | cut -d' ' -f1-3) | debootstrap $(dpkg-query -W -f='${Version}' debootstrap 2>/dev/null || echo '?')"
+TIMINGS+=("tools $(elapsed "$t") s")
+
+# ---------------------------------------------------------------- 2. base image
+log "2/5 base image $BASE_IMAGE_NAME"
+t="$(now_us)"
+debian_mirror() {
+    local m
+    m="$(
+        {
+            grep -hsE '^[[:space:]]*URIs:' /etc/apt/sources.list.d/*.sources | awk '{ for (i = 2; i <= NF; i++) print $i }'
+            grep -hsE '^[[:space:]]*deb[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
+                sed -E 's/\[[^]]*\]//' | awk '{ print $2 }'
+        } | grep -E '^https?://[^ ]*/debian/?$' | head -n 1 || true
+    )"
+    printf '%s' "${m:-http://deb.debian.org/debian}"
+}
+if [[ "$BASE_REBUILD" != 1 ]] && timeout 60 podman image exists "$BASE_IMAGE_NAME"; then
+    echo "cached: $BASE_IMAGE_NAME"
+    base_note="cached"
+else
+    mirror="${DEBIAN_MIRROR:-$(debian_mirror)}"
+    rootfs="$WORK/rootfs"
+    echo "debootstrap bookworm from $mirror (log: $WORK/debootstrap.log)"
+    timeout 900 debootstrap --variant=minbase --include=ca-certificates,python3,python3-venv \
+        bookworm "$rootfs" "$mirror" >"$WORK/debootstrap.log" 2>&1 ||
+        die "debootstrap failed, see $WORK/debootstrap.log"
+    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+    base_py="$(chroot "$rootfs" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+    [[ "$base_py" == "$PY_VERSION" ]] || die "the base image has Python $base_py, not $PY_VERSION"
+    timeout 600 tar -C "$rootfs" --numeric-owner -cf - . |
+        timeout 600 podman import \
+            --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+            --change 'ENV LANG=C.UTF-8' \
+            --change 'CMD ["python3"]' \
+            - "$BASE_IMAGE_NAME" >/dev/null
+    rm -rf "$rootfs"
+    base_note="built"
+fi
+TIMINGS+=("base image $(elapsed "$t") s ($base_note)")
+
+# ---------------------------------------------------------------- 3. wheelhouse
+log "3/5 wheelhouse"
+t="$(now_us)"
+req_hash="$(sha256sum requirements.txt | cut -c1-12)"
+WHEELHOUSE="$CACHE_DIR/wheelhouse-py$PY_VERSION-$req_hash"
+mkdir -p "$WHEELHOUSE"
+arch="$(uname -m)"
+pip_target=(--only-binary=:all: --python-version "$PY_VERSION" --implementation cp --abi "cp${PY_VERSION/./}")
+for v in $(seq 36 -1 17); do pip_target+=(--platform "manylinux_2_${v}_${arch}"); done # bookworm: glibc 2.36
+pip_target+=(--platform "manylinux2014_${arch}" --platform "manylinux_2_12_${arch}" --platform "manylinux2010_${arch}"
+    --platform "manylinux_2_5_${arch}" --platform "manylinux1_${arch}")
+torch_req="$(sed -n -e 's/[[:space:]]*#.*$//' -e 's/^[[:space:]]*\(torch[[:space:]]*[=<>~!].*\)$/\1/p' requirements.txt | head -n 1)"
+download_wheelhouse() {
+    # The CPU torch wheel first: PyPI's torch is the multi-GB CUDA build. From the PyTorch CPU index when it
+    # answers, otherwise from whatever pip is configured with here (this machine has the CPU wheel on disk).
+    if [[ -n "$torch_req" ]] && ! compgen -G "$WHEELHOUSE/torch-*+cpu-*.whl" >/dev/null; then
+        if curl -fsS -m 10 -o /dev/null "$TORCH_CPU_INDEX/torch/" 2>/dev/null; then
+            echo "torch from $TORCH_CPU_INDEX"
+            timeout 1200 python3 -m pip download -q --no-deps --index-url "$TORCH_CPU_INDEX" "${pip_target[@]}" \
+                -d "$WHEELHOUSE" "$torch_req" >"$WORK/pip-torch.log" 2>&1 ||
+                die "pip download $torch_req failed, see $WORK/pip-torch.log"
+        else
+            echo "$TORCH_CPU_INDEX unreachable; torch from this machine's pip sources"
+        fi
+    fi
+    # --find-links the wheelhouse itself so the CPU torch already there (2.13.0+cpu sorts above 2.13.0) wins.
+    timeout 1200 python3 -m pip download -q --find-links "$WHEELHOUSE" "${pip_target[@]}" \
+        -d "$WHEELHOUSE" -r requirements.txt >"$WORK/pip-download.log" 2>&1 ||
+        die "pip download -r requirements.txt failed, see $WORK/pip-download.log"
+}
+if [[ -e "$WHEELHOUSE/.complete" ]]; then
+    wheel_note="cached"
+else
+    download_wheelhouse
+    wheel_note="downloaded"
+fi
+if [[ -n "$torch_req" ]]; then
+    torch_wheels="$(find "$WHEELHOUSE" -maxdepth 1 -name 'torch-*.whl' -printf '%f\n')"
+    grep -q '+cpu-' <<<"$torch_wheels" || die "no CPU torch wheel in $WHEELHOUSE (got: ${torch_wheels:-none})"
+    if grep -qv '+cpu-' <<<"$torch_wheels"; then
+        die "a non-CPU (CUDA) torch wheel is in $WHEELHOUSE; remove it: $torch_wheels"
+    fi
+fi
+touch "$WHEELHOUSE/.complete"
+echo "$(find "$WHEELHOUSE" -maxdepth 1 -name '*.whl' | wc -l) wheels, $(du -sh "$WHEELHOUSE" | cut -f1) in $WHEELHOUSE"
+# A fixed port by default: WHEELHOUSE_URL is a build arg, and a new value would miss the layer cache.
+WHEEL_PORT="${WHEEL_PORT:-38651}"
+if ! python3 -c 'import socket, sys; socket.create_server(("127.0.0.1", int(sys.argv[1]))).close()' "$WHEEL_PORT" 2>/dev/null; then
+    echo "port $WHEEL_PORT is taken; serving the wheels on a free port (the dependency layer will be rebuilt)"
+    WHEEL_PORT="$(free_port)"
+fi
+setsid python3 -m http.server --bind 127.0.0.1 --directory "$WHEELHOUSE" "$WHEEL_PORT" \
+    >"$WORK/wheel-server.log" 2>&1 &
+WHEEL_SERVER_PID=$!
+WHEELHOUSE_URL="http://127.0.0.1:$WHEEL_PORT/"
+for _ in $(seq 1 50); do
+    curl -fsS -m 2 -o /dev/null "$WHEELHOUSE_URL" 2>/dev/null && break
+    sleep 0.2
+done
+curl -fsS -m 5 -o /dev/null "$WHEELHOUSE_URL" || die "the wheel server on $WHEELHOUSE_URL did not come up"
+echo "served on $WHEELHOUSE_URL"
+TIMINGS+=("wheelhouse $(elapsed "$t") s ($wheel_note)")
+
+# ---------------------------------------------------------------- 4. build
+log "4/5 build $IMAGE (log: $WORK/build.log)"
+t="$(now_us)"
+# chroot isolation: no network namespace, so RUN steps reach the wheel server on 127.0.0.1.
+old_image_id="$(timeout 60 podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
+CTRS_BEFORE_BUILD="$WORK/containers-before-build"
+{ timeout 60 buildah containers -a -q --notruncate || true; } >"$CTRS_BEFORE_BUILD"
+echo "-" >>"$CTRS_BEFORE_BUILD" # never an empty pattern file: grep -v -f of nothing would select them all
+if ! timeout --kill-after=30 "$BUILD_TIMEOUT" podman build --isolation=chroot --format docker --pull=never \
+    --build-arg "BASE_IMAGE=$BASE_IMAGE_NAME" \
+    --build-arg "WHEELHOUSE_URL=$WHEELHOUSE_URL" \
+    -t "$IMAGE" -f Dockerfile . 2>&1 | tee "$WORK/build.log"; then
+    die "podman build failed or timed out after ${BUILD_TIMEOUT}s, see $WORK/build.log"
+fi
+CTRS_BEFORE_BUILD=""
+new_image_id="$(timeout 60 podman image inspect --format '{{.Id}}' "$IMAGE")"
+if [[ -n "$old_image_id" && "$old_image_id" != "$new_image_id" ]]; then
+    # The previous check image, now untagged; its shared layers stay as the build cache.
+    timeout 120 podman rmi "$old_image_id" >/dev/null 2>&1 || true
+fi
+stop_group "$WHEEL_SERVER_PID"
+WHEEL_SERVER_PID=""
+build_cached="$(grep -c -- '--> Using cache' "$WORK/build.log" || true)"
+TIMINGS+=("build $(elapsed "$t") s ($build_cached steps from cache)")
+
+inspect() { timeout 60 podman image inspect --format "$1" "$IMAGE"; }
+image_size="$(inspect '{{.Size}}' | awk '{ printf "%.2f GB (%d bytes)", $1 / 1e9, $1 }')"
+image_user="$(inspect '{{.Config.User}}')"
+image_cmd_json="$(inspect '{{json .Config.Cmd}}')"
+health_json="$(inspect '{{json .Config.Healthcheck}}')"
+image_ports="$(inspect '{{json .Config.ExposedPorts}}')"
+[[ -n "$image_user" && "$image_user" != root && "$image_user" != 0 && "${image_user%%:*}" != 0 ]] ||
+    die "the image runs as root (User: '${image_user}')"
+[[ "$health_json" == *_stcore/health* ]] || die "the image has no HEALTHCHECK on /_stcore/health: $health_json"
+[[ "$image_ports" == *8501/tcp* ]] || die "the image does not EXPOSE 8501: $image_ports"
+json_argv() { # JSON array (optionally dropping the first N items) -> NUL-separated argv
+    python3 -c 'import json, sys; a = json.loads(sys.argv[1]); a = a if isinstance(a, list) else a["Test"]
+sys.stdout.write("".join(x + "\0" for x in a[int(sys.argv[2]):]))' "$1" "$2"
+}
+mapfile -d '' image_cmd < <(json_argv "$image_cmd_json" 0)
+mapfile -d '' health_cmd < <(json_argv "$health_json" 1) # drop "CMD"
+((${#image_cmd[@]})) || die "the image has no CMD"
+
+# ---------------------------------------------------------------- 5. serve
+PORT="${PORT:-$(free_port)}"
+log "5/5 serve: ${image_cmd[*]} with STREAMLIT_SERVER_PORT=$PORT (log: $WORK/serve.log)"
+t="$(now_us)"
+CTR="$(timeout 120 buildah from --pull=never --name "lensa-check-$$" "$IMAGE")"
+# buildah run keeps the image's USER, WORKDIR and ENV; chroot isolation shares this host's network.
+setsid timeout "$((SERVE_TIMEOUT + 120))" buildah run --isolation chroot \
+    --env "STREAMLIT_SERVER_PORT=$PORT" "$CTR" -- "${image_cmd[@]}" >"$WORK/serve.log" 2>&1 &
+SERVER_PID=$!
+health=""
+deadline=$((SECONDS + SERVE_TIMEOUT))
+while ((SECONDS < deadline)); do
+    health="$(curl -sS -m 3 "http://127.0.0.1:$PORT/_stcore/health" 2>/dev/null || true)"
+    [[ "$health" == ok ]] && break
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+        tail -n 30 "$WORK/serve.log" >&2
+        die "the server exited before it was healthy"
+    fi
+    sleep 0.5
+done
+if [[ "$health" != ok ]]; then
+    tail -n 30 "$WORK/serve.log" >&2
+    die "/_stcore/health did not answer ok within ${SERVE_TIMEOUT}s (last answer: '${health}')"
+fi
+t_healthy="$(elapsed "$t")"
+
+page="$WORK/index.html"
+page_code="$(curl -sS -m 20 -o "$page" -w '%{http_code}' "http://127.0.0.1:$PORT/")" || die "GET / failed"
+[[ "$page_code" == 200 ]] || die "GET / answered HTTP $page_code"
+if ! grep -q '<div id="root">' "$page" || ! grep -q '<title>Streamlit</title>' "$page" ||
+    ! grep -q 'src="./static/js/' "$page"; then
+    die "GET / is not Streamlit's page: $(head -c 300 "$page")"
+fi
+page_title="$(sed -n 's:.*<title>\([^<]*\)</title>.*:\1:p' "$page" | head -n 1)"
+page_bytes="$(wc -c <"$page")"
+
+# The image's own HEALTHCHECK command, run inside the container against the server above.
+health_rc=0
+timeout 60 buildah run --isolation chroot --env "STREAMLIT_SERVER_PORT=$PORT" "$CTR" -- "${health_cmd[@]}" \
+    >"$WORK/healthcheck.log" 2>&1 || health_rc=$?
+[[ $health_rc -eq 0 ]] || die "the image's HEALTHCHECK command exited $health_rc, see $WORK/healthcheck.log"
+whoami_in="$(timeout 60 buildah run --isolation chroot "$CTR" -- python3 -c \
+    'import os, sys, torch, streamlit; print(f"uid {os.getuid()}, cwd {os.getcwd()}, {sys.executable}, python {sys.version.split()[0]}, streamlit {streamlit.__version__}, torch {torch.__version__} (cuda {torch.version.cuda})")')"
+TIMINGS+=("serve to healthy $t_healthy s")
+
+stop_group "$SERVER_PID"
+SERVER_PID=""
+KEEP_WORK=0
+TIMINGS+=("total $(elapsed "$T_TOTAL") s")
+
+log "container check: PASS"
+cat <<EOF
+  image        $IMAGE  $image_size  (base $BASE_IMAGE_NAME, user $image_user)
+  inside       $whoami_in
+  cmd          ${image_cmd[*]}  (served on 0.0.0.0:$PORT via STREAMLIT_SERVER_PORT)
+  health       GET /_stcore/health -> $health
+  page         GET / -> HTTP $page_code, $page_bytes bytes, <title>$page_title</title>, Streamlit's root div and JS bundle
+  healthcheck  the image's HEALTHCHECK command inside the container -> exit $health_rc
+EOF
+printf '  timings      %s' "${TIMINGS[0]}"
+printf ' | %s' "${TIMINGS[@]:1}"
+printf '\n'

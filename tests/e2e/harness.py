@@ -1,0 +1,153 @@
+"""Start the app on a free local port and drive it with Debian's chromium through Playwright.
+
+Used by the browser tests, the screenshot target and the load benchmark.
+Playwright's own browser download does not work on our machines, so the
+system chromium is launched with flags that keep it off the network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("LENSA_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_missing_reason() -> str | None:
+    """Why browser tests cannot run here, or None when they can."""
+    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
+        return f"chromium not found at {CHROMIUM} (apt-get install -y chromium)"
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install -r requirements-dev.txt)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A `streamlit run app.py` process on 127.0.0.1:port, stopped on exit."""
+
+    def __init__(self, port: int | None = None, extra_env: dict[str, str] | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, **(extra_env or {})}
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "streamlit", "run", "app.py",
+                "--server.port", str(self.port), "--server.address", "127.0.0.1",
+                "--server.headless", "true", "--browser.gatherUsageStats", "false",
+            ],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        self.started = time.perf_counter()
+
+    def wait_healthy(self, timeout: float = 60.0) -> float:
+        """Seconds from process start until /_stcore/health answers ok."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"streamlit exited early:\n{self.proc.stdout.read() if self.proc.stdout else ''}")
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    return time.perf_counter() - self.started
+            time.sleep(0.1)
+        raise TimeoutError("the app did not become healthy in time")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def __enter__(self) -> Server:
+        self.wait_healthy()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def browser() -> Iterator[object]:
+    """A headless chromium (Playwright Browser)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+_READY = """() => {
+    const app = document.querySelector('[data-testid="stApp"]');
+    if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return -1;
+    if (document.querySelector('[data-testid*="keleton"]')) return -1;
+    return document.querySelectorAll('[data-testid="stMain"] [data-testid="stElementContainer"]').length;
+}"""
+
+
+def wait_for_app(page, timeout_ms: int = 30_000) -> None:
+    """Wait until the script run is over and the page has stopped changing.
+
+    Streamlit draws grey skeletons while it loads each element's code, and a
+    run can be followed by another (a URL update), so the page counts as ready
+    when the run state is "notRunning", nothing is a skeleton, and the number
+    of elements in the main area has held for three polls in a row.
+    """
+    deadline = time.monotonic() + timeout_ms / 1000
+    last, stable = None, 0
+    while time.monotonic() < deadline:
+        count = page.evaluate(_READY)
+        if count > 0 and count == last:
+            stable += 1
+            if stable >= 3:
+                page.wait_for_timeout(200)  # plotly lays out after the element appears
+                return
+        else:
+            stable = 0
+        last = count
+        page.wait_for_timeout(150)
+    raise TimeoutError(f"the page did not settle in {timeout_ms} ms")
+
+
+def full_page_screenshot(page, path: str | Path) -> None:
+    """Streamlit scrolls inside its main area, so grow the viewport to the content first."""
+    width = page.viewport_size["width"]
+    height = page.evaluate(
+        """() => Math.max(
+            document.querySelector('[data-testid="stMain"]').scrollHeight,
+            document.querySelector('[data-testid="stSidebarContent"]')?.scrollHeight || 0)"""
+    )
+    page.set_viewport_size({"width": width, "height": int(height) + 40})
+    page.wait_for_timeout(400)
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size({"width": width, "height": 900})

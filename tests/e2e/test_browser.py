@@ -1,0 +1,162 @@
+"""The app in a real browser: pages, sliders, deep links, language, Back, on a local server."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from lensa.ui import i18n
+from lensa.ui.site import PAGES, STEPS
+from tests.e2e.harness import Server, wait_for_app
+
+pytestmark = pytest.mark.e2e
+
+SLIDER = '[data-testid="stSlider"] input[type="range"]'
+METRIC = '[data-testid="stMetricValue"]'
+
+
+def url_of(server, key: str, **params: str) -> str:
+    path = "" if key == "overview" else key
+    query = "&".join(f"{k}={v}" for k, v in params.items())
+    return f"{server.url}/{path}" + (f"?{query}" if query else "")
+
+
+def query(page) -> dict[str, str]:
+    return {k: v[-1] for k, v in parse_qs(urlparse(page.url).query).items()}
+
+
+def metric_values(page) -> list[str]:
+    return page.locator(METRIC).all_inner_texts()
+
+
+def nav_labels(page) -> list[str]:
+    """The sidebar links' text (the current page's icon name left out)."""
+    texts = page.locator('[data-testid="stSidebar"] [data-testid="stPageLink"]').all_inner_texts()
+    return [t.strip().split("\n")[-1] for t in texts]
+
+
+def wait_until(page, predicate, timeout_ms: int = 15_000) -> None:
+    """Poll a Python predicate while the page works (slider commits are debounced)."""
+    for _ in range(timeout_ms // 100):
+        if predicate():
+            return
+        page.wait_for_timeout(100)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+@pytest.mark.parametrize("key", [p.key for p in PAGES])
+def test_every_page_loads_without_error(server, page, key, lang):
+    page.goto(url_of(server, key, lang=lang))
+    wait_for_app(page)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert page.locator('[data-testid="stAlertContentError"]').count() == 0
+    assert page.locator('[data-testid="stSidebarNav"]').count() == 0  # Streamlit's own navigation stays hidden
+    labels = nav_labels(page)
+    assert [label.split(" · ", 1)[-1] for label in labels] == [i18n.text(lang, f"nav.{p.key}") for p in PAGES]
+    if key != "overview":
+        assert page.locator("h1").first.inner_text() == i18n.text(lang, f"{key}.title")
+    if key in {s.key for s in STEPS}:
+        assert page.locator(".js-plotly-plot").count() >= 1
+
+
+@pytest.mark.parametrize("step", [s.key for s in STEPS])
+def test_keyboard_on_a_slider_changes_a_metric_and_the_url(server, page, step):
+    page.goto(url_of(server, step, lang="en"))
+    wait_for_app(page)
+    before = metric_values(page)
+    slider = page.locator(SLIDER).first
+    start = slider.input_value()
+    slider.focus()
+    page.keyboard.press("End")  # the far end of every slider changes what the page shows
+    wait_until(page, lambda: metric_values(page) != before and slider.input_value() != start)
+    info = next(s for s in STEPS if s.key == step)
+    slider_names = [c.name for c in info.controls if hasattr(c, "stops")]
+    wait_until(page, lambda: slider_names[0] in query(page))
+    assert query(page)[slider_names[0]] == info.control(slider_names[0]).to_url(info.control(slider_names[0]).hi)
+
+
+def test_deep_link_as_the_first_request_to_a_fresh_server(page):
+    with Server() as fresh:
+        page.goto(url_of(fresh, "master_weights", lang="en", update="1e-3", w="10"))
+        wait_for_app(page)
+        assert page.locator('[data-testid="stSidebarNav"]').count() == 0
+        labels = nav_labels(page)
+        assert labels[0] == "Overview" and labels[4].endswith("FP32 master weights")
+        texts = page.locator('[data-testid="stSliderThumbValue"]').all_inner_texts()
+        assert texts == ["1.00e-3", "10"]
+        assert page.locator(METRIC).nth(0).inner_text() == "7.81e-3"  # FP16 spacing at 10
+
+
+def test_deep_link_in_indonesian_with_junk(server, page):
+    page.goto(url_of(server, "memory", lang="id", precision="fp32", tokens="abc"))
+    wait_for_app(page)
+    assert "Memori per parameter" in page.locator("h1").first.inner_text()
+    assert page.locator('[data-testid="stAlertContentWarning"]').count() == 1
+    assert metric_values(page) == ["16", "107,8 GB", "18,3 GB", "126,1 GB"]
+    assert nav_labels(page)[1] == "1 · Memori per parameter"
+
+
+def test_language_switch_changes_the_text_and_keeps_the_page(server, page):
+    page.goto(url_of(server, "bf16", lang="id", grad="1e-6"))
+    wait_for_app(page)
+    assert page.locator("h4").first.inner_text() == i18n.text("id", "bf16.headline")
+    page.locator('[data-testid="stSidebar"] button', has_text="English").click()
+    wait_until(page, lambda: query(page).get("lang") == "en")
+    wait_for_app(page)
+    assert page.locator("h4").first.inner_text() == i18n.text("en", "bf16.headline")
+    assert urlparse(page.url).path == "/bf16" and query(page)["grad"] == "1e-6"
+    assert page.locator('[data-testid="stSliderThumbValue"]').first.inner_text() == "1.0e-6"
+    # and the language stays when moving to another page
+    page.locator('[data-testid="stSidebar"] a', has_text="Loss scaling").click()
+    wait_until(page, lambda: urlparse(page.url).path == "/loss_scaling")
+    wait_for_app(page)
+    assert page.locator("h1").first.inner_text() == "Loss scaling"
+    assert page.locator("h4").first.inner_text() == i18n.text("en", "loss_scaling.headline")
+
+
+def test_back_returns_to_the_previous_page_and_its_state(server, page):
+    page.goto(url_of(server, "memory", lang="en"))
+    wait_for_app(page)
+    slider = page.locator(SLIDER).first
+    slider.focus()
+    page.keyboard.press("ArrowRight")
+    wait_until(page, lambda: query(page).get("tokens") == "3072")
+    wait_until(page, lambda: metric_values(page)[2] == "13.7 GB")
+    page.locator('[data-testid="stSidebar"] a', has_text="Why it is faster").click()
+    wait_until(page, lambda: urlparse(page.url).path == "/speed")
+    wait_for_app(page)
+    page.go_back()
+    wait_until(page, lambda: urlparse(page.url).path == "/memory")
+    wait_for_app(page)
+    wait_until(page, lambda: metric_values(page)[2] == "13.7 GB")
+    assert page.locator('[data-testid="stSliderThumbValue"]').first.inner_text() == "3,072"
+    assert page.locator("h1").first.inner_text() == "Memory per parameter"
+
+
+def test_next_link_carries_language_and_remembered_values(server, page):
+    page.goto(url_of(server, "speed", lang="id", tokens="8192"))
+    wait_for_app(page)
+    page.locator('[data-testid="stSidebar"] a', has_text=re.compile("^5 · BF16")).click()
+    wait_until(page, lambda: urlparse(page.url).path == "/bf16")
+    wait_for_app(page)
+    page.locator('[data-testid="stMain"] a', has_text=re.compile("Mengapa lebih cepat →")).click()
+    wait_until(page, lambda: urlparse(page.url).path == "/speed")
+    wait_for_app(page)
+    assert query(page) == {"lang": "id", "tokens": "8192"}
+    assert metric_values(page)[0] == "42 s"
+
+
+def test_lab_runs_a_tiny_configuration_on_the_cpu(server, page):
+    page.goto(url_of(server, "lab", lang="en", device="cpu", width="64", depth="1", batch="64", steps="10"))
+    wait_for_app(page)
+    page.get_by_role("button", name="Run the comparison").click()
+    page.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=90_000)
+    wait_for_app(page)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    cards = page.locator('[data-testid="stMetricLabel"]').all_inner_texts()
+    assert "BF16 speed-up" in cards
+    assert page.get_by_text("Inside autocast the Linear layers produced").count() == 1
+    assert page.locator(".js-plotly-plot").count() >= 2
