@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 IMAGE ?= lensa
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: run test lint format clean screenshots docker-build docker-run container-check
+.PHONY: run test lint format clean screenshots bench docker-build docker-run container-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,14 @@ lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/hadolint Dockerfile
+
+## The benchmarks: each prints its table and rewrites its section of docs/performance.md.
+bench: $(VENV)/.dev-installed
+	$(BIN)/python -m bench.core_rounding
+	$(BIN)/python -m bench.page_rerun
+	$(BIN)/python -m bench.browser_roundtrip
+	$(BIN)/python -m bench.cold_start
+	$(BIN)/python -m bench.load --sessions 10 --seconds 60
 
 ## Screenshots of every page (light theme, en and id, 1280 and 390 px) into docs/screenshots/.
 screenshots: $(VENV)/.dev-installed

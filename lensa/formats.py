@@ -24,6 +24,8 @@ NaN stays NaN in every format.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -185,32 +187,79 @@ def quantize(x: ArrayLike, fmt: str | FloatFormat) -> NDArray[np.float64]:
     Returns float64 values of the same shape. 0 and -0 are kept; NaN stays
     NaN; overflow (and ±inf) gives ±inf, except FP8 E4M3 which saturates to
     ±448 (see the module docstring). Rounding is from the input's exact
-    value, never through an intermediate format.
+    value, never through an intermediate format. Large float32 arrays are
+    rounded in chunks on all cores.
     """
     f = get_format(fmt)
     a = _as_float_array(x)
-    # Signalling NaNs and overflow raise floating-point flags in casts; the
-    # results are what we document, so the flags are noise here.
+    if a.dtype in _EXACT_IN_FLOAT32 and f.name != "tf32":
+        out = np.empty(a.shape, np.float64)
+        _in_chunks(a, out, lambda src, dst: np.copyto(dst, _library_cast(src, f)))
+        return out
     with np.errstate(invalid="ignore", over="ignore"):
-        return _quantize(a, f)
-
-
-def _quantize(a: NDArray, f: FloatFormat) -> NDArray[np.float64]:
-    if a.dtype in _EXACT_IN_FLOAT32:
-        if f.name == "fp32":
-            return a.astype(np.float64)
-        if f.name == "tf32":
+        if a.dtype in _EXACT_IN_FLOAT32:
             return _quantize_tf32_bits(a.astype(np.float32))
-        if f.dtype is not None:
-            if f.overflow == "saturate":
-                # The library cast gives NaN past the top; clamp first (|x| > max
-                # and <= the tie rounds to max anyway; beyond it we saturate).
-                a = np.where(np.abs(a) > f.max, np.copysign(np.float32(f.max), a), a)
-            return a.astype(f.dtype).astype(np.float64)
-    if f.name == "fp32":
-        # IEEE float64 -> float32 conversion is itself a single correct rounding.
-        return a.astype(np.float32).astype(np.float64)
-    return _quantize_direct(a.astype(np.float64, copy=False), f)
+        if f.name == "fp32":
+            # IEEE float64 -> float32 conversion is itself a single correct rounding.
+            return a.astype(np.float32).astype(np.float64)
+        return _quantize_direct(a.astype(np.float64, copy=False), f)
+
+
+def cast(x: ArrayLike, fmt: str | FloatFormat) -> NDArray:
+    """Store each value in ``fmt``: the array in the format's own numpy dtype, like ``torch.Tensor.to``.
+
+    Same rounding as :func:`quantize` (bit for bit torch's casts on float32
+    inputs, FP8 E4M3 saturating; a NaN stays NaN, though the libraries pick
+    different NaN bit patterns). TF32 has no storage type of its own: it
+    comes back as float32 holding TF32 values. Large float32 arrays are cast
+    in chunks on all cores.
+    """
+    f = get_format(fmt)
+    a = _as_float_array(x)
+    if f.dtype is None:
+        return quantize(a, f).astype(np.float32)
+    if a.dtype not in _EXACT_IN_FLOAT32:
+        with np.errstate(invalid="ignore", over="ignore"):
+            return quantize(a, f).astype(f.dtype)  # exact: every value is already in the format
+    out = np.empty(a.shape, f.dtype)
+    _in_chunks(a, out, lambda src, dst: np.copyto(dst, _library_cast(src, f)))
+    return out
+
+
+def _library_cast(a: NDArray, f: FloatFormat) -> NDArray:
+    """numpy's / ml_dtypes' cast of float32-exact values, with E4M3's saturation applied first."""
+    if f.overflow == "saturate":
+        # The library gives NaN past 464; beyond max every finite value saturates (clip keeps NaN).
+        a = np.clip(a, -f.max, f.max)
+    return a.astype(f.dtype)
+
+
+_CHUNK = 1 << 20  # values per task: big enough to amortise a task, small enough to spread the work
+_pool: ThreadPoolExecutor | None = None
+
+
+def _in_chunks(src: NDArray, out: NDArray, work) -> None:
+    """Apply ``work(src_part, out_part)`` over matching flat chunks, on a thread per core.
+
+    numpy and ml_dtypes release the GIL in casts and ufuncs, so threads use
+    the cores. Arrays under two chunks are done inline.
+    """
+    global _pool
+    flat_src, flat_out = np.ascontiguousarray(src).reshape(-1), out.reshape(-1)
+    n = flat_src.size
+    workers = min(os.cpu_count() or 1, 8)
+
+    def part(i: int, size: int) -> None:
+        # numpy's error state is per thread: signalling NaNs and overflow are documented results here.
+        with np.errstate(invalid="ignore", over="ignore"):
+            work(flat_src[i : i + size], flat_out[i : i + size])
+
+    if n < 2 * _CHUNK or workers == 1:
+        part(0, n)
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lensa-round")
+    list(_pool.map(lambda i: part(i, _CHUNK), range(0, n, _CHUNK)))
 
 
 def classify(x: ArrayLike, fmt: str | FloatFormat) -> NDArray[np.str_]:

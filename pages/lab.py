@@ -51,7 +51,7 @@ with trace_area:
     st.markdown(page.t("trace_intro"))
     col_a, col_b = st.columns(2)
     with col_a:
-        trace_k = int(widgets.slider(page, "trace_k", page.t("trace_scale"), lambda v: power_of_two(int(v))))
+        trace_k = int(widgets.slider(page, "trace_k", page.t("trace_k"), lambda v: power_of_two(int(v))))
         spike_step = int(
             widgets.slider(
                 page, "trace_spike", page.t("trace_spike"), lambda v: page.num(v) if v else page.t("trace_none")

@@ -6,7 +6,7 @@ import streamlit as st
 from lensa.formats import FORMATS, classify
 from lensa.gradients import gradient_sample
 from lensa.scaling import SpikeModel, dynamic_run, static_shift_shares
-from lensa.ui import figures, live_view, widgets
+from lensa.ui import figures, i18n, live_view, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
 
@@ -27,6 +27,25 @@ def _list(page, numbers: list[int]) -> str:
 def illustrative_run() -> tuple[list[int], list[float], list[bool]]:
     run = dynamic_run(SPIKES)
     return [s.step for s in run], [float(np.log2(s.scale)) for s in run], [s.skipped for s in run]
+
+
+@st.cache_resource(max_entries=8)
+def run_figure(lang: str, real: tuple[float, ...] | None):
+    """The animated run (40 frames) depends only on the language and a real overlay: build it once for each."""
+    steps, log2_scales, skipped = illustrative_run()
+    t = lambda key: i18n.text(lang, f"loss_scaling.{key}")  # noqa: E731
+    labels = figures.RunLabels(
+        axis_step=t("run_axis_step"),
+        axis_scale=t("run_axis_scale"),
+        clean=t("run_clean"),
+        skipped=t("run_skipped"),
+        hover_clean=t("run_hover"),
+        hover_skipped=t("run_hover_skipped"),
+        play=t("play"),
+        pause=t("pause"),
+    )
+    overlay = None if real is None else (t("real_line"), live_view.log2(real))
+    return figures.scaler_run(steps, log2_scales, skipped, labels, overlay=overlay)
 
 
 page = setup("loss_scaling")
@@ -63,19 +82,8 @@ widgets.chart(
 )
 
 steps, log2_scales, skipped = illustrative_run()
-run_labels = figures.RunLabels(
-    axis_step=page.t("run_axis_step"),
-    axis_scale=page.t("run_axis_scale"),
-    clean=page.t("run_clean"),
-    skipped=page.t("run_skipped"),
-    hover_clean=page.t("run_hover"),
-    hover_skipped=page.t("run_hover_skipped"),
-    play=page.t("play"),
-    pause=page.t("pause"),
-)
 real = st.session_state.get(REAL_RUN)
-overlay = None if real is None else (page.t("real_line"), live_view.log2([s.scale for s in real]))
-widgets.chart(figures.scaler_run(steps, log2_scales, skipped, run_labels, overlay=overlay), page.t("run_title"))
+widgets.chart(run_figure(page.lang, None if real is None else tuple(s.scale for s in real)), page.t("run_title"))
 with st.expander(page.t("real_title"), icon=":material/science:", expanded=real is not None):
     overflow_steps = [n for n, s in zip(steps, skipped, strict=True) if s]
     st.markdown(page.t("real_intro", interval=page.num(SPIKES.growth_interval), steps=_list(page, overflow_steps)))

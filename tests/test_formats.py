@@ -321,3 +321,36 @@ def test_rounding_is_monotone_idempotent_and_within_half_a_spacing(x, y, name):
     assert float(F.quantize(qx, name)) == qx or math.isnan(qx)
     if abs(x) <= f.max:
         assert abs(qx - x) <= float(F.spacing(x, name)) / 2
+
+
+@requires_torch
+@pytest.mark.parametrize("name", SMALL)
+def test_cast_is_torchs_to_bit_for_bit_also_in_parallel_chunks(name):  # NaN payloads aside
+    import torch
+
+    tdtype = {
+        "bf16": torch.bfloat16,
+        "fp16": torch.float16,
+        "fp8_e4m3": torch.float8_e4m3fn,
+        "fp8_e5m2": torch.float8_e5m2,
+    }[name]
+    bits = np.uint8 if F.FORMATS[name].bits == 8 else np.uint16
+    tbits = torch.uint8 if F.FORMATS[name].bits == 8 else torch.int16
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal(3 << 20) * rng.choice([1e-6, 1.0, 1e3], 3 << 20)).astype(np.float32)  # > 2 chunks
+    x[::1001] = np.inf
+    x[::1003] = np.nan
+    ours = F.cast(x, name)
+    assert ours.dtype == F.FORMATS[name].dtype and ours.shape == x.shape
+    theirs = torch.from_numpy(x).to(tdtype).view(tbits).numpy().view(bits)
+    nan = np.isnan(x)
+    # NaN stays NaN in both; the libraries pick different NaN payloads (ml_dtypes 0x7E, torch 0x7F in E5M2).
+    assert np.array_equal(ours.view(bits)[~nan], theirs[~nan])
+    assert np.isnan(ours.astype(np.float32)[nan]).all()
+    assert same(F.quantize(x, name), ours.astype(np.float64))
+    assert F.cast(x.reshape(3, -1), name).shape == (3, 1 << 20)
+
+
+def test_cast_tf32_is_float32_holding_tf32_values():
+    out = F.cast(np.float32([1 + 2**-11 + 2**-13, 3.0]), "tf32")
+    assert out.dtype == np.float32 and out.tolist() == [1 + 2**-10, 3.0]

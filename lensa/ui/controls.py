@@ -18,7 +18,7 @@ from typing import Literal
 Problem = Literal["not_a_number", "out_of_range", "not_an_option"]
 
 MAX_URL_VALUE_CHARS = 64  # nothing we accept is longer; longer text is junk
-_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(e[+-]?\d+)?$")
+_NUMBER = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(e[+-]?[0-9]+)?$")  # ASCII digits only
 
 
 @dataclass(frozen=True)
@@ -78,12 +78,11 @@ class NumberControl:
         value = parse_number(raw)
         if value is None:
             return Reading(self.default, "not_a_number")
-        slack = 1e-9 * max(abs(self.lo), abs(self.hi))
-        if value < self.lo - slack or (self.log and value <= 0):
+        if value < self.lo or (self.log and value <= 0):
             return Reading(self.lo, "out_of_range")
-        if value > self.hi + slack:
+        if value > self.hi:
             return Reading(self.hi, "out_of_range")
-        return Reading(self.snap(max(value, self.lo)))
+        return Reading(self.snap(value))
 
     def to_url(self, value: float) -> str:
         """The canonical URL spelling: integers plainly, others as short e-notation."""

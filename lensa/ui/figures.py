@@ -1,5 +1,12 @@
 """Plotly figures, built by pure functions: core results and translated labels in, go.Figure out.
 
+Each builder writes the figure as plain plotly JSON (dicts and lists) and
+wraps it once in ``go.Figure(..., _validate=False)``. Building through
+plotly's object API (``add_bar``, ``add_annotation``, ``update_layout``)
+validates every property on every call and cost 15 ms of a 30 ms rerun;
+writing the spec takes well under a millisecond. The specs are validated by
+the tests instead (tests/test_figures.py).
+
 Titles are not drawn inside the figures: the page writes each figure's
 heading as text above it (``widgets.chart``), where it wraps on a phone.
 
@@ -39,12 +46,40 @@ FORMAT_COLOURS = {
 }
 ARM_DASHES = {"fp32": "solid", "fp16": "dash", "bf16": "dot"}
 NEUTRAL = "rgba(128,128,128,0.85)"
-NEUTRAL_LIGHT = "rgba(128,128,128,0.25)"
 OUTLINE = "rgba(60,60,60,0.55)"  # keeps the yellow legible on white
 TENSOR_CORE_PATTERN = "/"  # TF32: FP32 data, tensor-core arithmetic
 ACTIVATION_PATTERN = "x"
 
 FONT = {"size": 13}
+HIDE_TRACE_NAME = "<extra></extra>"
+
+
+def _figure(data: list[dict], layout: dict, frames: list[dict] | None = None) -> go.Figure:
+    spec: dict = {"data": data, "layout": layout}
+    if frames:
+        spec["frames"] = frames
+    return go.Figure(spec, _validate=False)
+
+
+def _layout(height: int, lang: str = "en", **extra: object) -> dict:
+    layout: dict = {
+        "height": height,
+        "margin": {"l": 8, "r": 8, "t": 36, "b": 8},
+        "font": FONT,
+        "legend": {
+            "orientation": "h",
+            "yanchor": "bottom",
+            "y": 1.0,
+            "xanchor": "left",
+            "x": 0,
+            "traceorder": "normal",
+        },
+        "hoverlabel": {"align": "left"},
+        "bargap": 0.08,
+        "separators": ",." if lang == "id" else ".,",
+    }
+    layout.update(extra)
+    return layout
 
 
 def _hatch(shape: str) -> dict:
@@ -54,25 +89,34 @@ def _hatch(shape: str) -> dict:
     return {"shape": shape, "fillmode": "overlay", "fgcolor": "rgba(255,255,255,0.8)", "size": 9, "solidity": 0.3}
 
 
-def _layout(fig: go.Figure, height: int, **extra: object) -> go.Figure:
-    fig.update_layout(
-        height=height,
-        margin={"l": 8, "r": 8, "t": 36, "b": 8},
-        font=FONT,
-        legend={
-            "orientation": "h",
-            "yanchor": "bottom",
-            "y": 1.0,
-            "xanchor": "left",
-            "x": 0,
-            "title": None,
-            "traceorder": "normal",
-        },
-        hoverlabel={"align": "left"},
-        bargap=0.08,
-        **extra,
-    )
-    return fig
+def _vline(x: float, dash: str = "dot", width: float = 1.5) -> dict:
+    return {
+        "type": "line",
+        "xref": "x",
+        "yref": "paper",
+        "x0": x,
+        "x1": x,
+        "y0": 0,
+        "y1": 1,
+        "line": {"dash": dash, "color": NEUTRAL, "width": width},
+    }
+
+
+def _hline(y: float) -> dict:
+    return {
+        "type": "line",
+        "xref": "paper",
+        "yref": "y",
+        "x0": 0,
+        "x1": 1,
+        "y0": y,
+        "y1": y,
+        "line": {"dash": "dash", "color": NEUTRAL, "width": 2},
+    }
+
+
+def _list(values: Sequence[float] | np.ndarray) -> list[float]:
+    return [float(v) for v in values]
 
 
 def exact(x: float, lang: str) -> str:
@@ -107,39 +151,59 @@ class BarPart:
 
 def stacked_memory(parts: Sequence[BarPart], gpu_gb: float, gpu_label: str, axis_title: str, lang: str) -> go.Figure:
     """One stacked column of training memory, each part labelled beside it; a dashed GPU line."""
-    fig = go.Figure()
+    data, annotations = [], []
     bottom = 0.0
     for part in parts:
-        fig.add_bar(
-            x=[0],
-            y=[part.gb],
-            base=[bottom],
-            width=0.5,
-            name=part.label,
-            marker={
-                "color": part.colour,
-                "line": {"color": "rgba(255,255,255,0.9)", "width": 1.5},
-                "pattern": _hatch(part.pattern),
-            },
-            hovertemplate=(part.hover or part.label) + "<extra></extra>",
-            showlegend=False,
+        data.append(
+            {
+                "type": "bar",
+                "x": [0],
+                "y": [part.gb],
+                "base": [bottom],
+                "width": 0.5,
+                "name": part.label,
+                "marker": {
+                    "color": part.colour,
+                    "line": {"color": "rgba(255,255,255,0.9)", "width": 1.5},
+                    "pattern": _hatch(part.pattern),
+                },
+                "hovertemplate": (part.hover or part.label) + HIDE_TRACE_NAME,
+                "showlegend": False,
+            }
         )
-        fig.add_annotation(
-            x=0.3, y=bottom + part.gb / 2, text=part.label, showarrow=False, xanchor="left", font={"size": 12}
+        annotations.append(
+            {
+                "x": 0.3,
+                "y": bottom + part.gb / 2,
+                "text": part.label,
+                "showarrow": False,
+                "xanchor": "left",
+                "font": {"size": 12},
+            }
         )
         bottom += part.gb
     top = max(200.0, math.ceil(bottom * 1.1 / 50) * 50)
-    fig.add_hline(y=gpu_gb, line={"dash": "dash", "color": NEUTRAL, "width": 2})
-    fig.add_annotation(x=1.9, y=gpu_gb, text=gpu_label, showarrow=False, yshift=10, xanchor="right", font={"size": 12})
-    fig.update_xaxes(range=[-0.3, 1.9], visible=False, fixedrange=True)
-    fig.update_yaxes(range=[0, top], title=axis_title, fixedrange=True, separatethousands=True)
-    _layout(fig, 440, barmode="overlay", separators=_separators(lang))
-    return fig
-
-
-def _separators(lang: str) -> str:
-    """Plotly's decimal and thousands marks for the language."""
-    return ",." if lang == "id" else ".,"
+    annotations.append(
+        {
+            "x": 1.9,
+            "y": gpu_gb,
+            "text": gpu_label,
+            "showarrow": False,
+            "yshift": 10,
+            "xanchor": "right",
+            "font": {"size": 12},
+        }
+    )
+    layout = _layout(
+        440,
+        lang,
+        barmode="overlay",
+        shapes=[_hline(gpu_gb)],
+        annotations=annotations,
+        xaxis={"range": [-0.3, 1.9], "visible": False, "fixedrange": True},
+        yaxis={"range": [0, top], "title": {"text": axis_title}, "fixedrange": True, "separatethousands": True},
+    )
+    return _figure(data, layout)
 
 
 # --- steps 2, 3 -------------------------------------------------------------------
@@ -167,46 +231,54 @@ def category_histogram(
     logs = np.clip(np.log10(np.asarray(values, dtype=np.float64)), HIST_LO, HIST_HI - 1e-9)
     index = np.digitize(logs, edges) - 1
     centres = (edges[:-1] + edges[1:]) / 2
-    fig = go.Figure()
+    bounds = [i18n.sci(10**e, lang) for e in edges]
+    data = []
     for cat, colour in CATEGORY_COLOURS.items():
         counts = np.bincount(index[categories == cat], minlength=len(centres))
-        if not counts.any():
+        used = np.flatnonzero(counts)
+        if not used.size:
             continue
-        texts = [
-            hover.format(
-                lo=i18n.sci(10 ** edges[i], lang),
-                hi=i18n.sci(10 ** edges[i + 1], lang),
-                n=int(c),
-                category=labels[cat],
-            )
-            for i, c in enumerate(counts)
-        ]
-        fig.add_bar(
-            x=centres,
-            y=counts,
-            width=1 / BINS_PER_DECADE,
-            name=labels[cat],
-            marker={"color": colour, "line": {"color": OUTLINE, "width": 0.5}},
-            hovertext=texts,
-            hovertemplate="%{hovertext}<extra></extra>",
+        data.append(
+            {
+                "type": "bar",
+                "x": _list(centres[used]),
+                "y": [int(counts[i]) for i in used],
+                "width": 1 / BINS_PER_DECADE,
+                "name": labels[cat],
+                "marker": {"color": colour, "line": {"color": OUTLINE, "width": 0.5}},
+                "hovertext": [
+                    hover.format(lo=bounds[i], hi=bounds[i + 1], n=int(counts[i]), category=labels[cat]) for i in used
+                ],
+                "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+            }
         )
+    shapes, annotations = [], []
     for x, label in marks:
         lx = math.log10(x)
-        fig.add_vline(x=lx, line={"dash": "dot", "color": NEUTRAL, "width": 1.5})
-        fig.add_annotation(
-            x=lx,
-            y=1,
-            yref="paper",
-            text=label,
-            showarrow=False,
-            textangle=-90,
-            xanchor="right",
-            yanchor="top",
-            font={"size": 11},
+        shapes.append(_vline(lx))
+        annotations.append(
+            {
+                "x": lx,
+                "y": 1,
+                "yref": "paper",
+                "text": label,
+                "showarrow": False,
+                "textangle": -90,
+                "xanchor": "right",
+                "yanchor": "top",
+                "font": {"size": 11},
+            }
         )
-    fig.update_xaxes(title=axis_title, **decade_ticks(HIST_LO, HIST_HI), fixedrange=True)
-    fig.update_yaxes(title=count_title, fixedrange=True, rangemode="tozero")
-    return _layout(fig, 360, barmode="stack")
+    layout = _layout(
+        360,
+        lang,
+        barmode="stack",
+        shapes=shapes,
+        annotations=annotations,
+        xaxis={"title": {"text": axis_title}, **decade_ticks(HIST_LO, HIST_HI), "fixedrange": True},
+        yaxis={"title": {"text": count_title}, "fixedrange": True, "rangemode": "tozero"},
+    )
+    return _figure(data, layout)
 
 
 @dataclass(frozen=True)
@@ -238,120 +310,127 @@ def scaler_run(
     ``overlay`` (label, log2 S per step) draws a second run over the first,
     dashed, such as a real GradScaler over the illustration.
     """
-    steps = list(steps)
-    ys = [float(y) for y in log2_scales]
+    steps = [int(s) for s in steps]
+    ys = _list(log2_scales)
     texts = [
         (labels.hover_skipped if s else labels.hover_clean).format(step=st, scale=i18n.power_of_two(round(y)))
         for st, y, s in zip(steps, ys, skipped, strict=True)
     ]
 
-    def traces(n: int) -> list[go.Scatter]:
-        xs, yv, tv, sk = steps[:n], ys[:n], texts[:n], skipped[:n]
+    def traces(n: int) -> list[dict]:
+        xs, yv, sk = steps[:n], ys[:n], skipped[:n]
         return [
-            go.Scatter(
-                x=xs,
-                y=yv,
-                mode="lines+markers",
-                name=labels.clean,
-                line={"shape": "hv", "color": colour},
-                marker={"size": 6, "color": colour},
-                hovertext=tv,
-                hovertemplate="%{hovertext}<extra></extra>",
-            ),
-            go.Scatter(
-                x=[x for x, s in zip(xs, sk, strict=True) if s],
-                y=[y for y, s in zip(yv, sk, strict=True) if s],
-                mode="markers",
-                name=labels.skipped,
-                marker={
+            {
+                "type": "scatter",
+                "x": xs,
+                "y": yv,
+                "mode": "lines+markers",
+                "name": labels.clean,
+                "line": {"shape": "hv", "color": colour},
+                "marker": {"size": 6, "color": colour},
+                "hovertext": texts[:n],
+                "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+            },
+            {
+                "type": "scatter",
+                "x": [x for x, s in zip(xs, sk, strict=True) if s],
+                "y": [y for y, s in zip(yv, sk, strict=True) if s],
+                "mode": "markers",
+                "name": labels.skipped,
+                "marker": {
                     "symbol": "x-thin-open",
                     "size": 14,
                     "color": CATEGORY_COLOURS["overflow"],
                     "line": {"width": 3},
                 },
-                hoverinfo="skip",
-            ),
+                "hoverinfo": "skip",
+            },
         ]
 
-    fig = go.Figure(data=traces(len(steps)))
+    data = traces(len(steps))
     all_ys = list(ys)
     if overlay is not None:
         name, other = overlay
-        other = [float(y) for y in other]
+        other = _list(other)
         all_ys += other
-        fig.add_trace(
-            go.Scatter(
-                x=steps[: len(other)],
-                y=other,
-                mode="lines",
-                name=name,
-                line={"shape": "hv", "color": NEUTRAL, "width": 3, "dash": "dash"},
-                hovertemplate=f"{name}: %{{y}}<extra></extra>",
-            )
+        data.append(
+            {
+                "type": "scatter",
+                "x": steps[: len(other)],
+                "y": other,
+                "mode": "lines",
+                "name": name,
+                "line": {"shape": "hv", "color": NEUTRAL, "width": 3, "dash": "dash"},
+                "hovertemplate": f"{name}: %{{y}}" + HIDE_TRACE_NAME,
+            }
         )
     lo, hi = min(all_ys) - 1, max(all_ys) + 1
-    fig.update_xaxes(title=labels.axis_step, range=[0.5, len(steps) + 0.5], fixedrange=True)
-    fig.update_yaxes(title=labels.axis_scale, range=[lo, hi], dtick=1 if hi - lo <= 16 else None, fixedrange=True)
-    _layout(fig, 340)
+    layout = _layout(
+        340,
+        xaxis={"title": {"text": labels.axis_step}, "range": [0.5, len(steps) + 0.5], "fixedrange": True},
+        yaxis={
+            "title": {"text": labels.axis_scale},
+            "range": [lo, hi],
+            "dtick": 1 if hi - lo <= 16 else None,
+            "fixedrange": True,
+        },
+    )
+    frames = None
     if animate:
-        fig.frames = [go.Frame(data=traces(n), name=str(n), traces=[0, 1]) for n in range(1, len(steps) + 1)]
-        fig.update_layout(
-            updatemenus=[
-                {
-                    "type": "buttons",
-                    "direction": "left",
-                    "x": 0,
-                    "y": -0.3,
-                    "xanchor": "left",
-                    "yanchor": "top",
-                    "showactive": False,
-                    "buttons": [
-                        {
-                            "label": labels.play,
-                            "method": "animate",
-                            "args": [
-                                None,
-                                {
-                                    "frame": {"duration": 180, "redraw": True},
-                                    "fromcurrent": False,
-                                    "transition": {"duration": 0},
-                                    "mode": "immediate",
-                                },
-                            ],
-                        },
-                        {
-                            "label": labels.pause,
-                            "method": "animate",
-                            "args": [[None], {"frame": {"duration": 0, "redraw": False}, "mode": "immediate"}],
-                        },
-                    ],
-                }
-            ],
-            margin={"l": 8, "r": 8, "t": 36, "b": 90},
-        )
-    return fig
+        frames = [{"data": traces(n), "name": str(n), "traces": [0, 1]} for n in range(1, len(steps) + 1)]
+        play_args = {
+            "frame": {"duration": 180, "redraw": True},
+            "fromcurrent": False,
+            "transition": {"duration": 0},
+            "mode": "immediate",
+        }
+        layout["updatemenus"] = [
+            {
+                "type": "buttons",
+                "direction": "left",
+                "x": 0,
+                "y": -0.3,
+                "xanchor": "left",
+                "yanchor": "top",
+                "showactive": False,
+                "buttons": [
+                    {"label": labels.play, "method": "animate", "args": [None, play_args]},
+                    {
+                        "label": labels.pause,
+                        "method": "animate",
+                        "args": [[None], {"frame": {"duration": 0, "redraw": False}, "mode": "immediate"}],
+                    },
+                ],
+            }
+        ]
+        layout["margin"] = {"l": 8, "r": 8, "t": 36, "b": 90}
+    return _figure(data, layout, frames)
 
 
 def loss_curves(
     series: Sequence[tuple[str, str, Sequence[float]]], axis_step: str, axis_loss: str, lang: str
 ) -> go.Figure:
     """Training loss per step, one line per arm: (format key for the colour, label, losses)."""
-    fig = go.Figure()
-    for key, label, losses in series:
-        fig.add_trace(
-            go.Scatter(
-                x=list(range(1, len(losses) + 1)),
-                y=list(losses),
-                mode="lines",
-                name=label,
-                # The arms often overlap exactly; the dashes keep each one visible.
-                line={"color": FORMAT_COLOURS[key], "width": 2, "dash": ARM_DASHES.get(key, "solid")},
-                hovertemplate=f"{label}: %{{y:.4f}}<extra></extra>",
-            )
-        )
-    fig.update_xaxes(title=axis_step, fixedrange=True)
-    fig.update_yaxes(title=axis_loss, fixedrange=True, rangemode="tozero")
-    return _layout(fig, 300, separators=_separators(lang))
+    data = [
+        {
+            "type": "scatter",
+            "x": list(range(1, len(losses) + 1)),
+            "y": _list(losses),
+            "mode": "lines",
+            "name": label,
+            # The arms often overlap exactly; the dashes keep each one visible.
+            "line": {"color": FORMAT_COLOURS[key], "width": 2, "dash": ARM_DASHES.get(key, "solid")},
+            "hovertemplate": f"{label}: %{{y:.4f}}" + HIDE_TRACE_NAME,
+        }
+        for key, label, losses in series
+    ]
+    layout = _layout(
+        300,
+        lang,
+        xaxis={"title": {"text": axis_step}, "fixedrange": True},
+        yaxis={"title": {"text": axis_loss}, "fixedrange": True, "rangemode": "tozero"},
+    )
+    return _figure(data, layout)
 
 
 # --- step 4 ----------------------------------------------------------------------
@@ -372,54 +451,83 @@ def number_line(
     The x axis is the distance from w, so the picture is the same at every w
     and the hover text gives the exact values.
     """
-    fig = go.Figure()
-    offsets = grid - w
-    fig.add_vrect(
-        x0=-spacing / 2,
-        x1=spacing / 2,
-        fillcolor=CATEGORY_COLOURS["zero"],
-        opacity=0.12,
-        line_width=0,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=offsets,
-            y=np.zeros_like(offsets),
-            mode="markers",
-            name="FP16",
-            marker={"symbol": "line-ns-open", "size": 26, "color": FORMAT_COLOURS["fp16"], "line": {"width": 2}},
-            hovertext=[exact(v, lang) for v in grid],
-            hovertemplate="FP16: %{hovertext}<extra></extra>",
-        )
-    )
+    offsets = np.asarray(grid) - w
+    data = [
+        {
+            "type": "scatter",
+            "x": _list(offsets),
+            "y": [0.0] * len(offsets),
+            "mode": "markers",
+            "name": "FP16",
+            "marker": {"symbol": "line-ns-open", "size": 26, "color": FORMAT_COLOURS["fp16"], "line": {"width": 2}},
+            "hovertext": [exact(float(v), lang) for v in grid],
+            "hovertemplate": "FP16: %{hovertext}" + HIDE_TRACE_NAME,
+        }
+    ]
+    shapes = [
+        {
+            "type": "rect",
+            "xref": "x",
+            "yref": "paper",
+            "x0": -spacing / 2,
+            "x1": spacing / 2,
+            "y0": 0,
+            "y1": 1,
+            "fillcolor": CATEGORY_COLOURS["zero"],
+            "opacity": 0.12,
+            "line": {"width": 0},
+            "layer": "below",
+        }
+    ]
     marks = [
         (0.0, w, labels["w"], NEUTRAL, "circle", 0.6, "middle left"),
         (update, w + update, labels["exact"], FORMAT_COLOURS["fp32"], "diamond", 0.3, "middle right"),
         (stored - w, stored, labels["stored"], FORMAT_COLOURS["fp16"], "star", -0.35, "middle right"),
     ]
     for x, value, label, colour, symbol, y, position in marks:
-        fig.add_trace(
-            go.Scatter(
-                x=[x],
-                y=[y],
-                mode="markers+text",
-                name=label,
-                text=[label],
-                textposition=position,
-                marker={"symbol": symbol, "size": 13, "color": colour},
-                hovertext=[f"{label}: {exact(value, lang)}"],
-                hovertemplate="%{hovertext}<extra></extra>",
-                showlegend=False,
-            )
+        data.append(
+            {
+                "type": "scatter",
+                "x": [x],
+                "y": [y],
+                "mode": "markers+text",
+                "name": label,
+                "text": [label],
+                "textposition": position,
+                "marker": {"symbol": symbol, "size": 13, "color": colour},
+                "hovertext": [f"{label}: {exact(value, lang)}"],
+                "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+                "showlegend": False,
+            }
         )
-        fig.add_shape(type="line", x0=x, x1=x, y0=0, y1=y, line={"color": colour, "width": 1, "dash": "dot"})
-    fig.add_annotation(
-        x=0, y=-0.8, text=labels["half"], showarrow=False, font={"size": 11, "color": CATEGORY_COLOURS["zero"]}
+        shapes.append(
+            {"type": "line", "x0": x, "x1": x, "y0": 0, "y1": y, "line": {"color": colour, "width": 1, "dash": "dot"}}
+        )
+    reach = max(float(np.abs(offsets).max()), abs(update), spacing) * 1.08
+    layout = _layout(
+        280,
+        lang,
+        showlegend=False,
+        shapes=shapes,
+        annotations=[
+            {
+                "x": 0,
+                "y": -0.8,
+                "text": labels["half"],
+                "showarrow": False,
+                "font": {"size": 11, "color": CATEGORY_COLOURS["zero"]},
+            }
+        ],
+        xaxis={
+            "title": {"text": axis_title},
+            "range": [-reach, reach],
+            "exponentformat": "e",
+            "zeroline": False,
+            "fixedrange": True,
+        },
+        yaxis={"visible": False, "range": [-1, 1], "fixedrange": True},
     )
-    reach = max(abs(offsets).max(), abs(update), spacing) * 1.08
-    fig.update_xaxes(title=axis_title, range=[-reach, reach], exponentformat="e", zeroline=False, fixedrange=True)
-    fig.update_yaxes(visible=False, range=[-1, 1], fixedrange=True)
-    return _layout(fig, 280, showlegend=False, separators=_separators(lang))
+    return _figure(data, layout)
 
 
 def labelled_bars(
@@ -436,34 +544,53 @@ def labelled_bars(
     lang: str = "en",
 ) -> go.Figure:
     """Horizontal bars, one per row top to bottom, each with its value written beside it."""
-    fig = go.Figure()
-    for i, (name, value, colour, text) in enumerate(zip(names, values, colours, texts, strict=True)):
-        pattern = patterns[i] if patterns else ""
-        fig.add_bar(
-            y=[name],
-            x=[value],
-            orientation="h",
-            marker={
-                "color": colour,
-                "pattern": _hatch(pattern),
-            },
-            text=[text],
-            textposition="outside",
-            cliponaxis=False,
-            hovertext=[hovers[i] if hovers else f"{name}: {text}"],
-            hovertemplate="%{hovertext}<extra></extra>",
-            showlegend=False,
-        )
+    data = [
+        {
+            "type": "bar",
+            "y": [name],
+            "x": [float(value)],
+            "orientation": "h",
+            "marker": {"color": colour, "pattern": _hatch(patterns[i] if patterns else "")},
+            "text": [text],
+            "textposition": "outside",
+            "cliponaxis": False,
+            "hovertext": [hovers[i] if hovers else f"{name}: {text}"],
+            "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+            "showlegend": False,
+        }
+        for i, (name, value, colour, text) in enumerate(zip(names, values, colours, texts, strict=True))
+    ]
+    shapes, annotations = [], []
     if line is not None:
         at, label = line
-        fig.add_vline(x=at, line={"dash": "dash", "color": NEUTRAL, "width": 2})
-        fig.add_annotation(x=at, y=1, yref="paper", text=label, showarrow=False, yanchor="bottom", font={"size": 12})
+        shapes.append(_vline(at, dash="dash", width=2))
+        annotations.append(
+            {
+                "x": at,
+                "y": 1,
+                "yref": "paper",
+                "text": label,
+                "showarrow": False,
+                "yanchor": "bottom",
+                "font": {"size": 12},
+            }
+        )
     top = x_max if x_max is not None else max([*values, line[0] if line else 0.0]) * 1.25 or 1.0
-    fig.update_xaxes(title=axis_title, range=[0, top], fixedrange=True, exponentformat="e")
-    fig.update_yaxes(autorange="reversed", fixedrange=True)
-    _layout(fig, height, separators=_separators(lang))
-    fig.update_layout(margin={"l": 8, "r": 24, "t": 24 if line else 8, "b": 8})
-    return fig
+    layout = _layout(
+        height,
+        lang,
+        shapes=shapes,
+        annotations=annotations,
+        margin={"l": 8, "r": 24, "t": 24 if line else 8, "b": 8},
+        xaxis={
+            "title": {"text": axis_title or ""},
+            "range": [0, top],
+            "fixedrange": True,
+            "exponentformat": "e",
+        },
+        yaxis={"autorange": "reversed", "fixedrange": True},
+    )
+    return _figure(data, layout)
 
 
 # --- step 5 -------------------------------------------------------------------------
@@ -487,7 +614,7 @@ def format_ranges(
     lang: str,
 ) -> go.Figure:
     """Each format's subnormal and normal range on one log axis, with the gradient sample as a strip."""
-    fig = go.Figure()
+    data = []
     for row, r in enumerate(ranges, start=1):
         colour = FORMAT_COLOURS[r.key]
         for lo, hi, kind, opacity in (
@@ -495,58 +622,67 @@ def format_ranges(
             (r.smallest_normal, r.max, "normal", 1.0),
         ):
             name = labels[kind].format(fmt=r.label)
-            fig.add_bar(
-                y=[row],
-                x=[math.log10(hi) - math.log10(lo)],
-                base=[math.log10(lo)],
-                orientation="h",
-                width=0.6,
-                marker={"color": colour, "opacity": opacity},
-                name=name,
-                showlegend=False,
-                hovertext=[labels["hover"].format(fmt=name, lo=i18n.sci(lo, lang), hi=i18n.sci(hi, lang))],
-                hovertemplate="%{hovertext}<extra></extra>",
+            data.append(
+                {
+                    "type": "bar",
+                    "y": [row],
+                    "x": [math.log10(hi) - math.log10(lo)],
+                    "base": [math.log10(lo)],
+                    "orientation": "h",
+                    "width": 0.6,
+                    "marker": {"color": colour, "opacity": opacity},
+                    "name": name,
+                    "showlegend": False,
+                    "hovertext": [labels["hover"].format(fmt=name, lo=i18n.sci(lo, lang), hi=i18n.sci(hi, lang))],
+                    "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+                }
             )
+    sample = np.asarray(sample, dtype=np.float64)
     jitter = np.random.default_rng(0).uniform(-0.25, 0.25, len(sample))
-    fig.add_trace(
-        go.Scatter(
-            x=np.log10(sample),
-            y=jitter,
-            mode="markers",
-            name=labels["gradients"],
-            marker={"size": 4, "color": NEUTRAL},
-            hovertext=[i18n.sci(v, lang, 3) for v in sample],
-            hovertemplate="%{hovertext}<extra></extra>",
-            showlegend=False,
-        )
+    data.append(
+        {
+            "type": "scatter",
+            "x": _list(np.log10(sample)),
+            "y": _list(jitter),
+            "mode": "markers",
+            "name": labels["gradients"],
+            "marker": {"size": 4, "color": NEUTRAL},
+            "hovertext": [i18n.sci(float(v), lang, 3) for v in sample],
+            "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+            "showlegend": False,
+        }
     )
-    fig.update_yaxes(
-        tickvals=list(range(len(ranges) + 1)),
-        ticktext=[labels["gradients"]] + [r.label for r in ranges],
-        range=[len(ranges) + 0.5, -0.5],
-        fixedrange=True,
-        showgrid=False,
+    layout = _layout(
+        280,
+        lang,
+        barmode="overlay",
+        yaxis={
+            "tickvals": list(range(len(ranges) + 1)),
+            "ticktext": [labels["gradients"]] + [r.label for r in ranges],
+            "range": [len(ranges) + 0.5, -0.5],
+            "fixedrange": True,
+            "showgrid": False,
+        },
+        xaxis={**decade_ticks(RANGE_LO, RANGE_HI, every=10), "fixedrange": True},
     )
-    fig.update_xaxes(**decade_ticks(RANGE_LO, RANGE_HI, every=10), fixedrange=True)
-    return _layout(fig, 280, barmode="overlay")
+    return _figure(data, layout)
 
 
 def precision_ticks(grids: Sequence[tuple[str, str, np.ndarray]], lang: str) -> go.Figure:
     """Every stored value of each format in a small interval, as a row of ticks."""
-    fig = go.Figure()
-    for key, label, values in grids:
-        fig.add_trace(
-            go.Scatter(
-                x=values,
-                y=[label] * len(values),
-                mode="markers",
-                name=label,
-                marker={"symbol": "line-ns-open", "size": 22, "color": FORMAT_COLOURS[key], "line": {"width": 2}},
-                hovertext=[f"{label}: {exact(v, lang)}" for v in values],
-                hovertemplate="%{hovertext}<extra></extra>",
-                showlegend=False,
-            )
-        )
-    fig.update_yaxes(fixedrange=True, autorange="reversed")
-    fig.update_xaxes(fixedrange=True)
-    return _layout(fig, 180, separators=_separators(lang))
+    data = [
+        {
+            "type": "scatter",
+            "x": _list(values),
+            "y": [label] * len(values),
+            "mode": "markers",
+            "name": label,
+            "marker": {"symbol": "line-ns-open", "size": 22, "color": FORMAT_COLOURS[key], "line": {"width": 2}},
+            "hovertext": [f"{label}: {exact(float(v), lang)}" for v in values],
+            "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+            "showlegend": False,
+        }
+        for key, label, values in grids
+    ]
+    layout = _layout(180, lang, yaxis={"fixedrange": True, "autorange": "reversed"}, xaxis={"fixedrange": True})
+    return _figure(data, layout)

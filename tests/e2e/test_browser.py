@@ -160,3 +160,39 @@ def test_lab_runs_a_tiny_configuration_on_the_cpu(server, page):
     assert "BF16 speed-up" in cards
     assert page.get_by_text("Inside autocast the Linear layers produced").count() == 1
     assert page.locator(".js-plotly-plot").count() >= 2
+
+
+def test_two_visitors_press_run_together(server, chromium):
+    """One run at a time per server: the second visitor is told and waits; both get correct results."""
+    config = {"device": "cpu", "width": "256", "depth": "2", "batch": "512", "steps": "60", "lang": "en"}
+    pages = []
+    for _ in range(2):
+        context = chromium.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        page.goto(f"{server.url}/lab?" + "&".join(f"{k}={v}" for k, v in config.items()))
+        wait_for_app(page)
+        pages.append(page)
+    for page in pages:
+        page.get_by_role("button", name="Run the comparison").click()
+    told_to_wait = False
+    for _ in range(600):  # up to 60 s
+        told_to_wait = told_to_wait or any(
+            p.get_by_text("Another visitor's run is using this server").count() for p in pages
+        )
+        if all(p.locator('[data-testid="stDataFrame"]').count() for p in pages):
+            break
+        pages[0].wait_for_timeout(100)
+    assert told_to_wait
+    gaps = []
+    for page in pages:
+        labels = page.locator('[data-testid="stMetricLabel"]').all_inner_texts()
+        values = page.locator('[data-testid="stMetricValue"]').all_inner_texts()
+        gaps.append(dict(zip(labels, values, strict=True))["Final loss, BF16 − FP32"])
+    assert gaps[0] == gaps[1]  # same seed, same data: the waiting visitor's run is the same run
+    for page in pages:
+        wait_for_app(page)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        assert page.locator('[data-testid="stAlertContentError"]').count() == 0
+        assert page.locator('[data-testid="stDataFrame"]').count() == 1
+        assert page.get_by_text("Inside autocast the Linear layers produced").count() == 1
+        page.context.close()

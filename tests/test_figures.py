@@ -1,0 +1,69 @@
+"""The figure builders write plain plotly specs without validation; here every one is validated."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from lensa.formats import FORMATS, classify, representable_between
+from lensa.gradients import gradient_sample
+from lensa.scaling import dynamic_run
+from lensa.ui import figures
+from lensa.ui.site import PAGES
+from tests.pagetools import open_page
+
+
+def validated(fig: go.Figure) -> dict:
+    """Rebuild the figure with plotly's validation on; raises on any invalid property."""
+    spec = fig.to_dict()
+    go.Figure(spec)  # validates data, layout and frames
+    return spec
+
+
+def test_palette_gives_each_meaning_its_own_colour():
+    colours = list(figures.CATEGORY_COLOURS.values()) + list(figures.FORMAT_COLOURS.values())
+    assert len(colours) == len(set(colours))
+
+
+def test_builders_make_valid_figures():
+    sample = gradient_sample(1e-6)
+    labels = {"zero": "0", "subnormal": "sub", "normal": "normal", "overflow": "inf"}
+    run = dynamic_run()
+    run_labels = figures.RunLabels("step", "log2 S", "clean", "skipped", "{step} {scale}", "{step} {scale} x", "P", "S")
+    fp16 = FORMATS["fp16"]
+    ranges = [figures.FormatRange("fp16", "FP16", fp16.smallest_subnormal, fp16.smallest_normal, fp16.max)]
+    range_labels = {"gradients": "g", "subnormal": "{fmt} s", "normal": "{fmt} n", "hover": "{fmt}{lo}{hi}"}
+    marks = {"w": "w", "exact": "e", "stored": "s", "half": "h"}
+    grid = representable_between(0.996, 1.004, "fp16")
+    built = [
+        figures.stacked_memory([figures.BarPart("w · 2 B", 13.5, "#E69F00", "x")], 80, "80 GB", "GB", "id"),
+        figures.category_histogram(
+            sample, classify(sample, "fp16"), labels, [(2**-24, "sub")], "x", "n", "{lo}{hi}{n}{category}", "en"
+        ),
+        figures.scaler_run(
+            [s.step for s in run], [np.log2(s.scale) for s in run], [s.skipped for s in run], run_labels
+        ),
+        figures.scaler_run([1, 2], [16, 15], [True, False], run_labels, animate=False, overlay=("real", [16, 15])),
+        figures.loss_curves([("fp32", "FP32", [0.7, 0.5]), ("bf16", "BF16", [0.7, 0.51])], "step", "loss", "en"),
+        figures.number_line(1.0, 1e-6, 1.0, grid, 2**-10, marks, "d", "en"),
+        figures.labelled_bars(["a", "b"], [1.0, 2.0], ["#0072B2", "#56B4E9"], ["1", "2"], patterns=["/", ""]),
+        figures.format_ranges(ranges, sample, range_labels, "en"),
+        figures.precision_ticks([("fp16", "FP16", representable_between(1, 1.0625, "fp16"))], "en"),
+    ]
+    for fig in built:
+        spec = validated(fig)
+        assert spec["data"]
+    animated = validated(built[2])
+    assert len(animated["frames"]) == len(run)
+
+
+@pytest.mark.parametrize("key", [p.key for p in PAGES if p.key not in ("overview", "lab")])
+def test_every_chart_a_page_draws_is_valid(key):
+    at = open_page(key, lang="id")
+    charts = at.get("plotly_chart")
+    assert charts
+    for chart in charts:
+        go.Figure(json.loads(chart.proto.spec))
