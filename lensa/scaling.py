@@ -36,6 +36,24 @@ def static_shift_shares(sample: ArrayLike, k: int, fmt: str | FloatFormat = "fp1
     return category_shares(np.ldexp(np.asarray(sample, dtype=np.float64), int(k)), fmt)
 
 
+def per_tensor_scale(values: ArrayLike, fmt: str | FloatFormat, margin: int = 0) -> float:
+    """FP8's per-tensor scale: the power of two bringing the largest magnitude (amax) up to the format's top.
+
+    S = 2**(floor(log2(max / amax)) - margin), so amax * S <= max and nothing
+    overflows; ``margin`` leaves headroom for growth between steps (FP8
+    recipes track amax over recent steps). An all-zero or empty tensor gets
+    S = 1. inf or NaN in ``values`` raises ValueError: they have no scale.
+    """
+    f = get_format(fmt)
+    a = np.abs(np.asarray(values, dtype=np.float64))
+    if not np.all(np.isfinite(a)):
+        raise ValueError("values must be finite to choose a scale")
+    amax = float(a.max()) if a.size else 0.0
+    if amax == 0.0:
+        return 1.0
+    return float(np.ldexp(1.0, int(np.floor(np.log2(f.max / amax))) - margin))
+
+
 def unscale(stored: ArrayLike, k: int) -> NDArray[np.float64]:
     """Divide stored scaled gradients by 2**k again (exact in FP32; inf stays inf)."""
     return np.ldexp(np.asarray(stored, dtype=np.float64), -int(k))

@@ -1,15 +1,18 @@
 """Step 5 · BF16: FP32's range with fewer significand bits."""
 
+import streamlit as st
+
 from lensa.formats import FORMATS, category_shares, relative_error, representable_between
 from lensa.gradients import gradient_sample
-from lensa.ui import figures, widgets
+from lensa.ui import compare, figures, widgets
 from lensa.ui.frame import setup
 
-SHOWN = ("fp32", "bf16", "fp16")
+LESSON_FORMATS = ("fp32", "bf16", "fp16")
 
 page = setup("bf16")
 widgets.step_header(page)
 grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
+fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("common.fp8_help"))
 widgets.after_controls(page)
 
 sample = gradient_sample(grad)
@@ -17,7 +20,7 @@ ranges = [
     figures.FormatRange(
         key, FORMATS[key].label, FORMATS[key].smallest_subnormal, FORMATS[key].smallest_normal, FORMATS[key].max
     )
-    for key in SHOWN
+    for key in (LESSON_FORMATS + compare.FP8_KEYS if fp8 else LESSON_FORMATS)
 ]
 widgets.chart(
     figures.format_ranges(
@@ -68,5 +71,10 @@ elif e16 > ebf:
 else:
     regime = "explain_both_hold"
 widgets.explain(page, page.t(regime, **values), page.t("try"))
+if fp8:
+    st.subheader(page.t("fp8_title"))
+    st.dataframe(compare.format_rows(page, sample, ("fp16", "bf16", *compare.FP8_KEYS)), hide_index=True)
+    st.markdown(page.t("fp8_explain"))
 widgets.notes(page, page.t("notes"), [page.t("refs.kalamkar"), page.t("refs.ieee754")])
+widgets.check_yourself(page, 2)
 widgets.step_footer(page)

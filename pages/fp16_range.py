@@ -1,8 +1,10 @@
 """Step 2 · FP16's narrow range: small gradients round to zero."""
 
+import streamlit as st
+
 from lensa.formats import FORMATS, category_shares, classify
 from lensa.gradients import gradient_sample
-from lensa.ui import figures, widgets
+from lensa.ui import compare, figures, widgets
 from lensa.ui.frame import setup
 
 FP16 = FORMATS["fp16"]
@@ -10,6 +12,7 @@ FP16 = FORMATS["fp16"]
 page = setup("fp16_range")
 widgets.step_header(page)
 grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
+fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("common.fp8_help"))
 widgets.after_controls(page)
 
 sample = gradient_sample(grad)
@@ -59,5 +62,17 @@ paragraph = page.t(f"explain_{regime}", **values)
 if shares["overflow"] > 0:
     paragraph += page.t("explain_overflow", **values)
 widgets.explain(page, paragraph, page.t("try"))
+if fp8:
+    st.subheader(page.t("fp8_title"))
+    st.dataframe(compare.format_rows(page, sample, ("fp16", "bf16", *compare.FP8_KEYS)), hide_index=True)
+    e4m3 = category_shares(sample, "fp8_e4m3")
+    st.markdown(
+        page.t(
+            "fp8_explain",
+            e4m3_zero=page.pct(e4m3["zero"]),
+            e5m2_zero=page.pct(category_shares(sample, "fp8_e5m2")["zero"]),
+        )
+    )
 widgets.notes(page, page.t("notes"), [page.t("refs.ieee754"), page.t("refs.micikevicius2017")])
+widgets.check_yourself(page, 2)
 widgets.step_footer(page)

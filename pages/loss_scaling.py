@@ -5,8 +5,8 @@ import streamlit as st
 
 from lensa.formats import FORMATS, classify
 from lensa.gradients import gradient_sample
-from lensa.scaling import SpikeModel, dynamic_run, static_shift_shares
-from lensa.ui import figures, i18n, live_view, widgets
+from lensa.scaling import SpikeModel, dynamic_run, per_tensor_scale, static_shift_shares
+from lensa.ui import compare, figures, i18n, live_view, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
 
@@ -51,6 +51,7 @@ def run_figure(lang: str, real: tuple[float, ...] | None):
 page = setup("loss_scaling")
 widgets.step_header(page)
 k = int(widgets.slider(page, "scale", page.t("scale"), lambda v: power_of_two(int(v)), help=page.t("scale_help")))
+fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("common.fp8_help"))
 widgets.after_controls(page)
 
 scaled = np.ldexp(gradient_sample(TYPICAL), k)
@@ -137,6 +138,22 @@ paragraph += " " + page.t(
     skipped=page.num(sum(skipped)),
 )
 widgets.explain(page, paragraph, page.t("try"))
+if fp8:
+    sample = gradient_sample(TYPICAL)
+    scales = {key: per_tensor_scale(sample, key) for key in compare.FP8_KEYS}
+    st.subheader(page.t("fp8_title"))
+    st.markdown(
+        page.t(
+            "fp8_explain",
+            amax=page.sci(float(sample.max())),
+            e4m3_scale=power_of_two(int(np.log2(scales["fp8_e4m3"]))),
+            e5m2_scale=power_of_two(int(np.log2(scales["fp8_e5m2"]))),
+        )
+    )
+    rows = compare.format_rows(page, sample, ("fp16",), {"fp16": 2.0**k})
+    rows += compare.format_rows(page, sample, compare.FP8_KEYS)
+    rows += compare.format_rows(page, sample, compare.FP8_KEYS, scales)
+    st.dataframe(rows, hide_index=True)
 widgets.notes(
     page,
     page.t(
@@ -147,4 +164,5 @@ widgets.notes(
     ),
     [page.t("refs.micikevicius2017"), page.t("refs.torch_amp")],
 )
+widgets.check_yourself(page, 2)
 widgets.step_footer(page)

@@ -82,4 +82,5 @@ if is_update_lost(w, update, "fp32"):
     paragraph += page.t("explain_both_lost", **values)
 widgets.explain(page, paragraph, page.t("try"))
 widgets.notes(page, page.t("notes"), [page.t("refs.micikevicius2017"), page.t("refs.ieee754")])
+widgets.check_yourself(page, 2)
 widgets.step_footer(page)

@@ -76,4 +76,5 @@ else:
     paragraph += " " + page.t("fit_all", **values)
 widgets.explain(page, paragraph, page.t("try"))
 widgets.notes(page, page.t("notes"), [page.t("refs.zero"), page.t("refs.korthikanti"), page.t("refs.flash")])
+widgets.check_yourself(page, 2)
 widgets.step_footer(page)

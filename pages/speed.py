@@ -115,4 +115,5 @@ with st.expander(page.t("measure_title"), icon=":material/speed:", expanded=MEAS
             )
         st.caption(page.t("lab.noisy"))
 widgets.notes(page, page.t("notes"), [page.t("refs.kaplan"), page.t("refs.a100"), page.t("refs.fp8")])
+widgets.check_yourself(page, 2)
 widgets.step_footer(page)

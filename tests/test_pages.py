@@ -251,3 +251,42 @@ sys.exit(1 if heavy else 0)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("key", ["fp16_range", "loss_scaling", "bf16"])
+def test_fp8_is_off_by_default_and_on_by_link(key):
+    at = open_page(key, lang="en")
+    assert not at.dataframe and at.toggle(key=f"w.{key}.fp8").value is False
+    at = open_page(key, lang="en", fp8="on")
+    assert not at.exception and at.toggle(key=f"w.{key}.fp8").value is True
+    formats = list(at.dataframe[0].value["Format"])
+    assert "FP8 E4M3" in formats and "FP8 E5M2" in formats
+    assert metrics(at) == metrics(open_page(key, lang="en"))  # the lesson's cards are unchanged
+
+
+def test_fp8_toggle_writes_the_url():
+    at = open_page("bf16", lang="en")
+    at.toggle(key="w.bf16.fp8").set_value(True).run()
+    assert at.query_params["fp8"] in ("on", ["on"])
+    assert len(at.get("plotly_chart")) == 2 and at.dataframe
+
+
+def test_step3_fp8_scales_per_tensor():
+    table = open_page("loss_scaling", lang="en", fp8="on").dataframe[0].value
+    rows = dict(zip(table["Format"], table["Rounded to 0"], strict=True))
+    assert rows["FP8 E4M3"] == "100%" and rows["FP8 E4M3 × 2^18"] == "0.75%"
+    assert rows["FP8 E5M2 × 2^25"] == "0%"
+
+
+@pytest.mark.parametrize("key", [s.key for s in STEPS])
+def test_check_yourself_reveals_the_answer(key):
+    at = open_page(key, lang="id")
+    radios = [r for r in at.radio if r.key and r.key.startswith(f"quiz.{key}.")]
+    assert len(radios) == 2 and all(r.value is None for r in radios)
+    right = i18n.text("id", f"quiz.{key}_q1_right")
+    wrong = next(letter for letter in "abc" if letter != right)
+    radios[0].set_value(wrong).run()
+    assert any(w.value.startswith("**Belum tepat.**") for w in at.warning)
+    at.radio(key=f"quiz.{key}.1").set_value(right).run()
+    assert any(s.value.startswith("**Benar.**") for s in at.success)
+    assert any(i18n.text("id", f"quiz.{key}_q1_why") in s.value for s in at.success)

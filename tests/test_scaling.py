@@ -131,3 +131,23 @@ def test_dynamic_run_follows_the_rule_on_its_own_overflow_pattern():
 def test_bf16_needs_no_scaling_for_the_same_run():
     run = dynamic_run(SpikeModel(), fmt="bf16")
     assert not any(s.found_inf for s in run)
+
+
+def test_per_tensor_scale_brings_amax_just_under_the_top():
+    from lensa.scaling import per_tensor_scale
+
+    g = gradient_sample(1e-6)
+    for fmt in ("fp8_e4m3", "fp8_e5m2", "fp16"):
+        s = per_tensor_scale(g, fmt)
+        top = F.FORMATS[fmt].max
+        assert np.log2(s).is_integer()
+        assert g.max() * s <= top < g.max() * s * 2  # one more doubling would pass the top
+        assert F.category_shares(g * s, fmt)["overflow"] == 0
+    assert per_tensor_scale(g, "fp8_e4m3") == 2.0**18 and per_tensor_scale(g, "fp8_e5m2") == 2.0**25
+    assert per_tensor_scale(g, "fp8_e4m3", margin=2) == 2.0**16
+    assert per_tensor_scale([0.0, -0.0], "fp8_e4m3") == 1.0
+    with pytest.raises(ValueError):
+        per_tensor_scale([1.0, np.inf], "fp8_e4m3")
+    # scaled into range, E4M3 keeps what it would lose unscaled
+    scaled = F.category_shares(g * per_tensor_scale(g, "fp8_e4m3"), "fp8_e4m3")["zero"]
+    assert scaled < 0.02 < F.category_shares(g, "fp8_e4m3")["zero"]

@@ -43,6 +43,10 @@ FORMAT_COLOURS = {
     "fp32": "#0072B2",  # blue
     "bf16": "#56B4E9",  # sky blue
     "fp16": "#E69F00",  # orange
+    # Tol's olive and rose: distinct from the seven above for the common colour blindnesses,
+    # and mid tones that read on light and dark backgrounds.
+    "fp8_e4m3": "#999933",  # olive
+    "fp8_e5m2": "#CC6677",  # rose
 }
 ARM_DASHES = {"fp32": "solid", "fp16": "dash", "bf16": "dot"}
 NEUTRAL = "rgba(128,128,128,0.85)"
@@ -653,7 +657,7 @@ def format_ranges(
         }
     )
     layout = _layout(
-        280,
+        130 + 50 * len(ranges),
         lang,
         barmode="overlay",
         yaxis={

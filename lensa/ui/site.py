@@ -21,6 +21,8 @@ class PageInfo:
 
 
 TOKENS_STOPS = power_of_two_stops(512, 32768)
+# Steps 2, 3 and 5 can also show FP8; off by default, so the lesson reads as the seed's.
+FP8_SWITCH = ChoiceControl("fp8", ("off", "on"), "off")
 
 PAGES: tuple[PageInfo, ...] = (
     PageInfo("overview", "app.py", None),
@@ -33,12 +35,17 @@ PAGES: tuple[PageInfo, ...] = (
             NumberControl("tokens", TOKENS_STOPS, 2048, log=True, integer=True),
         ),
     ),
-    PageInfo("fp16_range", "pages/fp16_range.py", 2, (NumberControl("grad", log_stops(-9, -1), 1e-6, log=True),)),
+    PageInfo(
+        "fp16_range",
+        "pages/fp16_range.py",
+        2,
+        (NumberControl("grad", log_stops(-9, -1), 1e-6, log=True), FP8_SWITCH),
+    ),
     PageInfo(
         "loss_scaling",
         "pages/loss_scaling.py",
         3,
-        (NumberControl("scale", tuple(range(25)), 0, integer=True),),
+        (NumberControl("scale", tuple(range(25)), 0, integer=True), FP8_SWITCH),
     ),
     PageInfo(
         "master_weights",
@@ -49,7 +56,7 @@ PAGES: tuple[PageInfo, ...] = (
             NumberControl("w", (0.01, 0.1, 0.5, 1.0, 2.0, 10.0, 100.0, 1000.0), 1.0, log=True),
         ),
     ),
-    PageInfo("bf16", "pages/bf16.py", 5, (NumberControl("grad", log_stops(-12, -2), 1e-8, log=True),)),
+    PageInfo("bf16", "pages/bf16.py", 5, (NumberControl("grad", log_stops(-12, -2), 1e-8, log=True), FP8_SWITCH)),
     PageInfo("speed", "pages/speed.py", 6, (NumberControl("tokens", TOKENS_STOPS, 4096, log=True, integer=True),)),
     PageInfo(
         "lab",

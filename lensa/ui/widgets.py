@@ -43,7 +43,14 @@ def _is_position(control: Control, value: object) -> bool:
     return value in control.options
 
 
-def _value_from_url(page: Page, control: Control, label: str, show: Callable[[object], str]) -> object:
+def _value_from_url(
+    page: Page,
+    control: Control,
+    label: str,
+    show: Callable[[object], str],
+    to_widget: Callable[[object], object] = lambda v: v,
+    from_widget: Callable[[object], object] = lambda v: v,
+) -> object:
     """The control's value for this run.
 
     On a rerun of the same page with the URL as we left it, the widget's own
@@ -58,7 +65,7 @@ def _value_from_url(page: Page, control: Control, label: str, show: Callable[[ob
     key = widget_key(page, control.name)
     values = _values()
     url_moved = seen.get(slot, _MISSING) != raw
-    state = st.session_state.get(key)
+    state = from_widget(st.session_state.get(key))
     if not page.switched and not url_moved and _is_position(control, state):
         values[slot] = state
         return state
@@ -80,7 +87,7 @@ def _value_from_url(page: Page, control: Control, label: str, show: Callable[[ob
             )
     values[slot] = value
     seen[slot] = raw
-    st.session_state[key] = value
+    st.session_state[key] = to_widget(value)
     return value
 
 
@@ -136,6 +143,48 @@ def choice(
     )
     _value_to_url(page, control, value)
     return value
+
+
+def toggle(page: Page, name: str, label: str, help: str | None = None) -> bool:
+    """A URL-bound on/off switch for a control with the options ("off", "on")."""
+    control = page.info.control(name)
+    assert isinstance(control, ChoiceControl) and control.options == ("off", "on")
+    _value_from_url(
+        page,
+        control,
+        label,
+        lambda v: page.t(f"common.{v}"),
+        to_widget=lambda v: v == "on",
+        from_widget=lambda b: ("on" if b else "off") if isinstance(b, bool) else None,
+    )
+    on = st.toggle(label, key=widget_key(page, name), help=help)
+    _value_to_url(page, control, "on" if on else "off")
+    return on
+
+
+def check_yourself(page: Page, count: int) -> None:
+    """Predict-then-reveal questions: pick an answer, then see whether it holds and why.
+
+    Catalogue keys per question n: ``quiz.<page>_q<n>`` (the question),
+    ``..._a``, ``..._b``, ``..._c`` (answers), ``..._right`` (the letter of
+    the right one) and ``..._why`` (the explanation).
+    """
+    st.subheader(page.t("common.check_title"))
+    for n in range(1, count + 1):
+        base = f"quiz.{page.info.key}_q{n}"
+        letters = ("a", "b", "c")
+        picked = st.radio(
+            page.t(base),
+            letters,
+            index=None,
+            format_func=lambda letter, base=base: page.t(f"{base}_{letter}"),
+            key=f"quiz.{page.info.key}.{n}",
+        )
+        if picked is None:
+            continue
+        right = page.t(f"{base}_right")
+        verdict = page.t("common.check_right" if picked == right else "common.check_wrong")
+        (st.success if picked == right else st.warning)(f"**{verdict}** {page.t(base + '_why')}")
 
 
 def after_controls(page: Page) -> None:
