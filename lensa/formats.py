@@ -173,12 +173,13 @@ def _quantize_direct(x: NDArray[np.float64], f: FloatFormat) -> NDArray[np.float
 def _quantize_tf32_bits(x32: NDArray[np.float32]) -> NDArray[np.float64]:
     # Round float32 bits to 10 fraction bits, ties to even; a carry into the
     # exponent is exactly the next binade (or inf past the top), as it should be.
+    shape = np.shape(x32)  # ascontiguousarray turns a 0-d array into 1-d; give the caller's shape back
     bits = np.ascontiguousarray(x32).view(np.uint32)
     keep_odd = (bits >> np.uint32(13)) & np.uint32(1)
     rounded = (bits + np.uint32(0x0FFF) + keep_odd) & np.uint32(0xFFFFE000)
     special = (bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
     out = np.where(special, bits, rounded).view(np.float32)
-    return out.astype(np.float64)
+    return out.astype(np.float64).reshape(shape)
 
 
 def quantize(x: ArrayLike, fmt: str | FloatFormat) -> NDArray[np.float64]:

@@ -41,12 +41,12 @@ def main() -> int:
                     wait_for_app(page)
                     target = args.out / f"{key}-{lang}-{width}.png"
                     full_page_screenshot(page, target)
-                    print(target.relative_to(ROOT))
+                    print(target)
             context.close()
     phones = [args.out / "fp16_range-en-390.png", args.out / "memory-id-390.png"]
     if all(p.exists() for p in phones):
         side_by_side(phones, args.out / "readme-phones.png", height=1100)
-        print((args.out / "readme-phones.png").relative_to(ROOT))
+        print(args.out / "readme-phones.png")
     return 0
 
 

@@ -194,6 +194,13 @@ def test_float64_inputs_are_rounded_once():
     assert F.quantize([448 + 16 + 2**-30], "fp8_e4m3").tolist() == [448.0]  # saturates
 
 
+def test_scalar_inputs_give_scalars_in_every_format():
+    for name in F.FORMATS:
+        for x in (np.float32(0.1), 0.1, np.float16(0.1)):
+            q = F.quantize(x, name)
+            assert q.shape == () and float(q) == float(F.quantize([x], name)[0])
+
+
 def test_tf32_bit_path_matches_direct_rounding():
     x = hard_float32_inputs(200_000)
     with np.errstate(invalid="ignore"):  # signalling NaNs among the random bits

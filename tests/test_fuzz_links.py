@@ -13,8 +13,9 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lensa.inspect import try_parse
 from lensa.ui import i18n
-from lensa.ui.controls import ChoiceControl
+from lensa.ui.controls import ChoiceControl, TextControl
 from lensa.ui.site import PAGES, PAGES_BY_KEY
 from tests.pagetools import notices, open_page
 
@@ -80,6 +81,11 @@ def _widget_value(at, key: str, name: str):
 
 def _check_control(at, key: str, control, raw: str, shown_notice: bool) -> None:
     value = _widget_value(at, key, control.name)
+    if isinstance(control, TextControl):
+        usable = len(raw.strip()) <= 100 and try_parse(raw.strip()) is not None
+        assert shown_notice == (not usable)
+        assert value == (raw.strip() if usable else control.default)
+        return
     if isinstance(control, ChoiceControl):
         assert value in control.options
         usable = raw.strip().lower() in control.options
@@ -121,7 +127,8 @@ def _fuzz_page(key: str):
                 assert _widget_value(at, key, control.name) == control.default
                 continue
             raw = _last(params[control.name])
-            label = i18n.text("en", f"{key}.{control.name}")  # every control's label sits under its own name
+            label_key = "input" if key == "formats" else control.name  # labels sit under the control's name
+            label = i18n.text("en", f"{key}.{label_key}")
             _check_control(at, key, control, raw, shown_notice=any(f"**{label}**" in t for t in texts))
         assert len(texts) <= len(params)
 
@@ -135,6 +142,7 @@ test_master_weights_links = _fuzz_page("master_weights")
 test_bf16_links = _fuzz_page("bf16")
 test_speed_links = _fuzz_page("speed")
 test_lab_links = _fuzz_page("lab")
+test_formats_links = _fuzz_page("formats")
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)

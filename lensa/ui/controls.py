@@ -122,7 +122,26 @@ class ChoiceControl:
         return value
 
 
-Control = NumberControl | ChoiceControl
+@dataclass(frozen=True)
+class TextControl:
+    """Free text that must pass ``accepts`` (the inspector's number); junk falls back to the default."""
+
+    name: str
+    default: str
+    accepts: Callable[[str], bool]
+    max_chars: int = 100
+
+    def read(self, raw: str) -> Reading:
+        text = raw.strip() if isinstance(raw, str) else ""
+        if len(text) > self.max_chars or not self.accepts(text):
+            return Reading(self.default, "not_a_number")
+        return Reading(text)
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+Control = NumberControl | ChoiceControl | TextControl
 
 
 def log_stops(lo_exp: int, hi_exp: int, mantissas: Sequence[float] = (1, 1.5, 2, 3, 5, 7)) -> tuple[float, ...]:

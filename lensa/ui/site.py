@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lensa.ui.controls import ChoiceControl, Control, NumberControl, log_stops, power_of_two_stops
+from lensa.inspect import try_parse
+from lensa.ui.controls import ChoiceControl, Control, NumberControl, TextControl, log_stops, power_of_two_stops
 
 STEP_COUNT = 6
 
@@ -58,6 +59,7 @@ PAGES: tuple[PageInfo, ...] = (
     ),
     PageInfo("bf16", "pages/bf16.py", 5, (NumberControl("grad", log_stops(-12, -2), 1e-8, log=True), FP8_SWITCH)),
     PageInfo("speed", "pages/speed.py", 6, (NumberControl("tokens", TOKENS_STOPS, 4096, log=True, integer=True),)),
+    PageInfo("formats", "pages/formats.py", None, (TextControl("x", "0.1", lambda t: try_parse(t) is not None),)),
     PageInfo(
         "lab",
         "pages/lab.py",

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import streamlit as st
 
-from lensa.ui.controls import ChoiceControl, Control, NumberControl
+from lensa.ui.controls import ChoiceControl, Control, NumberControl, TextControl
 from lensa.ui.frame import Page, draw_navigation, link_params, page_label, remembered, safe_echo, seen_urls, step_of
 from lensa.ui.site import STEP_COUNT
 
@@ -40,6 +40,8 @@ def _values() -> dict:
 def _is_position(control: Control, value: object) -> bool:
     if isinstance(control, NumberControl):
         return value in control.stops
+    if isinstance(control, TextControl):
+        return isinstance(value, str)
     return value in control.options
 
 
@@ -142,6 +144,17 @@ def choice(
         help=help,
     )
     _value_to_url(page, control, value)
+    return value
+
+
+def text(page: Page, name: str, label: str, help: str | None = None, placeholder: str | None = None) -> str:
+    """A URL-bound text box; the URL follows it only while it holds text the control accepts."""
+    control = page.info.control(name)
+    assert isinstance(control, TextControl)
+    _value_from_url(page, control, label, str)
+    value = st.text_input(label, key=widget_key(page, name), help=help, placeholder=placeholder, max_chars=100)
+    if control.read(value).problem is None:
+        _value_to_url(page, control, value.strip())
     return value
 
 

@@ -1,0 +1,105 @@
+"""Format inspector: one number, as FP32, TF32, BF16, FP16, FP8 E4M3 and FP8 E5M2 store it, bit by bit."""
+
+import streamlit as st
+
+from lensa import inspect
+from lensa.formats import FORMATS, from_bits
+from lensa.ui import widgets
+from lensa.ui.frame import safe_echo, setup
+
+FIELDS = (("sign", "violet"), ("exponent", "blue"), ("significand", "orange"))
+
+page = setup("formats")
+st.title(page.t("title"))
+st.markdown(f"#### {page.t('headline')}")
+st.markdown(page.t("intro"))
+text = widgets.text(page, "x", page.t("input"), help=page.t("input_help"), placeholder="0.1")
+widgets.after_controls(page)
+
+
+def flip(fmt: str, field: str, code: int, widget: str) -> None:
+    """Pill callback: the field's new bits make a new code; its value goes back into the text box."""
+    f = FORMATS[fmt]
+    width = {"sign": 1, "exponent": f.exponent_bits, "significand": f.significand_bits}[field]
+    shift = {"sign": f.exponent_bits + f.significand_bits, "exponent": f.significand_bits, "significand": 0}[field]
+    chosen = st.session_state.get(widget) or []
+    field_bits = sum(1 << (width - 1 - i) for i in chosen)
+    new_code = (code & ~(((1 << width) - 1) << shift)) | (field_bits << shift)
+    value = float(from_bits(new_code, fmt))
+    st.session_state[widgets.widget_key(page, "x")] = inspect.canonical_text(value)
+
+
+parsed = inspect.try_parse(text)
+if parsed is None:
+    st.error(page.t("parse_error", raw=safe_echo(text, 40)), icon=":material/error:")
+    st.stop()
+
+reports = inspect.inspect_all(parsed)
+if parsed.out_of_range:
+    st.info(page.t(f"out_of_range_{parsed.out_of_range}"), icon=":material/info:")
+st.caption(page.t("typed", value=safe_echo(parsed.text, 60)))
+
+
+def category(report: inspect.FormatReport) -> str:
+    return page.t(f"category.{report.category}") if report.category != "nan" else "NaN"
+
+
+def decimal(text: str) -> str:
+    """An exact decimal from lensa.inspect, with the language's decimal mark."""
+    return text.replace(".", ",") if page.lang == "id" else text
+
+
+def neighbour(x: float | None) -> str:
+    return "—" if x is None else decimal(inspect.exact_decimal(x))
+
+
+st.dataframe(
+    [
+        {
+            page.t("col_format"): r.label,
+            page.t("col_stored"): decimal(r.stored_exact),
+            page.t("col_category"): category(r),
+            page.t("col_error"): "—" if r.relative_error != r.relative_error else page.sci(r.relative_error, 3),
+            page.t("col_exponent"): "—" if r.exponent is None else page.num(r.exponent),
+            page.t("col_bits"): r.bit_string,
+        }
+        for r in reports
+    ],
+    hide_index=True,
+    width="stretch",
+)
+st.caption(page.t("legend"))
+st.markdown(page.t("flip_hint"))
+
+for r in reports:
+    with st.container(border=True):
+        st.markdown(f"**{r.label}** · {r.fmt.bits} bit · {category(r)}")
+        st.markdown(
+            f"`{decimal(r.stored_exact)}`  \n"
+            f":violet[{r.sign_str}] :blue[{r.exponent_str}] :orange[{r.significand_str}] · {r.code_hex}"
+        )
+        top = r.fmt.bits - 1  # bit numbers count down from the sign bit, as in the code
+        first = {"sign": top, "exponent": top - 1, "significand": r.fmt.significand_bits - 1}
+        for field, _ in FIELDS:  # one row per field: rows wrap on a narrow screen, columns would clip
+            bits = {"sign": r.sign_str, "exponent": r.exponent_str, "significand": r.significand_str}[field]
+            key = f"bits.{r.name}.{field}.{r.code}"
+            st.pills(
+                page.t(f"field_{field}"),
+                list(range(len(bits))),
+                selection_mode="multi",
+                default=[i for i, b in enumerate(bits) if b == "1"],
+                format_func=lambda i, start=first[field]: str(start - i),  # unique labels: the bit's number
+                key=key,
+                on_change=flip,
+                args=(r.name, field, r.code, key),
+            )
+        details = page.t(
+            "details",
+            below=neighbour(r.below),
+            above=neighbour(r.above),
+            gap_below="—" if r.gap_below is None else page.sci(r.gap_below, 3),
+            gap_above="—" if r.gap_above is None else page.sci(r.gap_above, 3),
+        )
+        st.caption(details)
+
+widgets.notes(page, page.t("notes"), [page.t("refs.ieee754"), page.t("refs.fp8"), page.t("refs.kalamkar")])
