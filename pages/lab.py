@@ -168,6 +168,9 @@ with results_area:
                 )
             )
             st.caption(page.t("noisy"))
+            st.markdown(f"**{page.t('memory_title')}**")
+            st.dataframe(live_view.memory_table(page, comparison), hide_index=True, width="stretch")
+            st.caption(page.t("memory_caption"))
             widgets.chart(
                 figures.loss_curves(
                     [(a, page.t(f"lab.arm_{a}"), r.losses) for a, r in arms.items()],

@@ -1,53 +1,83 @@
 """Step 1 · Memory per parameter: 16 bytes for every weight with Adam."""
 
-from lensa.memory import SEVEN_B, training_memory
+import streamlit as st
+
+from lensa.memory import training_memory, zero_divisor
+from lensa.models import PRESETS, shape_for_params
 from lensa.ui import figures, widgets
 from lensa.ui.frame import setup
+from lensa.ui.i18n import compact
 
-GPU_GB = 80
-DTYPE_COLOURS = {"fp16": figures.FORMAT_COLOURS["fp16"], "fp32": figures.FORMAT_COLOURS["fp32"]}
+DTYPE_COLOURS = {
+    "fp16": figures.FORMAT_COLOURS["fp16"],
+    "fp32": figures.FORMAT_COLOURS["fp32"],
+    "int8": figures.NEUTRAL,
+}
+SETUP_CONTROLS = ("model", "params", "optimizer", "zero", "gpus", "checkpointing", "attention", "gpu_gb")
 
 page = setup("memory")
 widgets.step_header(page)
 
 precision = widgets.choice(page, "precision", page.t("precision"), lambda v: page.t(f"precision_{v}"))
 tokens = widgets.slider(page, "tokens", page.t("tokens"), page.num, help=page.t("tokens_help"))
+customised = any(k in st.query_params for k in SETUP_CONTROLS)
+with st.expander(page.t("setup_title"), icon=":material/tune:", expanded=customised):
+    model_key = widgets.select(page, "model", page.t("model"), lambda k: page.t(f"model_{k.replace('-', '_')}"))
+    if model_key == "custom":
+        params = widgets.slider(page, "params", page.t("params"), lambda v: compact(v, page.lang))
+        model = shape_for_params(params)
+    else:
+        model = PRESETS[model_key].shape()
+    optimizer = widgets.choice(page, "optimizer", page.t("optimizer"), lambda v: page.t(f"optimizer_{v}"))
+    left, right = st.columns(2)
+    with left:
+        zero = int(widgets.slider(page, "zero", page.t("zero"), page.num, help=page.t("zero_help")))
+        checkpointing = widgets.choice(page, "checkpointing", page.t("checkpointing"), lambda v: page.t(f"ckpt_{v}"))
+    with right:
+        gpus = int(widgets.slider(page, "gpus", page.t("gpus"), page.num))
+        attention = widgets.choice(page, "attention", page.t("attention"), lambda v: page.t(f"attention_{v}"))
+    gpu_gb = int(widgets.slider(page, "gpu_gb", page.t("gpu_gb"), lambda v: f"{page.num(v)} GB"))
 widgets.after_controls(page)
 
-memory = training_memory(SEVEN_B, tokens, precision)
-other = training_memory(SEVEN_B, tokens, "fp32" if precision == "mixed" else "mixed")
+flash = attention == "flash"
+memory = training_memory(model, tokens, precision, optimizer, zero, gpus, checkpointing, flash)
+other = training_memory(
+    model, tokens, "fp32" if precision == "mixed" else "mixed", optimizer, 0, 1, checkpointing, flash
+)
 act_dtype = "fp16" if precision == "mixed" else "fp32"
 
-parts = [
-    figures.BarPart(
-        label=page.t(
-            "component",
-            name=f"{page.t('part_' + c.key)} {c.dtype.upper()}",
-            bpp=page.num(c.bytes_per_param),
-            gb=page.gb(b),
-        ),
-        gb=b / 1e9,
-        colour=DTYPE_COLOURS[c.dtype],
-    )
-    for c, b in memory.states
-]
+
+def part_label(component, n_bytes: float) -> str:
+    divisor = zero_divisor(component.group, zero, gpus)
+    bpp = page.num(component.bytes_per_param) + ("" if divisor == 1 else f" ÷ {page.num(divisor)}")
+    part = page.t(f"part_{component.key}")
+    name = f"{part} {component.dtype.upper()}"
+    return page.t("component", name=name, bpp=bpp, gb=page.gb(n_bytes))
+
+
+parts = [figures.BarPart(part_label(c, b), b / 1e9, DTYPE_COLOURS[c.dtype]) for c, b in memory.states]
 parts.append(
     figures.BarPart(
-        label=page.t("activations_part", tokens=page.num(tokens), gb=page.gb(memory.activations)),
-        gb=memory.activations / 1e9,
-        colour=DTYPE_COLOURS[act_dtype],
+        page.t("activations_part", tokens=page.num(tokens), gb=page.gb(memory.activations)),
+        memory.activations / 1e9,
+        DTYPE_COLOURS[act_dtype],
         pattern=figures.ACTIVATION_PATTERN,
     )
 )
+per_gpu_states = memory.model_states
+undivided = sum(c.bytes_per_param for c, _ in memory.states if zero_divisor(c.group, zero, gpus) == 1)
+divided = memory.bytes_per_param - undivided
+params_text = compact(model.params, page.lang)
+if divided == 0:
+    formula = f"{params_text} × {page.num(undivided)} B"
+elif undivided == 0:
+    formula = f"{params_text} × {page.num(divided)} B ÷ {page.num(gpus)}"
+else:
+    formula = f"{params_text} × ({page.num(undivided)} + {page.num(divided)} ÷ {page.num(gpus)}) B"
 widgets.chart(
-    figures.stacked_memory(parts, GPU_GB, page.t("gpu_line"), page.t("axis"), page.lang),
-    page.t("figure_title"),
-    page.t(
-        "caption",
-        params=page.t("common.billions", n=page.sig(SEVEN_B.params / 1e9, 3)),
-        bpp=page.num(memory.bytes_per_param),
-        states=page.gb(memory.model_states),
-    ),
+    figures.stacked_memory(parts, gpu_gb, page.t("gpu_line", gb=page.num(gpu_gb)), page.t("axis"), page.lang),
+    page.t("figure_title", model=page.t(f"model_{model_key.replace('-', '_')}")),
+    page.t("caption", formula=formula, states=page.gb(per_gpu_states)),
 )
 
 widgets.metric_row(
@@ -59,22 +89,67 @@ widgets.metric_row(
     ]
 )
 
+parts_text = " + ".join(
+    page.t("part_bytes", b=page.num(c.bytes_per_param), name=page.t(f"part_{c.key}"), dtype=c.dtype.upper())
+    for c, _ in memory.states
+)
 values = {
     "bpp": page.num(memory.bytes_per_param),
+    "parts": parts_text,
     "act": page.gb(memory.activations),
     "act_other": page.gb(other.activations),
     "tokens": page.num(tokens),
     "states": page.gb(memory.model_states),
     "total": page.gb(memory.total),
+    "gpu": page.t("gpu_line", gb=page.num(gpu_gb)),
+    "formula": formula,
+    "stage": page.num(zero),
+    "gpus": page.num(gpus),
 }
 paragraph = page.t(f"explain_{precision}", **values)
-if memory.model_states > GPU_GB * 1e9:
+if precision == "mixed" or optimizer != "adam":
+    paragraph += " " + page.t(f"opt_note_{optimizer}")
+paragraph += " " + page.t(f"act_{precision}", **values)
+if zero > 0 and gpus > 1:
+    paragraph += " " + page.t(f"explain_zero{zero}", **values)
+if checkpointing != "none":
+    paragraph += " " + page.t(f"explain_ckpt_{checkpointing}", **values)
+elif not flash:
+    paragraph += " " + page.t("explain_scores", **values)
+if memory.model_states > gpu_gb * 1e9:
     paragraph += " " + page.t("fit_states_over", **values)
-elif memory.total > GPU_GB * 1e9:
+elif memory.total > gpu_gb * 1e9:
     paragraph += " " + page.t("fit_total_over", **values)
 else:
     paragraph += " " + page.t("fit_all", **values)
 widgets.explain(page, paragraph, page.t("try"))
+
+with st.expander(page.t("others_title"), icon=":material/calculate:"):
+    others_gpus = gpus if gpus > 1 else 8
+    preset = PRESETS.get(model_key)
+    if preset is not None:
+        comparison = preset.how_others_count(others_gpus)
+    else:
+        from lensa.memory import how_others_count
+
+        comparison = how_others_count(model, others_gpus)
+    st.markdown(
+        page.t("others_intro", model=page.t(f"model_{model_key.replace('-', '_')}"), gpus=page.num(others_gpus))
+    )
+    st.dataframe(
+        [
+            {
+                page.t("others_col_tool"): page.t(f"others_{row.key}"),
+                page.t("others_col_gb"): page.gb(row.bytes),
+                page.t("others_col_gib"): f"{page.num(row.gib, 2)} GiB",
+            }
+            for row in comparison.rows
+        ],
+        hide_index=True,
+        width="stretch",
+    )
+    st.markdown(page.t("others_notes"))
+
 widgets.notes(page, page.t("notes"), [page.t("refs.zero"), page.t("refs.korthikanti"), page.t("refs.flash")])
 widgets.check_yourself(page, 2)
 widgets.step_footer(page)

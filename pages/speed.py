@@ -3,53 +3,70 @@
 import streamlit as st
 
 from lensa.memory import SEVEN_B, training_memory
-from lensa.speed import DEFAULT_GPU, DEFAULT_MFU, GPUS, step_time_s
+from lensa.speed import GPUS, days_to_train, mixed_precision_mode, step_time_s, tokens_per_second
 from lensa.ui import figures, live_view, widgets
 from lensa.ui.frame import setup
+from lensa.ui.i18n import compact
 
-GPU_GB = 80
 MEASURED = "speed.measured"
-MODES = (  # (peak key, label key, colour, pattern, memory precision)
-    ("fp32", "bar_fp32", figures.FORMAT_COLOURS["fp32"], "", "fp32"),
-    ("tf32", "bar_tf32", figures.FORMAT_COLOURS["fp32"], figures.TENSOR_CORE_PATTERN, "fp32"),
-    ("bf16", "bar_bf16", figures.FORMAT_COLOURS["bf16"], "", "mixed"),
-)
+MODE_STYLE = {  # peak key: (colour, pattern, precision of the memory it needs)
+    "fp32": (figures.FORMAT_COLOURS["fp32"], "", "fp32"),
+    "tf32": (figures.FORMAT_COLOURS["fp32"], figures.TENSOR_CORE_PATTERN, "fp32"),
+    "bf16": (figures.FORMAT_COLOURS["bf16"], "", "mixed"),
+    "fp16": (figures.FORMAT_COLOURS["fp16"], "", "mixed"),
+    "fp8": (figures.FORMAT_COLOURS["fp8_e4m3"], "", "mixed"),
+}
 
 page = setup("speed")
 widgets.step_header(page)
 tokens = int(widgets.slider(page, "tokens", page.t("tokens"), page.num, help=page.t("tokens_help")))
+customised = any(k in st.query_params for k in ("gpu", "mfu", "budget", "cluster"))
+with st.expander(page.t("hardware_title"), icon=":material/memory:", expanded=customised):
+    gpu_key = widgets.select(page, "gpu", page.t("gpu"), lambda k: GPUS[k].name)
+    left, right = st.columns(2)
+    with left:
+        mfu = widgets.slider(page, "mfu", page.t("mfu"), page.pct, help=page.t("mfu_help"))
+        budget = widgets.slider(page, "budget", page.t("budget"), lambda v: compact(v, page.lang))
+    with right:
+        cluster = int(widgets.slider(page, "cluster", page.t("cluster"), page.num))
 widgets.after_controls(page)
 
-gpu = GPUS[DEFAULT_GPU]
-names = [page.t(label) for _, label, _, _, _ in MODES]
-times = [step_time_s(SEVEN_B.params, tokens, gpu.peak(mode), DEFAULT_MFU) for mode, *_ in MODES]
-memories = [training_memory(SEVEN_B, tokens, precision) for *_, precision in MODES]
+gpu = GPUS[gpu_key]
+mixed = mixed_precision_mode(gpu)  # BF16 where the chip has it, FP16 on the V100 and T4
+modes = [m for m in ("fp32", "tf32", mixed, "fp8") if gpu.peak(m) is not None]
+names = [page.t(f"bar_{m}") for m in modes]
+colours = [MODE_STYLE[m][0] for m in modes]
+patterns = [MODE_STYLE[m][1] for m in modes]
+times = [step_time_s(SEVEN_B.params, tokens, gpu.peak(m), mfu) for m in modes]
+memory_modes = [m for m in modes if m != "fp8"]  # FP8 training memory is not modelled here
+memories = [training_memory(SEVEN_B, tokens, MODE_STYLE[m][2]) for m in memory_modes]
 
 widgets.chart(
     figures.labelled_bars(
         names,
         times,
-        [c for _, _, c, _, _ in MODES],
+        colours,
         [page.sec(t) for t in times],
         axis_title=page.t("axis_time"),
-        patterns=[p for _, _, _, p, _ in MODES],
+        patterns=patterns,
         hovers=[
-            page.t("hover_time", mode=n, time=page.sec(t), peak=page.sig(gpu.peak(m) / 1e12, 3))
-            for n, t, (m, *_) in zip(names, times, MODES, strict=True)
+            page.t("hover_time", mode=n, time=page.sec(t), peak=page.sig(gpu.peak(m) / 1e12, 4))
+            for n, t, m in zip(names, times, modes, strict=True)
         ],
+        height=150 + 45 * len(modes),
         lang=page.lang,
     ),
-    page.t("time_title"),
-    page.t("time_subtitle", mfu=page.pct(DEFAULT_MFU)),
+    page.t("time_title", gpu=gpu.name),
+    page.t("time_subtitle", mfu=page.pct(mfu)),
 )
 widgets.chart(
     figures.labelled_bars(
-        names,
+        names[: len(memory_modes)],
         [m.total / 1e9 for m in memories],
-        [c for _, _, c, _, _ in MODES],
+        colours[: len(memory_modes)],
         [page.gb(m.total) for m in memories],
         axis_title=page.t("axis_memory"),
-        patterns=[p for _, _, _, p, _ in MODES],
+        patterns=patterns[: len(memory_modes)],
         hovers=[
             page.t(
                 "hover_memory",
@@ -58,33 +75,63 @@ widgets.chart(
                 act=page.gb(m.activations),
                 total=page.gb(m.total),
             )
-            for n, m in zip(names, memories, strict=True)
+            for n, m in zip(names[: len(memory_modes)], memories, strict=True)
         ],
-        line=(GPU_GB, page.t("gpu_line")),
+        line=(gpu.memory_gb, page.t("gpu_line", gb=page.num(gpu.memory_gb))),
         x_max=max(200.0, max(m.total for m in memories) / 1e9 * 1.2),
+        height=110 + 45 * len(memory_modes),
         lang=page.lang,
     ),
     page.t("memory_title"),
 )
 
-fp32_time, bf16_time = times[0], times[2]
+fp32_time, mixed_time = times[0], times[modes.index(mixed)]
+mixed_memory = memories[memory_modes.index(mixed)]
+label = mixed.upper()
 widgets.metric_row(
     [
         (page.t("metric_fp32"), page.sec(fp32_time)),
-        (page.t("metric_bf16"), page.sec(bf16_time)),
-        (page.t("metric_speedup"), page.ratio(fp32_time / bf16_time)),
-        (page.t("metric_memory"), page.gb(memories[2].total)),
+        (page.t("metric_mixed", mode=label), page.sec(mixed_time)),
+        (page.t("metric_speedup"), page.ratio(fp32_time / mixed_time)),
+        (page.t("metric_memory", mode=label), page.gb(mixed_memory.total)),
+    ]
+)
+fastest = modes[-1]
+rate = tokens_per_second(gpu.peak(fastest), SEVEN_B.params, mfu)
+days = days_to_train(SEVEN_B.params, budget, gpu.peak(fastest), cluster, mfu)
+widgets.metric_row(
+    [
+        (page.t("metric_throughput", mode=fastest.upper()), page.t("per_second", n=page.num(rate))),
+        (
+            page.t("metric_days", budget=compact(budget, page.lang), gpus=page.num(cluster)),
+            page.t("days", n=page.sig(days, 3)),
+        ),
     ]
 )
 paragraph = page.t(
     "explain",
     tokens=page.num(tokens),
-    bf16=page.sec(bf16_time),
+    mode=label,
+    mixed=page.sec(mixed_time),
     fp32=page.sec(fp32_time),
-    speedup=page.ratio(fp32_time / bf16_time),
+    speedup=page.ratio(fp32_time / mixed_time),
     act32=page.gb(memories[0].activations),
-    act16=page.gb(memories[2].activations),
-) + page.t("fp8_line")
+    act16=page.gb(mixed_memory.activations),
+)
+if gpu.peak("fp8") is not None:
+    paragraph += " " + page.t(
+        "fp8_here", fp8=page.sec(times[modes.index("fp8")]), ratio=page.ratio(fp32_time / times[-1])
+    )
+else:
+    paragraph += page.t("fp8_line")
+paragraph += " " + page.t(
+    "explain_budget",
+    budget=compact(budget, page.lang),
+    gpus=page.num(cluster),
+    days=page.sig(days, 3),
+    mode=fastest.upper(),
+    gpu_days=page.num(days * cluster),
+)
 widgets.explain(page, paragraph, page.t("try"))
 
 with st.expander(page.t("measure_title"), icon=":material/speed:", expanded=MEASURED in st.session_state):
@@ -104,16 +151,18 @@ with st.expander(page.t("measure_title"), icon=":material/speed:", expanded=MEAS
         st.markdown(f"{page.t('live.this_machine')}: {live_view.device_line(page, info)}")
         st.dataframe(live_view.benchmark_table(page, rows, gpu), hide_index=True, width="stretch")
         measured = {r["mode"]: r["tflops"] for r in rows if r["tflops"]}
-        if "fp32" in measured and "bf16" in measured:
+        if "fp32" in measured and mixed in measured:
             st.markdown(
                 page.t(
                     "measure_ratio",
                     n=page.num(rows[0]["size"]),
-                    ratio=page.ratio(measured["bf16"] / measured["fp32"]),
-                    datasheet=page.ratio(gpu.peak("bf16") / gpu.peak("fp32")),
+                    mode=mixed.upper(),
+                    gpu=gpu.name,
+                    ratio=page.ratio(measured[mixed] / measured["fp32"]),
+                    datasheet=page.ratio(gpu.peak(mixed) / gpu.peak("fp32")),
                 )
             )
         st.caption(page.t("lab.noisy"))
-widgets.notes(page, page.t("notes"), [page.t("refs.kaplan"), page.t("refs.a100"), page.t("refs.fp8")])
+widgets.notes(page, page.t("notes"), [page.t("refs.kaplan"), f"{gpu.name}: {gpu.source}", page.t("refs.fp8")])
 widgets.check_yourself(page, 2)
 widgets.step_footer(page)

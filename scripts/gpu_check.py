@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lensa import live
+from lensa.memory import lab_mlp_memory
 from lensa.scaling import simulate
 
 SMALL = live.RunConfig(width=128, depth=2, batch_size=256, features=32, steps=30, warmup_steps=2, lr=1e-2)
@@ -127,6 +128,39 @@ def run(args: argparse.Namespace) -> int:
     for note in comp.notes:
         print(f"note: {note}")
     print(f"comparison wall time {time.perf_counter() - t0:.1f} s")
+    # Lensa's byte-by-byte prediction (lensa.memory.lab_mlp_memory) next to what the run measured.
+    resident = cfg.train_batches(comp.device) * cfg.batch_size + cfg.eval_size
+    memory_rows = []
+    for name, a in comp.arms.items():
+        predicted = lab_mlp_memory(cfg.width, cfg.depth, cfg.features, cfg.batch_size, name, resident)
+        measured = None if a.peak_memory_bytes is None else a.peak_memory_bytes / 1e6
+        memory_rows.append(
+            [
+                name,
+                predicted.saved_for_backward / 1e6,
+                a.saved_for_backward_bytes / 1e6,
+                predicted.peak / 1e6,
+                measured,
+                None if measured is None else f"{measured / (predicted.peak / 1e6):.3f}",
+            ]
+        )
+        checks.add(
+            f"{name}: predicted saved-for-backward equals the measurement",
+            predicted.saved_for_backward == a.saved_for_backward_bytes,
+        )
+    print(
+        table(
+            [
+                "arm",
+                "saved MB predicted",
+                "saved MB measured",
+                "peak MB predicted",
+                "peak MB measured",
+                "measured/pred",
+            ],
+            memory_rows,
+        )
+    )
 
     want = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
     for name, a in comp.arms.items():

@@ -89,5 +89,5 @@ def test_step6_measures_this_machine():
     measured = dict(zip(table["Precision"], table["Measured here (TFLOP/s)"], strict=True))
     assert float(measured["FP32"]) > 0 and float(measured["BF16"]) > 0
     assert measured["TF32"] == "no TF32 on a CPU"
-    assert list(table["A100 datasheet (TFLOP/s)"]) == ["19.5", "156", "312", "312"]
-    assert any("as fast as FP32 here; the A100's datasheet ratio is 16×" in m.value for m in at.markdown)
+    assert list(table["NVIDIA A100 SXM 80GB datasheet (TFLOP/s)"]) == ["19.5", "156", "312", "312"]
+    assert any("as fast as FP32 here; the NVIDIA A100 SXM 80GB datasheet ratio is 16×" in m.value for m in at.markdown)

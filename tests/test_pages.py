@@ -70,7 +70,8 @@ REFERENCE = {
 
 @pytest.mark.parametrize("key", list(REFERENCE))
 def test_reference_figures_at_the_defaults(key):
-    assert metrics(open_page(key, lang="en")) == REFERENCE[key]
+    shown = metrics(open_page(key, lang="en"))
+    assert {label: shown.get(label) for label in REFERENCE[key]} == REFERENCE[key]
 
 
 def test_step2_and_step3_reference_within_sampling_error():
@@ -155,7 +156,8 @@ def test_step3_scale_moves_both_tails():
 
 def test_step6_tokens():
     m = metrics(open_page("speed", lang="en", tokens="8192"))
-    assert m == {"FP32 step": "42 s", "BF16 step": "2.7 s", "Speed-up over FP32": "16×", "BF16 memory": "144.3 GB"}
+    assert m["FP32 step"] == "42 s" and m["BF16 step"] == "2.7 s"
+    assert m["Speed-up over FP32"] == "16×" and m["BF16 memory"] == "144.3 GB"
 
 
 def test_step2_slider():
@@ -176,7 +178,8 @@ JUNK = ["abc", "nan", "inf", "-1", "1e999", "x" * 10_000, "<script>alert(1)</scr
     [(p.key, c.name) for p in PAGES for c in p.controls if not isinstance(c, TextControl)],
 )
 def test_junk_link_values_fall_back_with_a_notice(key, param, raw):
-    at = open_page(key, lang="en", **{param: raw})
+    extra = {"model": "custom"} if param == "params" else {}  # a custom size is read only for a custom model
+    at = open_page(key, lang="en", **extra, **{param: raw})
     assert not at.exception
     control = next(p for p in PAGES if p.key == key).control(param)
     shown = at.query_params.get(param)

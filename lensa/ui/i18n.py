@@ -192,9 +192,17 @@ def power_of_two(k: int) -> str:
     return f"2^{k}"
 
 
+_SCALE_WORDS = {
+    "en": ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")),
+    "id": ((1e12, " triliun"), (1e9, " miliar"), (1e6, " juta"), (1e3, " ribu")),
+}
+
+
 def compact(x: float, lang: str) -> str:
-    """A count in words-free short form: ``6.74B``, ``124M``, ``8.2k``, ``512``."""
-    for size, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+    """A large count in short form, 4 significant digits without trailing zeros: ``6.74B`` / ``6,74 miliar``."""
+    for size, suffix in _SCALE_WORDS[lang]:
         if abs(x) >= size:
-            return significant(x / size, lang, 3) + suffix
+            text = f"{_round_significant(x / size, 4):f}"
+            text = text.rstrip("0").rstrip(".") if "." in text else text
+            return _localise(text, lang) + suffix
     return number(x, lang)

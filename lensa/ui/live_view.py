@@ -75,9 +75,39 @@ def comparison_table(page: Page, comparison: Any) -> list[dict[str, str]]:
     return rows
 
 
+def memory_table(page: Page, comparison: Any) -> list[dict[str, str]]:
+    """Lensa's prediction of each arm's memory next to what the run measured (MB = 10**6 bytes).
+
+    Kept-for-backward is measured on every device; peak memory only on CUDA
+    (``max_memory_allocated``), where the prediction counts the data the lab
+    keeps on the device.
+    """
+    from lensa.memory import lab_mlp_memory
+
+    cfg = comparison.config
+    resident = cfg.train_batches(comparison.device) * cfg.batch_size + cfg.eval_size
+    head = {k: page.t(f"lab.mem_{k}") for k in ("arm", "saved_pred", "saved_meas", "peak_pred", "peak_meas")}
+    rows = []
+    for name, arm in comparison.arms.items():
+        predicted = lab_mlp_memory(cfg.width, cfg.depth, cfg.features, cfg.batch_size, name, resident)
+        measured_peak = arm.peak_memory_bytes
+        rows.append(
+            {
+                head["arm"]: page.t(f"lab.arm_{name}"),
+                head["saved_pred"]: page.sig(predicted.saved_for_backward / 1e6, 4),
+                head["saved_meas"]: page.sig(arm.saved_for_backward_bytes / 1e6, 4),
+                head["peak_pred"]: page.num(predicted.peak / 1e6, 1),
+                head["peak_meas"]: page.t("lab.not_measured_cpu")
+                if measured_peak is None
+                else page.num(measured_peak / 1e6, 1),
+            }
+        )
+    return rows
+
+
 def benchmark_table(page: Page, rows: Sequence[Any], gpu: Any) -> list[dict[str, str]]:
     """Measured matmul TFLOP/s next to a datasheet's dense peak, one row per mode."""
-    header = {k: page.t(f"speed.measure_col_{k}") for k in ("mode", "measured", "datasheet")}
+    header = {k: page.t(f"speed.measure_col_{k}", gpu=gpu.name) for k in ("mode", "measured", "datasheet")}
     out = []
     for row in rows:
         if row["tflops"]:

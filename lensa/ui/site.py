@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lensa.inspect import try_parse
+from lensa.memory import CHECKPOINTING, OPTIMIZERS
+from lensa.models import DEFAULT_PRESET, PRESETS
+from lensa.speed import DEFAULT_GPU, DEFAULT_MFU, GPUS
 from lensa.ui.controls import ChoiceControl, Control, NumberControl, TextControl, log_stops, power_of_two_stops
 
 STEP_COUNT = 6
@@ -22,6 +25,7 @@ class PageInfo:
 
 
 TOKENS_STOPS = power_of_two_stops(512, 32768)
+GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 # Steps 2, 3 and 5 can also show FP8; off by default, so the lesson reads as the seed's.
 FP8_SWITCH = ChoiceControl("fp8", ("off", "on"), "off")
 
@@ -34,6 +38,14 @@ PAGES: tuple[PageInfo, ...] = (
         (
             ChoiceControl("precision", ("mixed", "fp32"), "mixed"),
             NumberControl("tokens", TOKENS_STOPS, 2048, log=True, integer=True),
+            ChoiceControl("model", (*PRESETS, "custom"), DEFAULT_PRESET),
+            NumberControl("params", log_stops(8, 12), 7e9, log=True),
+            ChoiceControl("optimizer", OPTIMIZERS, "adam"),
+            NumberControl("zero", (0, 1, 2, 3), 0, integer=True),
+            NumberControl("gpus", GPU_COUNTS, 1, log=True, integer=True),
+            ChoiceControl("checkpointing", CHECKPOINTING, "none"),
+            ChoiceControl("attention", ("flash", "stored"), "flash"),
+            NumberControl("gpu_gb", (24, 40, 48, 80, 94, 141, 192), 80, integer=True),
         ),
     ),
     PageInfo(
@@ -58,7 +70,18 @@ PAGES: tuple[PageInfo, ...] = (
         ),
     ),
     PageInfo("bf16", "pages/bf16.py", 5, (NumberControl("grad", log_stops(-12, -2), 1e-8, log=True), FP8_SWITCH)),
-    PageInfo("speed", "pages/speed.py", 6, (NumberControl("tokens", TOKENS_STOPS, 4096, log=True, integer=True),)),
+    PageInfo(
+        "speed",
+        "pages/speed.py",
+        6,
+        (
+            NumberControl("tokens", TOKENS_STOPS, 4096, log=True, integer=True),
+            ChoiceControl("gpu", tuple(GPUS), DEFAULT_GPU),
+            NumberControl("mfu", tuple(round(0.05 * i, 2) for i in range(2, 17)), DEFAULT_MFU),
+            NumberControl("budget", log_stops(9, 13, (1, 2, 3, 5)), 2e12, log=True),
+            NumberControl("cluster", (*GPU_COUNTS, 2048, 4096, 8192, 16384), 1024, log=True, integer=True),
+        ),
+    ),
     PageInfo("formats", "pages/formats.py", None, (TextControl("x", "0.1", lambda t: try_parse(t) is not None),)),
     PageInfo(
         "lab",

@@ -147,6 +147,22 @@ def choice(
     return value
 
 
+def select(
+    page: Page,
+    name: str,
+    label: str,
+    show: Callable[[object], str],
+    help: str | None = None,
+) -> str:
+    """A URL-bound choice drawn as a drop-down, for controls with many options."""
+    control = page.info.control(name)
+    assert isinstance(control, ChoiceControl)
+    _value_from_url(page, control, label, show)
+    value = st.selectbox(label, control.options, format_func=show, key=widget_key(page, name), help=help)
+    _value_to_url(page, control, value)
+    return value
+
+
 def text(page: Page, name: str, label: str, help: str | None = None, placeholder: str | None = None) -> str:
     """A URL-bound text box; the URL follows it only while it holds text the control accepts."""
     control = page.info.control(name)

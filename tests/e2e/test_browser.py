@@ -193,6 +193,16 @@ def test_two_visitors_press_run_together(server, chromium):
         wait_for_app(page)
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.locator('[data-testid="stAlertContentError"]').count() == 0
-        assert page.locator('[data-testid="stDataFrame"]').count() == 1
+        assert page.locator('[data-testid="stDataFrame"]').count() == 2  # results, memory prediction
         assert page.get_by_text("Inside autocast the Linear layers produced").count() == 1
         page.context.close()
+
+
+def test_inspector_bit_flip_changes_the_number(server, page):
+    page.goto(url_of(server, "formats", lang="en", x="1"))
+    wait_for_app(page)
+    fp16 = page.locator('[data-testid="stVerticalBlock"]').filter(has_text="FP16 · 16 bit").last
+    fp16.get_by_role("button", name="15", exact=True).click()  # the sign bit
+    wait_until(page, lambda: query(page).get("x") == "-1")
+    wait_for_app(page)
+    assert page.locator('[data-testid="stTextInput"] input').input_value() == "-1"

@@ -1,0 +1,136 @@
+"""Step 1's real models and setups, step 6's real hardware, and the lab's memory prediction, through AppTest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lensa.memory import how_others_count, training_memory
+from lensa.models import PRESETS
+from lensa.speed import GPUS, days_to_train
+from tests.conftest import requires_torch
+from tests.pagetools import metrics, notices, open_page
+
+
+def gb(x: float) -> str:
+    return f"{x / 1e9:,.1f} GB"
+
+
+def test_llama2_70b_zero3_over_8_gpus():
+    at = open_page("memory", lang="en", model="llama2-70b", zero="3", gpus="8")
+    params = PRESETS["llama2-70b"].published_params
+    assert metrics(at)["Model states"] == gb(params * 16 / 8) == "138.0 GB"
+    assert any(c.value.startswith("68.98B × 16 B ÷ 8 = 138.0 GB of model states per GPU") for c in at.caption)
+    assert any("ZeRO stage 3 over 8 GPUs splits everything" in m.value for m in at.markdown)
+
+
+@pytest.mark.parametrize(
+    ("params", "bpp"),
+    [({"optimizer": "sgd_momentum"}, "12"), ({"optimizer": "adam_8bit"}, "10"), ({"precision": "fp32"}, "16")],
+)
+def test_optimizers_and_precision(params, bpp):
+    assert metrics(open_page("memory", lang="en", **params))["Bytes per parameter"] == bpp
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_stages_follow_the_paper(stage):
+    model = PRESETS["llama2-7b"].shape()
+    psi, n = model.params, 8
+    paper = {1: 2 * psi + 2 * psi + 12 * psi / n, 2: 2 * psi + 14 * psi / n, 3: 16 * psi / n}[stage]
+    at = open_page("memory", lang="en", model="llama2-7b", zero=str(stage), gpus="8")
+    assert metrics(at)["Model states"] == gb(paper)
+
+
+def test_recomputation_and_stored_attention_scores_move_the_activations():
+    base = metrics(open_page("memory", lang="en"))["Activations"]
+    full = metrics(open_page("memory", lang="en", checkpointing="full"))["Activations"]
+    stored = metrics(open_page("memory", lang="en", attention="stored"))["Activations"]
+    model = PRESETS["chat7b"].shape()
+    assert full == gb(training_memory(model, 2048, checkpointing="full").activations)
+    assert stored == gb(training_memory(model, 2048, flash_attention=False).activations)
+    assert float(full.split()[0]) < float(base.split()[0]) < float(stored.split()[0].replace(",", ""))
+
+
+def test_gpu_memory_line_changes_the_verdict():
+    at = open_page("memory", lang="en", model="gpt2", gpu_gb="24")
+    assert any("fits on one 24 GB GPU" in m.value for m in at.markdown)
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert spec["layout"]["shapes"][0]["y0"] == 24
+
+
+def test_custom_size():
+    at = open_page("memory", lang="en", model="custom", params="1e11")
+    assert not at.exception and metrics(at)["Model states"] == "1,600.0 GB"
+
+
+def test_how_others_count_table():
+    at = open_page("memory", lang="en", model="llama2-7b", zero="2", gpus="8")
+    table = at.dataframe[0].value
+    rows = dict(zip(table.iloc[:, 0], table.iloc[:, 2], strict=True))
+    assert rows["DeepSpeed ZeRO-2 estimator: 2 + 18 ÷ N"] == "26.67 GiB"
+    assert rows["DeepSpeed ZeRO-3 estimator: 18 ÷ N + largest layer"] == "14.61 GiB"
+    assert rows["accelerate, “training with Adam”, float32 (one device)"] == "98.46 GiB"
+    ours = how_others_count(PRESETS["llama2-7b"].shape(), 8).row("lensa_zero2")
+    assert metrics(at)["Model states"] == gb(ours.bytes)
+
+
+def test_reference_figures_hold_with_the_setup_panel_closed():
+    at = open_page("memory", lang="en")
+    assert metrics(at) == {
+        "Bytes per parameter": "16",
+        "Model states": "107.8 GB",
+        "Activations": "9.1 GB",
+        "Total": "117.0 GB",
+    }
+    assert notices(at) == [] and dict(at.query_params) == {"lang": "en"}
+
+
+# --- step 6 ---------------------------------------------------------------------
+
+
+def bar_names(at, chart: int = 0) -> list[str]:
+    spec = json.loads(at.get("plotly_chart")[chart].proto.spec)
+    return [d["y"][0] for d in spec["data"]]
+
+
+def test_v100_has_no_tf32_or_bf16():
+    at = open_page("speed", lang="en", gpu="v100")
+    assert bar_names(at) == ["FP32 (no tensor cores)", "FP16 mixed precision"]
+    m = metrics(at)
+    assert m["FP16 step"] == "3.3 s" and m["Speed-up over FP32"] == "8.0×"
+
+
+def test_h100_adds_an_fp8_bar():
+    at = open_page("speed", lang="en", gpu="h100")
+    assert bar_names(at)[-1] == "FP8 tensor cores"
+    assert bar_names(at, 1)[-1] == "BF16 mixed precision"  # FP8 training memory is not modelled
+
+
+def test_mfu_budget_and_cluster():
+    at = open_page("speed", lang="en", mfu="0.5", budget="1e12", cluster="512")
+    m = metrics(at)
+    days = days_to_train(6.74e9, 1e12, GPUS["a100"].peak("bf16"), 512, 0.5)
+    assert m["Days for 1T tokens on 512 GPUs"] == f"{days:.3g} days"
+    assert m["FP32 step"] == "17 s"  # 21.2 s at 40% becomes 17.0 s at 50%
+
+
+def test_every_gpu_preset_renders_in_both_languages():
+    for key in GPUS:
+        for lang in ("en", "id"):
+            at = open_page("speed", lang=lang, gpu=key)
+            assert not at.exception and len(metrics(at)) == 6
+
+
+# --- the lab's memory prediction --------------------------------------------------------
+
+
+@requires_torch
+def test_lab_predicts_what_autograd_keeps():
+    at = open_page("lab", lang="en", width="64", depth="2", batch="64", steps="10", timeout=120)
+    at.button(key="lab.run").click().run(timeout=120)
+    table = at.dataframe[1].value
+    predicted = list(table["Kept for backward, predicted (MB)"])
+    measured = list(table["Kept for backward, measured (MB)"])
+    assert predicted == measured and len(predicted) == 3
+    assert set(table["Peak, measured (MB)"]) == {"not measured on CPU"}

@@ -1,0 +1,150 @@
+"""Model presets: published configurations, parameter counts rebuilt from the architecture, custom sizes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from lensa.memory import SEVEN_B, ModelShape, training_memory
+from lensa.models import (
+    CUSTOM_ASPECT_RATIO,
+    DEFAULT_PRESET,
+    PRESETS,
+    ModelPreset,
+    custom_shape,
+    get_preset,
+    parameter_count,
+    shape_for_params,
+)
+
+# (d_model, layers, heads, kv_heads, ffn, vocab, context, tied, published count) from the research notes
+PUBLISHED = {
+    "gpt2": (768, 12, 12, 12, 3072, 50257, 1024, True, 124_439_808),
+    "llama2-7b": (4096, 32, 32, 32, 11008, 32000, 4096, False, 6_738_415_616),
+    "llama2-13b": (5120, 40, 40, 40, 13824, 32000, 4096, False, 13_015_864_320),
+    "llama2-70b": (8192, 80, 64, 8, 28672, 32000, 4096, False, 68_976_648_192),
+    "llama3-8b": (4096, 32, 32, 8, 14336, 128256, 8192, False, 8_030_261_248),
+    "llama3-70b": (8192, 80, 64, 8, 28672, 128256, 8192, False, 70_553_706_496),
+    "mistral-7b": (4096, 32, 32, 8, 14336, 32000, 8192, False, 7_241_732_096),
+}
+
+
+def test_presets_hold_the_published_configurations():
+    assert set(PRESETS) == {*PUBLISHED, "chat7b"}
+    for key, (d, layers, heads, kv, ffn, vocab, ctx, tied, count) in PUBLISHED.items():
+        p = PRESETS[key]
+        assert (p.d_model, p.layers, p.heads, p.kv_heads, p.ffn, p.vocab, p.context) == (
+            d,
+            layers,
+            heads,
+            kv,
+            ffn,
+            vocab,
+            ctx,
+        )
+        assert p.tied_embeddings is tied and p.published_params == count
+        assert p.mlp == ("gpt2" if key == "gpt2" else "gated")
+        assert p.config_source and p.count_source and p.name
+    assert PRESETS["mistral-7b"].sliding_window == 4096
+
+
+def test_architecture_counts_reproduce_the_published_counts():
+    for key, p in PRESETS.items():
+        count = parameter_count(p).total
+        assert abs(count - p.published_params) <= 0.01 * p.published_params, key
+        if key != "chat7b":  # every real checkpoint to the parameter
+            assert count == p.published_params, key
+    # the lesson's model is Llama 2 7B with its count rounded
+    assert parameter_count(PRESETS["chat7b"]).total == 6_738_415_616
+
+
+def test_where_the_parameters_sit():
+    llama = parameter_count(PRESETS["llama2-7b"])
+    assert llama.embeddings == llama.lm_head == 32000 * 4096 == 131_072_000
+    assert llama.positions == 0
+    assert llama.attention == 32 * 4 * 4096**2  # no GQA: four d x d projections
+    assert llama.mlp == 32 * 3 * 4096 * 11008
+    assert llama.norms == 32 * 2 * 4096 + 4096
+    gqa = parameter_count(PRESETS["llama2-70b"])
+    assert gqa.attention == 80 * (2 * 8192**2 + 2 * 8192 * 8 * 128)  # K and V only 8 heads of 128
+    gpt2 = parameter_count(PRESETS["gpt2"])
+    assert gpt2.lm_head == 0 and gpt2.positions == 1024 * 768
+    assert gpt2.attention == 12 * (768 * 3 * 768 + 3 * 768 + 768 * 768 + 768)
+    for p in PRESETS.values():
+        c = parameter_count(p)
+        assert (
+            c.embeddings
+            + c.positions
+            + c.lm_head
+            + p.layers * p.layer_params()
+            + (2 * p.d_model if p.mlp == "gpt2" else p.d_model)
+            == c.total
+        )
+
+
+def test_presets_become_model_shapes():
+    assert DEFAULT_PRESET == "chat7b" and next(iter(PRESETS)) == "chat7b"
+    assert PRESETS["chat7b"].shape() == SEVEN_B
+    assert round(training_memory(PRESETS["chat7b"].shape(), 2048).total / 1e9, 1) == 117.0
+    s = PRESETS["llama3-8b"].shape()
+    assert s == ModelShape(params=8_030_261_248, d_model=4096, layers=32, heads=32, context=8192)
+    assert PRESETS["llama2-70b"].head_dim == 128 and PRESETS["gpt2"].head_dim == 64
+    assert get_preset("gpt2") is PRESETS["gpt2"]
+    with pytest.raises(ValueError):
+        get_preset("gpt5")
+
+
+def test_largest_modules_as_the_tools_find_them():
+    # DeepSpeed: the largest single module is the vocabulary matrix for all of these
+    assert PRESETS["llama2-7b"].largest_module_params() == 131_072_000
+    assert PRESETS["llama3-70b"].largest_module_params() == 128256 * 8192
+    # accelerate: a Llama 2 7B decoder block (809,533,440 B in FP32, its "772.03 MB") beats the embedding
+    assert PRESETS["llama2-7b"].largest_block_params() == 202_383_360
+    assert PRESETS["llama3-8b"].largest_block_params() == 128256 * 4096
+
+
+def test_invalid_presets_are_refused():
+    base = PRESETS["llama2-7b"]
+    fields = dict(base.__dict__)
+    with pytest.raises(ValueError):
+        ModelPreset(**{**fields, "heads": 33})  # 4096 does not split into 33 heads
+    with pytest.raises(ValueError):
+        ModelPreset(**{**fields, "kv_heads": 3})
+    with pytest.raises(ValueError):
+        ModelPreset(**{**fields, "mlp": "moe"})
+    with pytest.raises(ValueError):
+        ModelPreset(**{**fields, "layers": 0})
+
+
+def test_shape_for_params_follows_its_rule():
+    for params in (1e8, 1.24e8, 1e9, 6.74e9, 7e10, 1e12):
+        s = shape_for_params(params)
+        assert s.params == params and s.d_model % 128 == 0 and s.heads == s.d_model // 128
+        # the nearest whole number of layers: 12 L d^2 is within half a layer of the count
+        assert abs(12 * s.layers * s.d_model**2 - params) <= 6 * s.d_model**2
+        # and d_model / layers stays near the chosen aspect ratio
+        assert 0.5 < s.d_model / s.layers / CUSTOM_ASPECT_RATIO < 2
+    s = shape_for_params(6.74e9)
+    assert (s.d_model, s.layers, s.context) == (4096, 33, 4096)
+    assert shape_for_params(1000).layers == 1  # tiny counts still give a valid shape
+    with pytest.raises(ValueError):
+        shape_for_params(0)
+
+
+def test_custom_shape():
+    s = custom_shape(3e9, 2560, 32, 20, context=2048)
+    assert s == ModelShape(params=3e9, d_model=2560, layers=32, heads=20, context=2048)
+    for bad in ((3e9, 2560, 32, 3), (3e9, 2560, 0, 20), (3e9, 2560.0, 32, 20), (0, 2560, 32, 20)):
+        with pytest.raises(ValueError):
+            custom_shape(*bad)  # type: ignore[arg-type]
+
+
+def test_models_import_no_view_or_torch():
+    code = (
+        "import sys, lensa.models; bad = [m for m in ('streamlit', 'plotly', 'torch') if m in sys.modules];"
+        "print(bad); sys.exit(bool(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
