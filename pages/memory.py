@@ -136,17 +136,15 @@ with st.expander(page.t("others_title"), icon=":material/calculate:"):
     st.markdown(
         page.t("others_intro", model=page.t(f"model_{model_key.replace('-', '_')}"), gpus=page.num(others_gpus))
     )
-    st.dataframe(
-        [
-            {
-                page.t("others_col_tool"): page.t(f"others_{row.key}"),
-                page.t("others_col_gb"): page.gb(row.bytes),
-                page.t("others_col_gib"): f"{page.num(row.gib, 2)} GiB",
-            }
-            for row in comparison.rows
-        ],
-        hide_index=True,
-        width="stretch",
+    # A small fixed table: Markdown, not a dataframe, so a rerun does not convert it through pandas.
+    st.markdown(
+        widgets.markdown_table(
+            [page.t("others_col_tool"), page.t("others_col_gb"), page.t("others_col_gib")],
+            [
+                [page.t(f"others_{row.key}"), page.gb(row.bytes), f"{page.num(row.gib, 2)} GiB"]
+                for row in comparison.rows
+            ],
+        )
     )
     st.markdown(page.t("others_notes"))
 

@@ -19,7 +19,7 @@ from lensa.ui.controls import ChoiceControl, TextControl
 from lensa.ui.site import PAGES, PAGES_BY_KEY
 from tests.pagetools import notices, open_page
 
-EXAMPLES = 200
+EXAMPLES = 300
 JUNK = [
     "nan", "NaN", "-nan", "inf", "-inf", "+Infinity", "1e999", "-1e999", "1e-999", "0x10", "1_000",
     "1,000.5", "--1", "1e", "e5", ".", "", " ", "∞", "١٢٣", "1/2", "<script>alert(1)</script>",

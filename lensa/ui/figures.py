@@ -1,7 +1,8 @@
 """Plotly figures, built by pure functions: core results and translated labels in, go.Figure out.
 
 Each builder writes the figure as plain plotly JSON (dicts and lists) and
-wraps it once in ``go.Figure(..., _validate=False)``. Building through
+wraps it in a :class:`SpecFigure`, a go.Figure that hands that spec straight
+to ``st.plotly_chart``. Building through
 plotly's object API (``add_bar``, ``add_annotation``, ``update_layout``)
 validates every property on every call and cost 15 ms of a 30 ms rerun;
 writing the spec takes well under a millisecond. The specs are validated by
@@ -58,11 +59,29 @@ FONT = {"size": 13}
 HIDE_TRACE_NAME = "<extra></extra>"
 
 
+class SpecFigure(go.Figure):
+    """A go.Figure that hands over the spec it was built from.
+
+    ``st.plotly_chart`` asks a figure for ``to_dict()`` and serialises that;
+    a plain go.Figure would first load the spec into plotly's object tree and
+    then copy it back out (frames and all), which is pure overhead here.
+    The plotly object API (``.data``, ``.layout``) of this figure is empty:
+    read the spec through ``to_dict()``.
+    """
+
+    def __init__(self, spec: dict) -> None:
+        super().__init__()
+        self._lensa_spec = spec
+
+    def to_dict(self) -> dict:
+        return self._lensa_spec
+
+
 def _figure(data: list[dict], layout: dict, frames: list[dict] | None = None) -> go.Figure:
     spec: dict = {"data": data, "layout": layout}
     if frames:
         spec["frames"] = frames
-    return go.Figure(spec, _validate=False)
+    return SpecFigure(spec)
 
 
 def _layout(height: int, lang: str = "en", **extra: object) -> dict:
@@ -551,7 +570,7 @@ def labelled_bars(
     data = [
         {
             "type": "bar",
-            "y": [name],
+            "y": [i],  # numeric rows with labelled ticks draw faster than a category axis
             "x": [float(value)],
             "orientation": "h",
             "marker": {"color": colour, "pattern": _hatch(patterns[i] if patterns else "")},
@@ -592,7 +611,13 @@ def labelled_bars(
             "fixedrange": True,
             "exponentformat": "e",
         },
-        yaxis={"autorange": "reversed", "fixedrange": True},
+        yaxis={
+            "range": [len(names) - 0.5, -0.5],
+            "tickvals": list(range(len(names))),
+            "ticktext": list(names),
+            "fixedrange": True,
+            "showgrid": False,
+        },
     )
     return _figure(data, layout)
 
@@ -619,28 +644,31 @@ def format_ranges(
 ) -> go.Figure:
     """Each format's subnormal and normal range on one log axis, with the gradient sample as a strip."""
     data = []
-    for row, r in enumerate(ranges, start=1):
-        colour = FORMAT_COLOURS[r.key]
-        for lo, hi, kind, opacity in (
-            (r.smallest_subnormal, r.smallest_normal, "subnormal", 0.4),
-            (r.smallest_normal, r.max, "normal", 1.0),
-        ):
-            name = labels[kind].format(fmt=r.label)
-            data.append(
-                {
-                    "type": "bar",
-                    "y": [row],
-                    "x": [math.log10(hi) - math.log10(lo)],
-                    "base": [math.log10(lo)],
-                    "orientation": "h",
-                    "width": 0.6,
-                    "marker": {"color": colour, "opacity": opacity},
-                    "name": name,
-                    "showlegend": False,
-                    "hovertext": [labels["hover"].format(fmt=name, lo=i18n.sci(lo, lang), hi=i18n.sci(hi, lang))],
-                    "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
-                }
-            )
+    # One bar trace per kind (subnormal, normal) with a bar per format: fewer traces to draw.
+    for kind, low, high, opacity in (
+        ("subnormal", "smallest_subnormal", "smallest_normal", 0.4),
+        ("normal", "smallest_normal", "max", 1.0),
+    ):
+        names = [labels[kind].format(fmt=r.label) for r in ranges]
+        lows = [getattr(r, low) for r in ranges]
+        highs = [getattr(r, high) for r in ranges]
+        data.append(
+            {
+                "type": "bar",
+                "y": list(range(1, len(ranges) + 1)),
+                "x": [math.log10(h) - math.log10(lo) for lo, h in zip(lows, highs, strict=True)],
+                "base": [math.log10(lo) for lo in lows],
+                "orientation": "h",
+                "width": 0.6,
+                "marker": {"color": [FORMAT_COLOURS[r.key] for r in ranges], "opacity": opacity},
+                "showlegend": False,
+                "hovertext": [
+                    labels["hover"].format(fmt=n, lo=i18n.sci(lo, lang), hi=i18n.sci(h, lang))
+                    for n, lo, h in zip(names, lows, highs, strict=True)
+                ],
+                "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+            }
+        )
     sample = np.asarray(sample, dtype=np.float64)
     jitter = np.random.default_rng(0).uniform(-0.25, 0.25, len(sample))
     data.append(
@@ -651,8 +679,9 @@ def format_ranges(
             "mode": "markers",
             "name": labels["gradients"],
             "marker": {"size": 4, "color": NEUTRAL},
-            "hovertext": [i18n.sci(float(v), lang, 3) for v in sample],
-            "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+            # plotly formats the 400 hover values in the browser (with the layout's decimal mark)
+            "customdata": _list(sample),
+            "hovertemplate": "%{customdata:.3~e}" + HIDE_TRACE_NAME,
             "showlegend": False,
         }
     )
@@ -678,15 +707,26 @@ def precision_ticks(grids: Sequence[tuple[str, str, np.ndarray]], lang: str) -> 
         {
             "type": "scatter",
             "x": _list(values),
-            "y": [label] * len(values),
+            "y": [row] * len(values),
             "mode": "markers",
             "name": label,
             "marker": {"symbol": "line-ns-open", "size": 22, "color": FORMAT_COLOURS[key], "line": {"width": 2}},
-            "hovertext": [f"{label}: {exact(float(v), lang)}" for v in values],
-            "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+            "customdata": _list(values),
+            "hovertemplate": f"{label}: %{{customdata:.17~g}}" + HIDE_TRACE_NAME,
             "showlegend": False,
         }
-        for key, label, values in grids
+        for row, (key, label, values) in enumerate(grids)
     ]
-    layout = _layout(180, lang, yaxis={"fixedrange": True, "autorange": "reversed"}, xaxis={"fixedrange": True})
+    layout = _layout(
+        180,
+        lang,
+        yaxis={
+            "fixedrange": True,
+            "range": [len(grids) - 0.5, -0.5],
+            "tickvals": list(range(len(grids))),
+            "ticktext": [label for _, label, _ in grids],
+            "showgrid": False,
+        },
+        xaxis={"fixedrange": True},
+    )
     return _figure(data, layout)

@@ -240,6 +240,14 @@ def chart(fig: object, title: str, caption: str | None = None) -> None:
         st.caption(caption)
 
 
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table; cells are our own text, with any | escaped."""
+    clean = lambda cell: str(cell).replace("|", "\\|")  # noqa: E731
+    lines = ["| " + " | ".join(clean(h) for h in headers) + " |", "|" + " --- |" * len(headers)]
+    lines += ["| " + " | ".join(clean(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def metric_row(items: Sequence[tuple[str, str]], help_texts: Sequence[str | None] | None = None) -> None:
     """A row of metric cards: (label, formatted value) pairs."""
     columns = st.columns(len(items), border=True)
