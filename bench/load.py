@@ -28,13 +28,7 @@ from bench.browser_roundtrip import ARM
 from bench.common import median, percentile, publish, table
 from lensa.ui.site import PAGES
 from tests.e2e.harness import CHROMIUM, CHROMIUM_ARGS, Server, chromium_missing_reason
-
-READY = """() => {
-    const app = document.querySelector('[data-testid="stApp"]');
-    if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return -1;
-    if (document.querySelector('[data-testid*="keleton"]')) return -1;
-    return document.querySelectorAll('[data-testid="stMain"] [data-testid="stElementContainer"]').length;
-}"""
+from tests.e2e.harness import READY_SCRIPT as READY  # the same notion of "settled" as the browser tests
 
 
 async def settle(page, timeout_s: float = 45.0) -> None:

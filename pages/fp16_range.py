@@ -2,9 +2,9 @@
 
 import streamlit as st
 
-from lensa.formats import FORMATS, category_shares, classify
+from lensa.formats import FORMATS, category_shares
 from lensa.gradients import gradient_sample
-from lensa.ui import compare, figures, widgets
+from lensa.ui import compare, widgets
 from lensa.ui.frame import setup
 
 FP16 = FORMATS["fp16"]
@@ -16,23 +16,9 @@ fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("comm
 widgets.after_controls(page)
 
 sample = gradient_sample(grad)
-cats = classify(sample, FP16)
 shares = category_shares(sample, FP16)
-labels = {
-    "zero": page.t("category.zero"),
-    "subnormal": page.t("category.subnormal"),
-    "normal": page.t("category.normal_fp16"),
-    "overflow": page.t("category.overflow"),
-}
-marks = [
-    (FP16.smallest_subnormal, f"{page.t('mark_subnormal')} {page.sci(FP16.smallest_subnormal)}"),
-    (FP16.smallest_normal, f"{page.t('mark_normal')} {page.sci(FP16.smallest_normal)}"),
-    (FP16.max, f"{page.t('mark_max')} {page.num(FP16.max)}"),
-]
 widgets.chart(
-    figures.category_histogram(
-        sample, cats, labels, marks, page.t("axis"), page.t("count"), page.t("hover"), page.lang
-    ),
+    compare.fp16_histogram(page, sample),
     page.t("figure_title"),
     page.t(
         "caption", sub=page.sci(FP16.smallest_subnormal), normal=page.sci(FP16.smallest_normal), max=page.num(FP16.max)

@@ -22,6 +22,18 @@ if not live_view.torch_available():
 from lensa import live  # noqa: E402  (torch is only imported from here on, and only on this page)
 
 
+def scale_labels(line: str) -> figures.RunLabels:
+    """The words of a loss-scale chart whose line is called ``line``."""
+    return figures.RunLabels(
+        axis_step=page.t("step_axis"),
+        axis_scale="log2 S",
+        clean=line,
+        skipped=page.t("loss_scaling.run_skipped"),
+        hover_clean=page.t("loss_scaling.run_hover"),
+        hover_skipped=page.t("loss_scaling.run_hover_skipped"),
+    )
+
+
 @st.cache_resource(show_spinner=False)
 def machine(device: str):
     return live.device_info(device)
@@ -187,14 +199,7 @@ with results_area:
                         list(range(1, len(fp16.loss_scales) + 1)),
                         live_view.log2([s or 1.0 for s in fp16.loss_scales]),
                         list(fp16.skipped),
-                        figures.RunLabels(
-                            axis_step=page.t("step_axis"),
-                            axis_scale="log2 S",
-                            clean=page.t("arm_fp16"),
-                            skipped=page.t("loss_scaling.run_skipped"),
-                            hover_clean=page.t("loss_scaling.run_hover"),
-                            hover_skipped=page.t("loss_scaling.run_hover_skipped"),
-                        ),
+                        scale_labels(page.t("arm_fp16")),
                         animate=False,
                     ),
                     page.t("scale_title"),
@@ -231,14 +236,7 @@ with trace_result_area:
                 [s.step for s in trace],
                 live_view.log2([s.scale for s in trace]),
                 [s.skipped for s in trace],
-                figures.RunLabels(
-                    axis_step=page.t("step_axis"),
-                    axis_scale="log2 S",
-                    clean=page.t("trace_real"),
-                    skipped=page.t("loss_scaling.run_skipped"),
-                    hover_clean=page.t("loss_scaling.run_hover"),
-                    hover_skipped=page.t("loss_scaling.run_hover_skipped"),
-                ),
+                scale_labels(page.t("trace_real")),
                 animate=False,
                 overlay=(page.t("trace_predicted"), live_view.log2([s.scale for s in predicted])),
             ),

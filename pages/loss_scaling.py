@@ -3,7 +3,7 @@
 import numpy as np
 import streamlit as st
 
-from lensa.formats import FORMATS, classify
+from lensa.formats import FORMATS
 from lensa.gradients import gradient_sample
 from lensa.scaling import SpikeModel, dynamic_run, per_tensor_scale, static_shift_shares
 from lensa.ui import compare, figures, i18n, live_view, widgets
@@ -56,28 +56,8 @@ widgets.after_controls(page)
 
 scaled = np.ldexp(gradient_sample(TYPICAL), k)
 shares = static_shift_shares(gradient_sample(TYPICAL), k)
-labels = {
-    "zero": page.t("category.zero"),
-    "subnormal": page.t("category.subnormal"),
-    "normal": page.t("category.normal_fp16"),
-    "overflow": page.t("category.overflow"),
-}
-marks = [
-    (FP16.smallest_subnormal, f"{page.t('fp16_range.mark_subnormal')} {page.sci(FP16.smallest_subnormal)}"),
-    (FP16.smallest_normal, f"{page.t('fp16_range.mark_normal')} {page.sci(FP16.smallest_normal)}"),
-    (FP16.max, f"{page.t('fp16_range.mark_max')} {page.num(FP16.max)}"),
-]
 widgets.chart(
-    figures.category_histogram(
-        scaled,
-        classify(scaled, FP16),
-        labels,
-        marks,
-        page.t("fp16_range.axis"),
-        page.t("fp16_range.count"),
-        page.t("fp16_range.hover"),
-        page.lang,
-    ),
+    compare.fp16_histogram(page, scaled),
     page.t("figure_title"),
     page.t("caption"),
 )

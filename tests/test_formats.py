@@ -21,6 +21,7 @@ LIBRARY_DTYPES = {
     "fp8_e5m2": ml_dtypes.float8_e5m2,
 }
 SMALL = ["bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
+TORCH_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
 UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32}
 
 
@@ -157,12 +158,7 @@ def hard_float32_inputs(n_random: int = 400_000) -> np.ndarray:
 def test_quantize_matches_torch_bit_for_bit_on_float32(name):
     import torch
 
-    tdtype = {
-        "bf16": torch.bfloat16,
-        "fp16": torch.float16,
-        "fp8_e4m3": torch.float8_e4m3fn,
-        "fp8_e5m2": torch.float8_e5m2,
-    }[name]
+    tdtype = getattr(torch, TORCH_DTYPE_NAMES[name])
     x = hard_float32_inputs()
     theirs = torch.from_numpy(x).to(tdtype).to(torch.float64).numpy()
     ours = F.quantize(x, name)
@@ -227,12 +223,7 @@ def test_classify_fp16_boundaries():
 def test_classify_agrees_with_what_torch_stores(name):
     import torch
 
-    tdtype = {
-        "bf16": torch.bfloat16,
-        "fp16": torch.float16,
-        "fp8_e4m3": torch.float8_e4m3fn,
-        "fp8_e5m2": torch.float8_e5m2,
-    }[name]
+    tdtype = getattr(torch, TORCH_DTYPE_NAMES[name])
     f = F.FORMATS[name]
     x = hard_float32_inputs(100_000)
     x = x[np.isfinite(x)]
@@ -335,12 +326,7 @@ def test_rounding_is_monotone_idempotent_and_within_half_a_spacing(x, y, name):
 def test_cast_is_torchs_to_bit_for_bit_also_in_parallel_chunks(name):  # NaN payloads aside
     import torch
 
-    tdtype = {
-        "bf16": torch.bfloat16,
-        "fp16": torch.float16,
-        "fp8_e4m3": torch.float8_e4m3fn,
-        "fp8_e5m2": torch.float8_e5m2,
-    }[name]
+    tdtype = getattr(torch, TORCH_DTYPE_NAMES[name])
     bits = np.uint8 if F.FORMATS[name].bits == 8 else np.uint16
     tbits = torch.uint8 if F.FORMATS[name].bits == 8 else torch.int16
     rng = np.random.default_rng(11)

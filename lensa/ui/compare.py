@@ -1,4 +1,4 @@
-"""One table that sets formats side by side on the same gradients (steps 2, 3 and 5 with FP8 on)."""
+"""What steps 2, 3 and 5 share: the FP16 histogram of the gradient sample, and a table of formats side by side."""
 
 from __future__ import annotations
 
@@ -6,10 +6,37 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lensa.formats import FORMATS, category_shares, relative_error
+from lensa.formats import FORMATS, category_shares, classify, relative_error
+from lensa.ui import figures
 from lensa.ui.frame import Page
 
 FP8_KEYS = ("fp8_e4m3", "fp8_e5m2")
+
+
+def fp16_histogram(page: Page, values: np.ndarray) -> object:
+    """The gradient sample on a log axis, coloured by what FP16 does to each value, with FP16's limits marked."""
+    fp16 = FORMATS["fp16"]
+    labels = {
+        "zero": page.t("category.zero"),
+        "subnormal": page.t("category.subnormal"),
+        "normal": page.t("category.normal_fp16"),
+        "overflow": page.t("category.overflow"),
+    }
+    marks = [
+        (fp16.smallest_subnormal, f"{page.t('fp16_range.mark_subnormal')} {page.sci(fp16.smallest_subnormal)}"),
+        (fp16.smallest_normal, f"{page.t('fp16_range.mark_normal')} {page.sci(fp16.smallest_normal)}"),
+        (fp16.max, f"{page.t('fp16_range.mark_max')} {page.num(fp16.max)}"),
+    ]
+    return figures.category_histogram(
+        values,
+        classify(values, fp16),
+        labels,
+        marks,
+        page.t("fp16_range.axis"),
+        page.t("fp16_range.count"),
+        page.t("fp16_range.hover"),
+        page.lang,
+    )
 
 
 def format_rows(page: Page, values: np.ndarray, keys: Sequence[str], scales: dict[str, float] | None = None) -> list:

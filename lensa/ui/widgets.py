@@ -107,60 +107,45 @@ def _value_to_url(page: Page, control: Control, value: object) -> None:
         memory[control.name] = canonical
 
 
-def slider(
-    page: Page,
-    name: str,
-    label: str,
-    show: Callable[[object], str],
-    help: str | None = None,
-) -> float:
+def _bound(page: Page, name: str, label: str, show: Callable[[object], str], draw: Callable[..., object]) -> object:
+    """Read a control from the URL, draw its widget with ``draw(key)``, write the value back."""
+    control = page.info.control(name)
+    _value_from_url(page, control, label, show)
+    value = draw(widget_key(page, name))
+    _value_to_url(page, control, value)
+    return value
+
+
+def slider(page: Page, name: str, label: str, show: Callable[[object], str], help: str | None = None) -> float:
     """A URL-bound slider over the control's stops; ``show`` writes a stop for people."""
-    control = page.info.control(name)
-    assert isinstance(control, NumberControl)
-    _value_from_url(page, control, label, show)
-    value = st.select_slider(label, options=control.stops, format_func=show, key=widget_key(page, name), help=help)
-    _value_to_url(page, control, value)
-    return value
-
-
-def choice(
-    page: Page,
-    name: str,
-    label: str,
-    show: Callable[[object], str],
-    help: str | None = None,
-) -> str:
-    """A URL-bound choice between a control's options, drawn as a segmented control."""
-    control = page.info.control(name)
-    assert isinstance(control, ChoiceControl)
-    _value_from_url(page, control, label, show)
-    key = widget_key(page, name)
-    value = st.segmented_control(
+    stops = page.info.control(name).stops  # type: ignore[union-attr]
+    return _bound(  # type: ignore[return-value]
+        page,
+        name,
         label,
-        control.options,
-        format_func=show,
-        key=key,
-        required=True,
-        help=help,
+        show,
+        lambda key: st.select_slider(label, options=stops, format_func=show, key=key, help=help),
     )
-    _value_to_url(page, control, value)
-    return value
 
 
-def select(
-    page: Page,
-    name: str,
-    label: str,
-    show: Callable[[object], str],
-    help: str | None = None,
-) -> str:
+def choice(page: Page, name: str, label: str, show: Callable[[object], str], help: str | None = None) -> str:
+    """A URL-bound choice between a control's options, drawn as a segmented control."""
+    options = page.info.control(name).options  # type: ignore[union-attr]
+    return _bound(  # type: ignore[return-value]
+        page,
+        name,
+        label,
+        show,
+        lambda key: st.segmented_control(label, options, format_func=show, key=key, required=True, help=help),
+    )
+
+
+def select(page: Page, name: str, label: str, show: Callable[[object], str], help: str | None = None) -> str:
     """A URL-bound choice drawn as a drop-down, for controls with many options."""
-    control = page.info.control(name)
-    assert isinstance(control, ChoiceControl)
-    _value_from_url(page, control, label, show)
-    value = st.selectbox(label, control.options, format_func=show, key=widget_key(page, name), help=help)
-    _value_to_url(page, control, value)
-    return value
+    options = page.info.control(name).options  # type: ignore[union-attr]
+    return _bound(  # type: ignore[return-value]
+        page, name, label, show, lambda key: st.selectbox(label, options, format_func=show, key=key, help=help)
+    )
 
 
 def text(page: Page, name: str, label: str, help: str | None = None, placeholder: str | None = None) -> str:

@@ -107,7 +107,7 @@ def browser() -> Iterator[object]:
             b.close()
 
 
-_READY = """() => {
+READY_SCRIPT = """() => {
     const app = document.querySelector('[data-testid="stApp"]');
     if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return -1;
     if (document.querySelector('[data-testid*="keleton"]')) return -1;
@@ -126,7 +126,7 @@ def wait_for_app(page, timeout_ms: int = 30_000) -> None:
     deadline = time.monotonic() + timeout_ms / 1000
     last, stable = None, 0
     while time.monotonic() < deadline:
-        count = page.evaluate(_READY)
+        count = page.evaluate(READY_SCRIPT)
         if count > 0 and count == last:
             stable += 1
             if stable >= 3:
