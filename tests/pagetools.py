@@ -32,10 +32,6 @@ def metrics(at: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
 
-def links(at: AppTest) -> list[str]:
-    return [e.proto.label for e in at.get("page_link")]
-
-
 def sidebar_links(at: AppTest) -> list[str]:
     return [e.proto.label for e in at.sidebar.get("page_link")]
 
