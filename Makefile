@@ -44,7 +44,9 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench.page_rerun
 	$(BIN)/python -m bench.browser_roundtrip
 	$(BIN)/python -m bench.cold_start
-	$(BIN)/python -m bench.load --sessions 10 --seconds 60
+	$(BIN)/python -m bench.server_cost --learners 20 --think 1 --seconds 30
+	$(BIN)/python -m bench.loadgen --learners 100 --think 5 --seconds 60 --ramp 20 --publish class_5s
+	$(BIN)/python -m bench.loadgen --learners 40 --think 1 --seconds 60 --ramp 10 --publish class_1s
 
 ## Screenshots of every page (light theme, en and id, 1280 and 390 px) into docs/screenshots/.
 screenshots: $(VENV)/.dev-installed

@@ -263,9 +263,10 @@ class Learner:
         await asyncio.sleep(arrival_s)
         ws = await self.open(timeout_s)
         while ws is not None and time.monotonic() < deadline:
-            await asyncio.sleep(think_s * self.rng.uniform(0.5, 1.5))
-            if time.monotonic() >= deadline:
+            pause = think_s * self.rng.uniform(0.5, 1.5)
+            if time.monotonic() + pause >= deadline:
                 break
+            await asyncio.sleep(pause)
             if await self.move(ws, timeout_s):
                 continue
             # The connection broke (a replica stopped, say): reconnect as the browser does, which reloads
@@ -424,6 +425,41 @@ async def drive(
     return Report(label or base_url, crowd, seconds, samples)
 
 
+# --- the memory curve ---------------------------------------------------------------------------------
+
+
+def memory_curve_svg(samples: Sequence[Sample], title: str, width: int = 720, height: int = 260) -> str:
+    """The server's resident memory over the run as a small standalone SVG line chart."""
+    if len(samples) < 2:
+        raise ValueError("need at least two samples")
+    left, right, top, bottom = 56, 16, 28, 36
+    t_max = samples[-1].t_s or 1.0
+    peak = max(s.rss_mb for s in samples)
+    y_max = max(50.0, 50.0 * (int(peak * 1.15) // 50 + 1))
+    x = lambda t: left + (width - left - right) * t / t_max  # noqa: E731
+    y = lambda mb: top + (height - top - bottom) * (1 - mb / y_max)  # noqa: E731
+    points = " ".join(f"{x(s.t_s):.1f},{y(s.rss_mb):.1f}" for s in samples)
+    y_ticks = "".join(
+        f'<line x1="{left}" x2="{width - right}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ddd"/>'
+        f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.0f}</text>'
+        for v in (y_max * i / 4 for i in range(5))
+    )
+    minutes = max(1, round(t_max / 60))
+    x_ticks = "".join(
+        f'<text x="{x(t):.1f}" y="{height - bottom + 16}" text-anchor="middle">{t / 60:.0f} min</text>'
+        for t in (t_max * i / minutes for i in range(minutes + 1))
+    )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'font-family="sans-serif" font-size="11" role="img" aria-label="{title}">'
+        f'<rect width="100%" height="100%" fill="white"/><title>{title}</title>'
+        f'<text x="{left}" y="16" font-size="13">{title}</text>{y_ticks}{x_ticks}'
+        f'<text x="14" y="{top + (height - top - bottom) / 2:.0f}" transform="rotate(-90 14 '
+        f'{top + (height - top - bottom) / 2:.0f})" text-anchor="middle">MB resident</text>'
+        f'<polyline fill="none" stroke="#1f5fbf" stroke-width="1.5" points="{points}"/></svg>\n'
+    )
+
+
 # --- the command ----------------------------------------------------------------------------------------
 
 
@@ -479,6 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--url", help="drive this address only (127.0.0.1), e.g. a balancer")
     parser.add_argument("--no-bare", action="store_true", help="skip the bare Streamlit app")
     parser.add_argument("--publish", metavar="NAME", help="write the table into docs/performance.md")
+    parser.add_argument("--curve", metavar="SVG", help="draw the server's memory over the run (our app) here")
     args = parser.parse_args(argv)
 
     if args.url:
@@ -496,6 +533,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.think if args.ramp is None else args.ramp:g} s; one server process on this machine.\n\n"
         + compare_table(ours, bare)
     )
+    if args.curve and ours.samples:
+        title = f"Server memory, {args.learners} learners at {args.think:g} s think time"
+        Path(args.curve).write_text(memory_curve_svg(ours.samples, title))
+        thirds = [
+            max(
+                (s.rss_mb for s in ours.samples if k * args.seconds / 3 <= s.t_s < (k + 1) * args.seconds / 3),
+                default=0,
+            )
+            for k in range(3)
+        ]
+        body += "\n\nServer memory, peak in each third of the run: " + " → ".join(f"{m:.0f} MB" for m in thirds)
+        body += f"; the curve: [{Path(args.curve).name}]({Path(args.curve).name})."
     errors = ours.errors + (bare.errors if bare else [])
     if errors:
         body += "\n\nErrors (first 10):\n\n" + "\n".join(f"- {e}" for e in errors[:10])
