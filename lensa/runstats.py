@@ -94,7 +94,7 @@ _ABS = np.uint32(0x7FFFFFFF)
 _INF_BITS = 0x7F800000
 _SMALLEST_NORMAL_BITS = 0x00800000
 _N_SUBNORMAL_BINADES = -126 - BINADE_MIN  # float32 subnormals: binades -149 ... -127
-_CHUNK = 1 << 20  # values per pass: big enough to amortise numpy's call overhead, small enough to stay in cache
+_CHUNK = 1 << 20  # values per pass; at most 2**20, which _PACK needs to stay exact
 # Below 2**-150 every summary format rounds to 0, above 2**129 every one overflows: the class table stops there.
 _CLAMP_LO, _CLAMP_HI = -150, 129
 _CLASS_ORDER = ("zero", "subnormal", "normal", "overflow")
@@ -344,7 +344,7 @@ def significand_edges() -> tuple[int, ...]:
 class _Partial:
     """Counts from one part of the array, merged by summing (counts exact in int64, sums exact in float64)."""
 
-    fine_count: NDArray[np.int64]  # (256 * 2048,): float32 exponent field and top 11 fraction bits
+    fine_count: NDArray[np.float64]  # (256 * 2048,): float32 exponent field and top 11 fraction bits (exact)
     fine_low_sum: NDArray[np.float64]  # sum of the low 12 fraction bits per fine bin (integers below 2**53)
     exact_at: NDArray[np.int64]  # (n_unaligned, 256): values with F exactly one below an unaligned edge
     sub_count: NDArray[np.int64]  # the same three for float32 subnormals, by their own binade (-149 ... -127)
@@ -361,15 +361,15 @@ class _Partial:
         return self
 
 
-def _unaligned() -> NDArray[np.uint32]:
+def _unaligned() -> tuple[int, ...]:
     """F values that must be counted exactly: one below each edge that is not a multiple of 2**12."""
-    return np.array([e - 1 for e in _edges() if e & int(_FINE_LOW)], np.uint32)
+    return tuple(e - 1 for e in _edges() if e & int(_FINE_LOW))
 
 
 def _empty_partial() -> _Partial:
     n_un = len(_unaligned())
     return _Partial(
-        fine_count=np.zeros(256 * _FINE_PER_BINADE, np.int64),
+        fine_count=np.zeros(256 * _FINE_PER_BINADE, np.float64),
         fine_low_sum=np.zeros(256 * _FINE_PER_BINADE, np.float64),
         exact_at=np.zeros((n_un, 256), np.int64),
         sub_count=np.zeros(_N_SUBNORMAL_BINADES * _FINE_PER_BINADE, np.int64),
@@ -378,33 +378,73 @@ def _empty_partial() -> _Partial:
     )
 
 
-def _count_chunk(bits: NDArray[np.uint32], acc: _Partial, unaligned: NDArray[np.uint32]) -> None:
-    """Add one chunk of float32 bit patterns to ``acc``: integer work on the bits, no float casts."""
-    mag = bits & _ABS
-    # Exponent field and top 11 fraction bits, ordered like |x|; as intp once, not once per bincount.
-    key = (mag >> np.uint32(_FINE_BITS)).astype(np.intp)
-    low = mag & _FINE_LOW
-    size = acc.fine_count.size
-    count = np.bincount(key, minlength=size)
-    acc.fine_count += count
-    acc.fine_low_sum += np.bincount(key, weights=low, minlength=size)
-    # Values whose low 12 bits are 0: the exact zeros, the infinities, and the exact F of unaligned edges.
-    zeros = 0
-    m0 = mag[low == 0]
-    if m0.size:
-        zeros = int(np.count_nonzero(m0 == 0))
-        acc.zeros += zeros
-        acc.infs += int(np.count_nonzero(m0 == _INF_BITS))
+class _Buffers:
+    """Scratch arrays for one chunk, reused from chunk to chunk (fresh 8 MB arrays cost page faults)."""
+
+    def __init__(self, n: int) -> None:
+        self.key = np.empty(n, np.uint32)
+        self.low = np.empty(n, np.uint32)
+        self.weight = np.empty(n, np.float64)
+
+
+_PACK = 2.0**32  # a chunk's bin holds count * 2**32 + sum of low bits, exactly: both stay below 2**53 in total
+
+
+def _count_chunk(bits: NDArray[np.uint32], acc: _Partial, unaligned: tuple[int, ...], buf: _Buffers) -> None:
+    """Add one chunk (at most 2**20 values) of float32 bit patterns to ``acc``: integer work on the bits."""
+    n = bits.size
+    key, low, weight = buf.key[:n], buf.low[:n], buf.weight[:n]
+    # Key: exponent field and top 11 fraction bits, ordered like |x|. Weight: 2**32 + the low 12 bits, so one
+    # bincount gives both the count and the sum of the low bits of each fine bin.
+    np.right_shift(bits, np.uint32(_FINE_BITS), out=key)
+    np.bitwise_and(key, np.uint32((1 << (31 - _FINE_BITS)) - 1), out=key)
+    np.bitwise_and(bits, _FINE_LOW, out=low)
+    np.add(low, _PACK, out=weight)
+    packed = np.bincount(key, weights=weight)  # as long as the largest key: shorter for most tensors
+    top = packed.size
+    count = packed * (1 / _PACK)
+    np.floor(count, out=count)
+    acc.fine_count[:top] += count  # float64 totals: exact integers below 2**53
+    zero_bin, inf_bin = 0, 255 * _FINE_PER_BINADE
+    # Bin 0 holds |bits| < 2**12 and the first exponent-255 bin holds [inf, inf + 2**12): where their low bits
+    # add up to 0 they hold only zeros, only infinities; otherwise count those exactly (tiny subnormals, NaNs).
+    c0, l0 = int(count[zero_bin]), packed[zero_bin] - count[zero_bin] * _PACK
+    zeros = c0 if l0 == 0 else int(np.count_nonzero((bits & _ABS) == 0))
+    infs = 0
+    if top > inf_bin:
+        c_inf, l_inf = int(count[inf_bin]), packed[inf_bin] - count[inf_bin] * _PACK
+        infs = c_inf if l_inf == 0 else int(np.count_nonzero((bits & _ABS) == _INF_BITS))
+    acc.zeros += zeros
+    acc.infs += infs
+    subnormals = int(count[:_FINE_PER_BINADE].sum()) - zeros
+    count *= _PACK
+    packed -= count  # now the sums of the low bits
+    acc.fine_low_sum[:top] += packed
+    # The exact F of the unaligned edges: a cheap test lets through those values (and zeros, and a few more).
+    candidates = (bits & _candidate_mask(unaligned)) == 0
+    if np.count_nonzero(candidates) > zeros:
+        mag = bits & _ABS
+        m0 = mag[candidates & (mag != 0)]
         frac0 = m0 & np.uint32((1 << _FRAC_BITS) - 1)
         exp0 = m0 >> np.uint32(_FRAC_BITS)
         for i, f_exact in enumerate(unaligned):
             acc.exact_at[i] += np.bincount(exp0[frac0 == f_exact], minlength=256)
     # Exponent field 0 holds the zeros and the float32 subnormals; the latter (rare) are binned by their own binade.
-    if count[:_FINE_PER_BINADE].sum() > zeros:
+    if subnormals:
+        mag = bits & _ABS
         _count_subnormals(mag[(mag < _SMALLEST_NORMAL_BITS) & (mag != 0)], acc, unaligned)
 
 
-def _count_subnormals(sub: NDArray[np.uint32], acc: _Partial, unaligned: NDArray[np.uint32]) -> None:
+@cache
+def _candidate_mask(unaligned: tuple[int, ...]) -> np.uint32:
+    """Fraction bits that are 0 in every unaligned F: a value with any of them set is none of those F."""
+    either = 0
+    for f in unaligned:
+        either |= f
+    return np.uint32(((1 << _FRAC_BITS) - 1) & ~either)
+
+
+def _count_subnormals(sub: NDArray[np.uint32], acc: _Partial, unaligned: tuple[int, ...]) -> None:
     # Times 2**64 is exact for a float32 subnormal and makes it normal: its exponent is then its binade + 64.
     norm = (sub.view(np.float32) * np.float32(2.0**64)).view(np.uint32)
     row = (norm >> np.uint32(_FRAC_BITS)).astype(np.int64) - 127 - 64 - BINADE_MIN
@@ -427,8 +467,9 @@ def _count(bits: NDArray[np.uint32]) -> _Partial:
 
     def part(lo: int, hi: int) -> _Partial:
         acc = _empty_partial()
+        buf = _Buffers(min(_CHUNK, hi - lo))
         for i in range(lo, hi, _CHUNK):
-            _count_chunk(bits[i : min(i + _CHUNK, hi)], acc, unaligned)
+            _count_chunk(bits[i : min(i + _CHUNK, hi)], acc, unaligned, buf)
         return acc
 
     n = bits.size
@@ -465,7 +506,8 @@ def summarize(x: ArrayLike) -> TensorStats:
 
     # The fine bins of all finite non-zero values, one row per binade -149 ... 127.
     normal = slice(_FINE_PER_BINADE, 255 * _FINE_PER_BINADE)  # exponent fields 1 ... 254
-    fine = np.concatenate([acc.sub_count, acc.fine_count[normal]]).reshape(N_BINADES, _FINE_PER_BINADE)
+    fine = np.concatenate([acc.sub_count, acc.fine_count[normal].astype(np.int64)])
+    fine = fine.reshape(N_BINADES, _FINE_PER_BINADE)
     low_sum = np.concatenate([acc.sub_low_sum, acc.fine_low_sum[normal]]).reshape(N_BINADES, _FINE_PER_BINADE)
     exact_at = np.concatenate([acc.sub_exact_at, acc.exact_at[:, 1:255]], axis=1)  # (n_unaligned, 277)
 

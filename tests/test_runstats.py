@@ -495,3 +495,14 @@ def test_save_load_round_trips(run):
 def test_the_zip_holds_npy_arrays_only():
     with zipfile.ZipFile(io.BytesIO(small_run().to_bytes())) as zf:
         assert all(n.endswith(".npy") for n in zf.namelist())
+
+
+@requires_torch
+def test_counts_across_chunks_and_threads_match_torch():
+    with np.errstate(invalid="ignore"):
+        x = random_bits(2 * R._CHUNK + 12_345, seed=17)  # more than two chunks: the threaded path
+    x[::7] = 0.0
+    s = R.summarize(x)
+    for name in ("fp16", "fp8_e4m3"):
+        assert s.counts(name) == torch_counts(x, name)
+    assert np.array_equal(s.table, R.combine([R.summarize(x[:1000]), R.summarize(x[1000:])]).table)
