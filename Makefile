@@ -41,6 +41,7 @@ lint: $(VENV)/.dev-installed
 ## The benchmarks: each prints its table and rewrites its section of docs/performance.md.
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench.core_rounding
+	$(BIN)/python -m bench.runstats_speed
 	$(BIN)/python -m bench.page_rerun
 	$(BIN)/python -m bench.browser_roundtrip
 	$(BIN)/python -m bench.cold_start
