@@ -1,0 +1,253 @@
+"""What the lesson's steps 2–5 say about a recorded run: shares, loss scales and lost updates, from run statistics.
+
+Everything here reads :class:`lensa.runstats.RunStats` and :class:`lensa.runstats.TensorStats` and returns
+plain numbers; the view formats them. Shares are fractions (0..1) of the *non-zero* values of a tensor
+(exact zeros are stored exactly by every format, so they are neither lost nor kept; NaN counts in the
+denominator and in no class). A record with no non-zero value gives NaN shares.
+
+This module imports numpy and the core only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from lensa.formats import classify
+from lensa.runstats import RunStats, TensorStats, combine, significand_edges
+
+ALL_LAYERS = "all"
+ZONES: tuple[str, ...] = ("zero", "subnormal", "normal", "overflow")
+KEEP_SHARE = 0.999  # the smallest useful loss scale keeps all but 0.1% of the non-zero gradients from rounding to 0
+# Loss scales searched for the two bounds: 2**-64 ... 2**64 reaches past every float32 gradient's need.
+SCALE_SEARCH = range(-64, 65)
+
+
+def select(run: RunStats, kind: str, layer: str, step: int) -> TensorStats:
+    """The statistics of one tensor, or of every tensor of ``kind`` recorded at ``step`` together (``layer="all"``).
+
+    KeyError when ``layer`` was not recorded at ``step``; an empty record when nothing of ``kind`` was.
+    """
+    if layer != ALL_LAYERS:
+        return run.get(kind, layer, step)
+    return combine(_recorded(run, kind, step).values())
+
+
+def _recorded(run: RunStats, kind: str, step: int) -> dict[str, TensorStats]:
+    out = {}
+    for name in run.names(kind):
+        try:
+            out[name] = run.get(kind, name, step)
+        except KeyError:
+            continue  # this tensor was not recorded at this step
+    return out
+
+
+def layers_at(run: RunStats, kind: str, step: int) -> dict[str, TensorStats]:
+    """Each tensor of ``kind`` recorded at ``step``, by name, in the model's order."""
+    return _recorded(run, kind, step)
+
+
+def zone_counts(stats: TensorStats, fmt: str = "fp16", scale_exp: int = 0) -> dict[str, int]:
+    """Non-zero values by what ``fmt`` does to them after scaling by 2**scale_exp (±inf in ``overflow``), and NaNs."""
+    c = stats.counts(fmt, scale_exp=scale_exp)
+    return {zone: c[zone] for zone in ZONES} | {"nan": c["nan"]}
+
+
+def zone_shares(stats: TensorStats, fmt: str = "fp16", scale_exp: int = 0) -> dict[str, float]:
+    """Share of the non-zero values in each zone of ``fmt`` after scaling by 2**scale_exp (NaN if there are none)."""
+    counts = zone_counts(stats, fmt, scale_exp)
+    n = stats.nonzero
+    return {zone: counts[zone] / n if n else math.nan for zone in ZONES}
+
+
+@dataclass(frozen=True)
+class ZoneHistogram:
+    """Finite non-zero values per binade (|x| in [2**e, 2**(e+1)), after scaling), split by zone."""
+
+    exponents: NDArray[np.int64]
+    counts: dict[str, NDArray[np.int64]]  # zone -> count per exponent
+
+    @property
+    def total(self) -> int:
+        return int(sum(int(c.sum()) for c in self.counts.values()))
+
+
+def zone_histogram(stats: TensorStats, fmt: str = "fp16", scale_exp: int = 0) -> ZoneHistogram:
+    """The binade histogram of ``stats`` times 2**scale_exp, each binade's values split by what ``fmt`` does.
+
+    Exact: a binade can hold values of two zones (the top of FP16's largest binade overflows, the bottom of
+    the binade at half the smallest subnormal rounds to 0), and each significand interval of the run
+    statistics lies in one zone. ±inf, NaN and exact zeros have no binade and are left out.
+    """
+    table = stats.table
+    exponents = np.arange(table.shape[0], dtype=np.int64) + stats.binade_lo + int(scale_exp)
+    if not table.size:
+        return ZoneHistogram(exponents, {zone: np.zeros(0, np.int64) for zone in ZONES})
+    edges = np.array(significand_edges(), np.float64)
+    smallest = np.ldexp(1.0 + edges[None, :] / 2**23, exponents[:, None])  # each cell's smallest value, exact
+    zone = classify(smallest, fmt)
+    counts = {z: np.where(zone == z, table, 0).sum(axis=1).astype(np.int64) for z in ZONES}
+    return ZoneHistogram(exponents, counts)
+
+
+@dataclass(frozen=True)
+class ScaleSweep:
+    """Shares of the non-zero gradients lost to 0 and to inf at each loss scale S = 2**k."""
+
+    ks: tuple[int, ...]
+    zero: tuple[float, ...]
+    overflow: tuple[float, ...]
+
+
+def scale_sweep(stats: TensorStats, ks: Sequence[int], fmt: str = "fp16") -> ScaleSweep:
+    """For each k, the shares of the non-zero values that round to 0 and that overflow after scaling by 2**k."""
+    shares = [zone_shares(stats, fmt, k) for k in ks]
+    return ScaleSweep(tuple(int(k) for k in ks), tuple(s["zero"] for s in shares), tuple(s["overflow"] for s in shares))
+
+
+@dataclass(frozen=True)
+class ScaleBounds:
+    """The two loss scales of a gradient record (as k in S = 2**k), or None where no S in the search does it.
+
+    ``keep_k``: the smallest S that keeps all but ``1 - KEEP_SHARE`` of the non-zero gradients from
+    rounding to 0. ``safe_k``: the largest S at which none overflows.
+    """
+
+    keep_k: int | None
+    safe_k: int | None
+
+    @property
+    def window(self) -> bool:
+        """Whether some S does both (the keep scale is no larger than the safe one)."""
+        return self.keep_k is not None and self.safe_k is not None and self.keep_k <= self.safe_k
+
+
+def scale_bounds(stats: TensorStats, fmt: str = "fp16", keep: float = KEEP_SHARE) -> ScaleBounds:
+    """The smallest S = 2**k keeping ``keep`` of the non-zero values from 0, and the largest that overflows none.
+
+    Searched over k in -64 ... 64. Rounding to 0 only falls as k grows and overflow only rises, so the
+    first k and the last k are the answers. ±inf values overflow at every S: then no safe S exists.
+    With no non-zero value both are None.
+    """
+    n = stats.nonzero
+    if not n:
+        return ScaleBounds(None, None)
+    keep_k = safe_k = None
+    for k in SCALE_SEARCH:
+        counts = zone_counts(stats, fmt, k)
+        if keep_k is None and counts["zero"] <= (1 - keep) * n:
+            keep_k = k
+        if counts["overflow"] == 0:
+            safe_k = k
+    return ScaleBounds(keep_k, safe_k)
+
+
+def mean_relative_errors(stats: TensorStats, fmts: Sequence[str]) -> dict[str, float]:
+    """Mean relative error of each format over the finite non-zero values (1.0 = 100%; inf if one overflows)."""
+    return {f: stats.mean_relative_error(f) for f in fmts}
+
+
+def lost_share(stats: TensorStats, fmt: str) -> float:
+    """Share of the non-zero updates that a weight held in ``fmt`` would lose (NaN when there are none)."""
+    n = stats.nonzero
+    return stats.lost(fmt) / n if n else math.nan
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    """One tensor at one step: its name, its number of non-zero values, and shares per (format, zone)."""
+
+    name: str
+    nonzero: int
+    shares: dict[str, dict[str, float]]  # format -> zone -> share
+    errors: dict[str, float]  # format -> mean relative error
+
+
+def layer_rows(run: RunStats, kind: str, step: int, fmts: Sequence[str] = ("fp16",)) -> list[LayerRow]:
+    """Every tensor of ``kind`` at ``step``, the ones that lose most to 0 in ``fmts[0]`` first (then by subnormals).
+
+    Tensors without a non-zero value go last.
+    """
+    rows = [
+        LayerRow(
+            name,
+            s.nonzero,
+            {f: zone_shares(s, f) for f in fmts},
+            mean_relative_errors(s, fmts),
+        )
+        for name, s in layers_at(run, kind, step).items()
+    ]
+
+    def order(row: LayerRow) -> tuple[float, float]:
+        first = row.shares[fmts[0]]
+        if not row.nonzero:
+            return (1.0, 1.0)
+        return (-first["zero"], -first["subnormal"])
+
+    return sorted(rows, key=order)
+
+
+@dataclass(frozen=True)
+class LostRow:
+    name: str
+    nonzero: int
+    lost: dict[str, float]  # format -> share of non-zero updates lost
+
+
+def lost_by_layer(run: RunStats, step: int, fmts: Sequence[str]) -> list[LostRow]:
+    """The share of each weight's updates at ``step`` that a weight held in each format would lose, model order."""
+    return [
+        LostRow(name, s.nonzero, {f: lost_share(s, f) for f in fmts})
+        for name, s in layers_at(run, "update", step).items()
+        if s.lost_counts is not None
+    ]
+
+
+def lost_over_training(run: RunStats, layer: str, fmts: Sequence[str]) -> tuple[list[int], dict[str, list[float]]]:
+    """Per recorded step: the share of updates (one tensor's, or all) that each format would lose."""
+    steps, shares = [], {f: [] for f in fmts}
+    for step in run.steps("update"):
+        try:
+            stats = select(run, "update", layer, step)
+        except KeyError:
+            continue
+        if stats.lost_counts is None or not stats.nonzero:
+            continue
+        steps.append(step)
+        for f in fmts:
+            shares[f].append(lost_share(stats, f))
+    return steps, shares
+
+
+@dataclass(frozen=True)
+class ScalerHistory:
+    """A recorded loss-scale history: the steps, log2 of the scale at each, and whether each was skipped."""
+
+    steps: tuple[int, ...]
+    log2_scales: tuple[float, ...]
+    skipped: tuple[bool, ...]
+
+    @property
+    def skipped_steps(self) -> tuple[int, ...]:
+        return tuple(s for s, k in zip(self.steps, self.skipped, strict=True) if k)
+
+
+def scaler_history(run: RunStats) -> ScalerHistory | None:
+    """The run's GradScaler history (the steps that have a loss scale), or None if it recorded none."""
+    scales = run.loss_scales()
+    if not scales:
+        return None
+    skipped = set(run.skipped_steps())
+    steps = tuple(scales)
+    return ScalerHistory(steps, tuple(float(np.log2(scales[s])) for s in steps), tuple(s in skipped for s in steps))
+
+
+def most_lost(rows: Sequence[LostRow], fmt: str, limit: int) -> list[LostRow]:
+    """The ``limit`` rows that lose the largest share in ``fmt``, kept in their own (the model's) order."""
+    ranked = sorted(range(len(rows)), key=lambda i: -np.nan_to_num(rows[i].lost[fmt], nan=-1.0))[:limit]
+    return [rows[i] for i in sorted(ranked)]
