@@ -2,18 +2,118 @@
 
 import streamlit as st
 
+from lensa import measured
 from lensa.formats import FORMATS, category_shares, relative_error, representable_between
 from lensa.gradients import gradient_sample
 from lensa.ui import compare, figures, widgets
+from lensa.ui import measured as data
 from lensa.ui.frame import setup
 
 LESSON_FORMATS = ("fp32", "bf16", "fp16")
 
+
+def show_measured(sel: data.Selection) -> None:
+    """The recorded values instead of the illustration: FP16 against BF16 (and FP8) on what to 0 and the error."""
+    stats = sel.stats
+    keys = ("fp16", "bf16", *compare.FP8_KEYS) if fp8 else ("fp16", "bf16")
+    zero = {f: measured.zone_shares(stats, f)["zero"] for f in keys}
+    errors = measured.mean_relative_errors(stats, keys)
+    over16 = measured.zone_shares(stats, "fp16")["overflow"]
+    kind = data.kind_words(page, sel.kind)
+    source = data.source_line(page, sel)
+    names = [FORMATS[f].label for f in keys]
+    colours = [figures.FORMAT_COLOURS[f] for f in keys]
+    values = {
+        "kind": kind,
+        "z16": data.pct(page, zero["fp16"]),
+        "zbf": data.pct(page, zero["bf16"]),
+        "e16": data.pct(page, errors["fp16"]),
+        "ebf": data.pct(page, errors["bf16"]),
+        "over": data.pct(page, over16),
+    }
+    widgets.chart(
+        figures.labelled_bars(
+            names,
+            [zero[f] for f in keys],
+            colours,
+            [data.pct(page, zero[f]) for f in keys],
+            axis_title=page.t("bf16_data.axis_zero"),
+            x_max=data.bar_top([zero[f] for f in keys], floor=0.01),
+            lang=page.lang,
+            percent=True,
+        ),
+        page.t("bf16_data.zero_title", kind=kind),
+        " ".join([data.shares_note(page, stats), source]),
+        alt=page.t("bf16_data.alt_zero", **values),
+    )
+    shown, top = data.finite_bars([errors[f] for f in keys])
+    widgets.chart(
+        figures.labelled_bars(
+            names,
+            shown,
+            colours,
+            [data.pct(page, errors[f]) for f in keys],
+            axis_title=page.t("bf16_data.axis_error"),
+            x_max=top,
+            lang=page.lang,
+            percent=True,
+        ),
+        page.t("bf16_data.error_title", kind=kind),
+        page.t("bf16_data.error_caption") + " " + source,
+        alt=page.t("bf16_data.alt_error", **values),
+    )
+    widgets.chart(
+        figures.precision_ticks(
+            [(key, FORMATS[key].label, representable_between(1.0, 1.0625, key)) for key in ("fp16", "bf16")],
+            page.lang,
+        ),
+        page.t("precision_title"),
+        page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3)),
+    )
+    widgets.metric_row(
+        [
+            (page.t("metric_fp16_zero"), values["z16"]),
+            (page.t("metric_bf16_zero"), values["zbf"]),
+            (page.t("metric_fp16_err"), values["e16"]),
+            (page.t("metric_bf16_err"), values["ebf"]),
+        ]
+    )
+    if over16 > 0:
+        regime = "explain_fp16_overflows"
+    elif errors["fp16"] > errors["bf16"]:
+        regime = "explain_fp16_loses"
+    else:
+        regime = "explain_both_hold"
+    widgets.explain(page, page.t(f"bf16_data.{regime}", **values), page.t("bf16_data.try"))
+    st.subheader(page.t("bf16_data.layers_title"))
+    columns = [
+        (page.t("metric_fp16_zero"), "fp16", "zero"),
+        (page.t("metric_bf16_zero"), "bf16", "zero"),
+        (page.t("metric_fp16_err"), "fp16", "error"),
+        (page.t("metric_bf16_err"), "bf16", "error"),
+    ]
+    rows = measured.layer_rows(sel.run, sel.kind, sel.step, ("fp16", "bf16"))
+    st.dataframe(data.layer_frame(page, rows, columns), hide_index=True)
+    if fp8:
+        st.subheader(page.t("fp8_title"))
+        st.dataframe(data.format_rows(page, stats, keys), hide_index=True)
+        st.markdown(page.t("fp8_explain"))
+
+
 page = setup("bf16")
 widgets.step_header(page)
-grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
+selection = data.data_controls(page)
+if selection is None:
+    grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
 fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("common.fp8_help"))
 widgets.after_controls(page)
+
+if selection is not None:  # a recorded run replaces the illustration; the rest of the page is the illustration's
+    show_measured(selection)
+    widgets.notes(page, page.t("notes"), [page.t("refs.kalamkar"), page.t("refs.ieee754")])
+    widgets.check_yourself(page, 2)
+    widgets.step_footer(page)
+    st.stop()
 
 sample = gradient_sample(grad)
 ranges = [

@@ -2,18 +2,78 @@
 
 import streamlit as st
 
+from lensa import measured
 from lensa.formats import FORMATS, category_shares
 from lensa.gradients import gradient_sample
 from lensa.ui import compare, widgets
+from lensa.ui import measured as data
 from lensa.ui.frame import setup
 
 FP16 = FORMATS["fp16"]
 
+
+def show_measured(sel: data.Selection) -> None:
+    """The recorded tensors instead of the illustration: their histogram over FP16's zones, and who loses most."""
+    stats = sel.stats
+    shares = measured.zone_shares(stats, "fp16")
+    pct = {zone: data.pct(page, share) for zone, share in shares.items()}
+    kind = data.kind_words(page, sel.kind)
+    widgets.chart(
+        compare.fp16_binades(page, measured.zone_histogram(stats, "fp16")),
+        page.t("fp16_range_data.figure_title", kind=kind),
+        " ".join([data.shares_note(page, stats), data.source_line(page, sel)]),
+        alt=page.t("fp16_range_data.alt", kind=kind, zero=pct["zero"], sub=pct["subnormal"], normal=pct["normal"]),
+    )
+    widgets.metric_row(
+        [
+            (page.t("metric_zero"), pct["zero"]),
+            (page.t("metric_subnormal"), pct["subnormal"]),
+            (page.t("metric_normal"), pct["normal"]),
+            (page.t("fp16_range_data.metric_overflow"), pct["overflow"]),
+        ]
+    )
+    values = {
+        "kind": kind,
+        "step": page.num(sel.step),
+        "zero": pct["zero"],
+        "sub": pct["subnormal"],
+        "normal": pct["normal"],
+        "over": pct["overflow"],
+        "normal_limit": page.sci(FP16.smallest_normal),
+    }
+    regime = max(("zero", "subnormal", "normal"), key=lambda c: shares[c] if stats.nonzero else 0)
+    paragraph = page.t(f"fp16_range_data.explain_{regime}", **values)
+    if shares["overflow"] > 0:
+        paragraph += page.t("explain_overflow", **values)
+    widgets.explain(page, paragraph, page.t("fp16_range_data.try"))
+    st.subheader(page.t("fp16_range_data.layers_title"))
+    st.caption(page.t("fp16_range_data.layers_intro", kind=kind, step=page.num(sel.step)))
+    columns = [
+        (page.t("common.col_zero"), "fp16", "zero"),
+        (page.t("common.col_subnormal"), "fp16", "subnormal"),
+        (page.t("common.col_overflow"), "fp16", "overflow"),
+    ]
+    rows = measured.layer_rows(sel.run, sel.kind, sel.step, ("fp16",))
+    st.dataframe(data.layer_frame(page, rows, columns), hide_index=True)
+    if fp8:
+        st.subheader(page.t("fp8_title"))
+        st.dataframe(data.format_rows(page, stats, ("fp16", "bf16", *compare.FP8_KEYS)), hide_index=True)
+
+
 page = setup("fp16_range")
 widgets.step_header(page)
-grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
+selection = data.data_controls(page)
+if selection is None:
+    grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
 fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("common.fp8_help"))
 widgets.after_controls(page)
+
+if selection is not None:  # a recorded run replaces the illustration; the rest of the page is the illustration's
+    show_measured(selection)
+    widgets.notes(page, page.t("notes"), [page.t("refs.ieee754"), page.t("refs.micikevicius2017")])
+    widgets.check_yourself(page, 2)
+    widgets.step_footer(page)
+    st.stop()
 
 sample = gradient_sample(grad)
 shares = category_shares(sample, FP16)

@@ -3,10 +3,12 @@
 import numpy as np
 import streamlit as st
 
+from lensa import measured
 from lensa.formats import FORMATS
 from lensa.gradients import gradient_sample
 from lensa.scaling import SpikeModel, dynamic_run, per_tensor_scale, static_shift_shares
 from lensa.ui import compare, figures, i18n, live_view, widgets
+from lensa.ui import measured as data
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
 
@@ -33,8 +35,13 @@ def illustrative_run() -> tuple[list[int], list[float], list[bool]]:
 def run_figure(lang: str, real: tuple[float, ...] | None):
     """The animated run (40 frames) depends only on the language and a real overlay: build it once for each."""
     steps, log2_scales, skipped = illustrative_run()
+    overlay = None if real is None else (i18n.text(lang, "loss_scaling.real_line"), live_view.log2(real))
+    return figures.scaler_run(steps, log2_scales, skipped, _run_labels(lang), overlay=overlay)
+
+
+def _run_labels(lang: str) -> figures.RunLabels:
     t = lambda key: i18n.text(lang, f"loss_scaling.{key}")  # noqa: E731
-    labels = figures.RunLabels(
+    return figures.RunLabels(
         axis_step=t("run_axis_step"),
         axis_scale=t("run_axis_scale"),
         clean=t("run_clean"),
@@ -44,22 +51,136 @@ def run_figure(lang: str, real: tuple[float, ...] | None):
         play=t("play"),
         pause=t("pause"),
     )
-    overlay = None if real is None else (t("real_line"), live_view.log2(real))
-    return figures.scaler_run(steps, log2_scales, skipped, labels, overlay=overlay)
+
+
+@st.cache_resource(max_entries=8)
+def recorded_run_figure(lang: str, steps: tuple[int, ...], log2_scales: tuple[float, ...], skipped: tuple[bool, ...]):
+    """A recorded GradScaler history, animated (at most 60 frames): built once per run and language."""
+    return figures.scaler_run(steps, log2_scales, skipped, _run_labels(lang), max_frames=60)
+
+
+def _scale(k: int | None) -> str:
+    return "—" if k is None else power_of_two(k)
+
+
+def show_measured(sel: data.Selection) -> None:
+    """The recorded gradients instead of the illustration: scaled, swept over S, and the run's own scaler."""
+    stats = sel.stats
+    kind = data.kind_words(page, sel.kind)
+    shares = measured.zone_shares(stats, "fp16", k)
+    pct = {zone: data.pct(page, share) for zone, share in shares.items()}
+    bounds = measured.scale_bounds(stats, "fp16")
+    source = data.source_line(page, sel)
+    widgets.chart(
+        compare.fp16_binades(page, measured.zone_histogram(stats, "fp16", k)),
+        page.t("loss_scaling_data.figure_title", kind=kind),
+        " ".join([page.t("caption"), data.shares_note(page, stats), source]),
+        alt=page.t("loss_scaling_data.alt_hist", kind=kind, s=power_of_two(k), zero=pct["zero"], over=pct["overflow"]),
+    )
+    sweep = measured.scale_sweep(stats, page.info.control("scale").stops, "fp16")
+    if bounds.keep_k is None and bounds.safe_k is None:
+        sentence = page.t("loss_scaling_data.bounds_empty", kind=kind)
+    elif bounds.safe_k is None:
+        sentence = page.t("loss_scaling_data.bounds_no_safe", kind=kind, keep=_scale(bounds.keep_k))
+    elif bounds.keep_k is None:
+        sentence = page.t("loss_scaling_data.bounds_no_keep", kind=kind, safe=_scale(bounds.safe_k))
+    else:
+        key = "bounds_window" if bounds.window else "bounds_clash"
+        sentence = page.t(f"loss_scaling_data.{key}", kind=kind, keep=_scale(bounds.keep_k), safe=_scale(bounds.safe_k))
+    labels = figures.SweepLabels(
+        axis_scale=page.t("loss_scaling_data.sweep_axis"),
+        axis_share=page.t("loss_scaling_data.sweep_share"),
+        zero=page.t("loss_scaling_data.sweep_zero"),
+        overflow=page.t("loss_scaling_data.sweep_overflow"),
+        keep=page.t("loss_scaling_data.sweep_keep"),
+        safe=page.t("loss_scaling_data.sweep_safe"),
+        current=page.t("loss_scaling_data.sweep_current", s=power_of_two(k)),
+        hover=page.t("loss_scaling_data.sweep_hover"),
+    )
+    widgets.chart(
+        figures.scale_sweep(sweep.ks, sweep.zero, sweep.overflow, bounds.keep_k, bounds.safe_k, k, labels, page.lang),
+        page.t("loss_scaling_data.sweep_title", kind=kind),
+        source,
+        alt=sentence,
+    )
+    st.markdown(sentence)
+    history = measured.scaler_history(sel.source.scaler) if sel.source.scaler is not None else None
+    if history is None:
+        st.info(page.t("loss_scaling_data.no_history"), icon=":material/info:")
+    else:
+        skipped_list = _list(page, list(history.skipped_steps))
+        widgets.chart(
+            recorded_run_figure(page.lang, history.steps, history.log2_scales, history.skipped),
+            page.t("loss_scaling_data.run_title"),
+            page.t(
+                "loss_scaling_data.run_caption",
+                start=_scale(round(history.log2_scales[0])),
+                skipped=page.num(len(history.skipped_steps)),
+                steps=skipped_list,
+            )
+            + " "
+            + data.scaler_line(page, sel.source),
+            alt=page.t(
+                "loss_scaling_data.alt_run",
+                n=page.num(len(history.steps)),
+                start=_scale(round(history.log2_scales[0])),
+                end=_scale(round(history.log2_scales[-1])),
+                skipped=page.num(len(history.skipped_steps)),
+            ),
+        )
+    widgets.metric_row(
+        [
+            (page.t("metric_zero"), pct["zero"]),
+            (page.t("metric_overflow"), pct["overflow"]),
+            (page.t("loss_scaling_data.metric_keep"), _scale(bounds.keep_k)),
+            (page.t("loss_scaling_data.metric_safe"), _scale(bounds.safe_k)),
+        ]
+    )
+    paragraph = page.t(
+        "loss_scaling_data.explain", s=power_of_two(k), kind=kind, zero=pct["zero"], over=pct["overflow"]
+    )
+    widgets.explain(page, paragraph + " " + sentence, page.t("loss_scaling_data.try"))
+    if fp8:
+        scales = {key: measured.scale_bounds(stats, key).safe_k for key in compare.FP8_KEYS}
+        st.subheader(page.t("fp8_title"))
+        st.markdown(page.t("loss_scaling_data.fp8_explain"))
+        rows = data.format_rows(page, stats, ("fp16",), {"fp16": k})
+        rows += data.format_rows(page, stats, compare.FP8_KEYS, dict.fromkeys(compare.FP8_KEYS, 0))
+        scaled = {f: s for f, s in scales.items() if s}
+        if scaled:
+            rows += data.format_rows(page, stats, tuple(scaled), scaled)
+        st.dataframe(rows, hide_index=True)
 
 
 page = setup("loss_scaling")
 widgets.step_header(page)
+selection = data.data_controls(page)
 k = int(widgets.slider(page, "scale", page.t("scale"), lambda v: power_of_two(int(v)), help=page.t("scale_help")))
 fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("common.fp8_help"))
 widgets.after_controls(page)
+
+if selection is not None:  # a recorded run replaces the illustration; the rest of the page is the illustration's
+    show_measured(selection)
+    widgets.notes(
+        page,
+        page.t(
+            "notes",
+            interval=page.num(SPIKES.growth_interval),
+            typical=page.sci(SPIKES.typical_max),
+            spike_pct=page.pct(SPIKES.spike_probability),
+        ),
+        [page.t("refs.micikevicius2017"), page.t("refs.torch_amp")],
+    )
+    widgets.check_yourself(page, 2)
+    widgets.step_footer(page)
+    st.stop()
 
 scaled = np.ldexp(gradient_sample(TYPICAL), k)
 shares = static_shift_shares(gradient_sample(TYPICAL), k)
 widgets.chart(
     compare.fp16_histogram(page, scaled),
     page.t("figure_title"),
-    page.t("caption"),
+    page.t("caption") + " " + page.t("common.illustration"),
 )
 
 steps, log2_scales, skipped = illustrative_run()

@@ -1,18 +1,123 @@
 """Step 4 · FP32 master weights: small updates vanish in FP16."""
 
+import streamlit as st
+
+from lensa import measured
 from lensa.formats import quantize, representable_between, spacing
 from lensa.master import is_update_lost, total_change
 from lensa.ui import figures, widgets
+from lensa.ui import measured as data
 from lensa.ui.frame import setup
 
 STEPS = 1000
 TICKS_EACH_SIDE = 4
+LOW_PRECISION = ("fp16", "bf16")
+MAX_LAYER_BARS = 12  # a chart a phone can hold; the table below lists every layer
+
+
+def show_measured(sel: data.Selection) -> None:
+    """The recorded updates instead of the illustration: how many an FP16 or BF16 weight would lose."""
+    run, stats = sel.run, sel.stats
+    lost = {f: measured.lost_share(stats, f) for f in LOW_PRECISION}
+    pct = {f: data.pct(page, share) for f, share in lost.items()}
+    master = page.pct(0.0)  # the update is w_after - w_before in FP32: added to the FP32 copy, it is w_after exactly
+    source = data.source_line(page, sel)
+    labels = {"fp16": page.t("master_weights_data.bar_fp16"), "bf16": page.t("master_weights_data.bar_bf16")}
+    master_label = page.t("master_weights_data.bar_master")
+    rows = measured.lost_by_layer(run, sel.step, LOW_PRECISION)
+    shown = measured.most_lost(rows, "fp16", MAX_LAYER_BARS)
+    series = [
+        (f, labels[f], [r.lost[f] for r in shown], [data.pct(page, r.lost[f]) for r in shown]) for f in LOW_PRECISION
+    ]
+    series.append(("fp32", master_label, [0.0] * len(shown), [master] * len(shown)))
+    caption = page.t("master_weights_data.layers_caption", shown=page.num(len(shown)), n=page.num(len(rows)))
+    widgets.chart(
+        figures.grouped_share_bars(
+            [r.name for r in shown], series, page.t("master_weights_data.axis_share"), page.lang
+        ),
+        page.t("master_weights_data.layers_title", step=page.num(sel.step)),
+        caption + " " + source,
+        alt=page.t("master_weights_data.alt_layers", n=page.num(len(rows)), fp16=pct["fp16"], bf16=pct["bf16"]),
+    )
+    steps, over = measured.lost_over_training(run, sel.layer, LOW_PRECISION)
+    if len(steps) > 1:
+        hover = page.t("master_weights_data.hover")
+        lines = [
+            (
+                f,
+                labels[f],
+                over[f],
+                [hover.format(step=page.num(s), share=data.pct(page, v)) for s, v in zip(steps, over[f], strict=True)],
+            )
+            for f in LOW_PRECISION
+        ]
+        lines.append(
+            ("fp32", master_label, [0.0] * len(steps), [hover.format(step=page.num(s), share=master) for s in steps])
+        )
+        widgets.chart(
+            figures.share_lines(
+                steps,
+                lines,
+                page.t("master_weights_data.axis_step"),
+                page.t("master_weights_data.axis_share"),
+                page.lang,
+            ),
+            page.t("master_weights_data.over_title", layer=data.layer_words(page, sel.layer)),
+            data.source_line(page, sel, every_step=True),
+            alt=page.t(
+                "master_weights_data.alt_over",
+                first=data.pct(page, over["fp16"][0]),
+                last=data.pct(page, over["fp16"][-1]),
+                n=page.num(len(steps)),
+            ),
+        )
+    widgets.metric_row(
+        [
+            (page.t("master_weights_data.metric_fp16"), pct["fp16"]),
+            (page.t("master_weights_data.metric_bf16"), pct["bf16"]),
+            (page.t("master_weights_data.metric_master"), master),
+            (page.t("master_weights_data.metric_count"), page.num(stats.nonzero)),
+        ]
+    )
+    paragraph = page.t(
+        "master_weights_data.explain",
+        step=page.num(sel.step),
+        n=page.num(stats.nonzero),
+        layer=data.layer_words(page, sel.layer),
+        fp16=pct["fp16"],
+        bf16=pct["bf16"],
+        master=master,
+    )
+    widgets.explain(page, paragraph, page.t("master_weights_data.try"))
+    st.dataframe(
+        [
+            {
+                page.t("data.col_layer"): r.name,
+                page.t("data.col_values"): page.num(r.nonzero),
+                labels["fp16"]: data.pct(page, r.lost["fp16"]),
+                labels["bf16"]: data.pct(page, r.lost["bf16"]),
+                master_label: master,
+            }
+            for r in rows
+        ],
+        hide_index=True,
+    )
+
 
 page = setup("master_weights")
 widgets.step_header(page)
-update = widgets.slider(page, "update", page.t("update"), lambda v: page.sci(v, 3), help=page.t("update_help"))
-w = widgets.slider(page, "w", page.t("w"), page.plain)
+selection = data.data_controls(page)
+if selection is None:
+    update = widgets.slider(page, "update", page.t("update"), lambda v: page.sci(v, 3), help=page.t("update_help"))
+    w = widgets.slider(page, "w", page.t("w"), page.plain)
 widgets.after_controls(page)
+
+if selection is not None:  # a recorded run replaces the illustration; the rest of the page is the illustration's
+    show_measured(selection)
+    widgets.notes(page, page.t("notes"), [page.t("refs.micikevicius2017"), page.t("refs.ieee754")])
+    widgets.check_yourself(page, 2)
+    widgets.step_footer(page)
+    st.stop()
 
 gap = float(spacing(w, "fp16"))
 w16 = float(quantize(w, "fp16"))

@@ -326,12 +326,15 @@ def scaler_run(
     animate: bool = True,
     overlay: tuple[str, Sequence[float]] | None = None,
     colour: str = FORMAT_COLOURS["fp16"],
+    max_frames: int | None = None,
 ) -> go.Figure:
     """log2 S per step, skipped steps marked ×.
 
     ``animate`` adds a Play button that replays the run in the browser.
     ``overlay`` (label, log2 S per step) draws a second run over the first,
-    dashed, such as a real GradScaler over the illustration.
+    dashed, such as a real GradScaler over the illustration. ``max_frames``
+    caps the animation of a long recorded run: the frames then advance
+    several steps at a time (the last frame is always the whole run).
     """
     steps = [int(s) for s in steps]
     ys = _list(log2_scales)
@@ -390,7 +393,7 @@ def scaler_run(
     lo, hi = min(all_ys) - 1, max(all_ys) + 1
     layout = _layout(
         340,
-        xaxis={"title": {"text": labels.axis_step}, "range": [0.5, len(steps) + 0.5], "fixedrange": True},
+        xaxis={"title": {"text": labels.axis_step}, "range": [steps[0] - 0.5, steps[-1] + 0.5], "fixedrange": True},
         yaxis={
             "title": {"text": labels.axis_scale},
             "range": [lo, hi],
@@ -400,7 +403,9 @@ def scaler_run(
     )
     frames = None
     if animate:
-        frames = [{"data": traces(n), "name": str(n), "traces": [0, 1]} for n in range(1, len(steps) + 1)]
+        every = 1 if not max_frames or len(steps) <= max_frames else math.ceil(len(steps) / max_frames)
+        counts = sorted({*range(every, len(steps) + 1, every), len(steps)})
+        frames = [{"data": traces(n), "name": str(n), "traces": [0, 1]} for n in counts]
         play_args = {
             "frame": {"duration": 180, "redraw": True},
             "fromcurrent": False,
@@ -565,8 +570,12 @@ def labelled_bars(
     x_max: float | None = None,
     height: int = 240,
     lang: str = "en",
+    percent: bool = False,
 ) -> go.Figure:
-    """Horizontal bars, one per row top to bottom, each with its value written beside it."""
+    """Horizontal bars, one per row top to bottom, each with its value written beside it.
+
+    ``percent``: the values are shares (0..1) and the axis is labelled in percent.
+    """
     data = [
         {
             "type": "bar",
@@ -610,6 +619,7 @@ def labelled_bars(
             "range": [0, top],
             "fixedrange": True,
             "exponentformat": "e",
+            **({"tickformat": ".0%"} if percent else {}),
         },
         yaxis={
             "range": [len(names) - 0.5, -0.5],
@@ -728,5 +738,268 @@ def precision_ticks(grids: Sequence[tuple[str, str, np.ndarray]], lang: str) -> 
             "showgrid": False,
         },
         xaxis={"fixedrange": True},
+    )
+    return _figure(data, layout)
+
+
+# --- measured runs (steps 2-5 with data) ------------------------------------------------------
+
+LOG10_2 = math.log10(2)
+
+
+def binade_zones(
+    exponents: Sequence[int],
+    counts: dict[str, Sequence[int]],
+    labels: dict[str, str],
+    marks: Sequence[tuple[float, str]],
+    axis_title: str,
+    count_title: str,
+    hover: str,
+    lang: str,
+) -> go.Figure:
+    """Counts per binade [2**e, 2**(e+1)) on a log10 axis, stacked by zone (``counts``: zone -> count per e).
+
+    ``hover`` is a template with {lo}, {hi}, {n}, {category}. The axis spans the data and the marks.
+    """
+    exps = np.asarray(exponents, dtype=np.int64)
+    data = []
+    used_all = np.zeros(len(exps), bool)
+    for cat, colour in CATEGORY_COLOURS.items():
+        c = np.asarray(counts.get(cat, ()), dtype=np.int64)
+        if not c.size:
+            continue
+        used = np.flatnonzero(c)
+        used_all[used] = True
+        if not used.size:
+            continue
+        data.append(
+            {
+                "type": "bar",
+                "x": [float((exps[i] + 0.5) * LOG10_2) for i in used],
+                "y": [int(c[i]) for i in used],
+                "width": LOG10_2,
+                "name": labels[cat],
+                "marker": {"color": colour, "line": {"color": OUTLINE, "width": 0.5}},
+                "hovertext": [
+                    hover.format(
+                        lo=i18n.power_of_two(int(exps[i])),
+                        hi=i18n.power_of_two(int(exps[i]) + 1),
+                        n=i18n.number(int(c[i]), lang),
+                        category=labels[cat],
+                    )
+                    for i in used
+                ],
+                "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+            }
+        )
+    mark_logs = [math.log10(x) for x, _ in marks]
+    present = exps[used_all]
+    data_lo = float(present.min()) * LOG10_2 if present.size else min(mark_logs, default=0.0)
+    data_hi = float(present.max() + 1) * LOG10_2 if present.size else max(mark_logs, default=0.0)
+    lo = math.floor(min([data_lo, *mark_logs])) - 1
+    hi = math.ceil(max([data_hi, *mark_logs])) + 1
+    shapes, annotations = [], []
+    for lx, (_, label) in zip(mark_logs, marks, strict=True):
+        shapes.append(_vline(lx))
+        annotations.append(
+            {
+                "x": lx,
+                "y": 1,
+                "yref": "paper",
+                "text": label,
+                "showarrow": False,
+                "textangle": -90,
+                "xanchor": "right",
+                "yanchor": "top",
+                "font": {"size": 11},
+            }
+        )
+    every = 2 if hi - lo <= 24 else 4
+    layout = _layout(
+        360,
+        lang,
+        barmode="stack",
+        shapes=shapes,
+        annotations=annotations,
+        xaxis={"title": {"text": axis_title}, **decade_ticks(lo, hi, every), "fixedrange": True},
+        yaxis={"title": {"text": count_title}, "fixedrange": True, "rangemode": "tozero", "separatethousands": True},
+    )
+    return _figure(data, layout)
+
+
+@dataclass(frozen=True)
+class SweepLabels:
+    """The words of the loss-scale sweep; ``hover`` takes {scale} and {share}; ``keep``/``safe`` name the marks."""
+
+    axis_scale: str
+    axis_share: str
+    zero: str
+    overflow: str
+    keep: str
+    safe: str
+    current: str
+    hover: str
+
+
+def scale_sweep(
+    ks: Sequence[int],
+    zero: Sequence[float],
+    overflow: Sequence[float],
+    keep_k: int | None,
+    safe_k: int | None,
+    current_k: int,
+    labels: SweepLabels,
+    lang: str,
+) -> go.Figure:
+    """Share of the gradients lost to 0 and to inf at each S = 2**k; the two loss scales and the chosen one marked.
+
+    Shares are fractions (0..1); where a keep and a safe scale exist with keep <= safe, the band between
+    them is shaded: every S in it keeps the gradients and overflows none.
+    """
+    xs = [int(k) for k in ks]
+    data = []
+    for name, values, colour, dash in (
+        (labels.zero, zero, CATEGORY_COLOURS["zero"], "solid"),
+        (labels.overflow, overflow, CATEGORY_COLOURS["overflow"], "dash"),
+    ):
+        data.append(
+            {
+                "type": "scatter",
+                "x": xs,
+                "y": _list(values),
+                "mode": "lines+markers",
+                "name": name,
+                "line": {"color": colour, "width": 2.5, "dash": dash},
+                "marker": {"size": 5, "color": colour},
+                "hovertext": [
+                    labels.hover.format(scale=i18n.power_of_two(k), share=i18n.percent(float(v), lang))
+                    for k, v in zip(xs, values, strict=True)
+                ],
+                "hovertemplate": f"{name}: %{{hovertext}}" + HIDE_TRACE_NAME,
+            }
+        )
+    shapes, annotations = [], []
+    if keep_k is not None and safe_k is not None and keep_k <= safe_k:
+        shapes.append(
+            {
+                "type": "rect",
+                "xref": "x",
+                "yref": "paper",
+                "x0": max(keep_k, xs[0]) - 0.5 if xs else keep_k,
+                "x1": min(safe_k, xs[-1]) + 0.5 if xs else safe_k,
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": CATEGORY_COLOURS["normal"],
+                "opacity": 0.12,
+                "line": {"width": 0},
+                "layer": "below",
+            }
+        )
+    for k, label, y in ((keep_k, labels.keep, 1.0), (safe_k, labels.safe, 0.8), (current_k, labels.current, 0.6)):
+        if k is None or not xs or not xs[0] <= k <= xs[-1]:
+            continue
+        shapes.append(_vline(k, dash="dot" if label != labels.current else "solid", width=1.5))
+        annotations.append(
+            {
+                "x": k,
+                "y": y,
+                "yref": "paper",
+                "text": label,
+                "showarrow": False,
+                "xanchor": "left",
+                "font": {"size": 11},
+            }
+        )
+    tick_every = 2 if len(xs) <= 30 else 4
+    layout = _layout(
+        320,
+        lang,
+        shapes=shapes,
+        annotations=annotations,
+        xaxis={
+            "title": {"text": labels.axis_scale},
+            "tickvals": xs[::tick_every],
+            "ticktext": [i18n.power_of_two(k) for k in xs[::tick_every]],
+            "range": [xs[0] - 0.5, xs[-1] + 0.5] if xs else None,
+            "fixedrange": True,
+        },
+        yaxis={"title": {"text": labels.axis_share}, "tickformat": ".0%", "range": [0, 1.02], "fixedrange": True},
+    )
+    return _figure(data, layout)
+
+
+def share_lines(
+    steps: Sequence[int],
+    series: Sequence[tuple[str, str, Sequence[float], Sequence[str]]],
+    axis_step: str,
+    axis_share: str,
+    lang: str,
+) -> go.Figure:
+    """Shares (0..1) per recorded step, one line per format: (format key for the colour, label, shares, hover texts)."""
+    xs = [int(s) for s in steps]
+    data = [
+        {
+            "type": "scatter",
+            "x": xs,
+            "y": _list(values),
+            "mode": "lines+markers",
+            "name": label,
+            "line": {"color": FORMAT_COLOURS[key], "width": 2.5, "dash": ARM_DASHES.get(key, "solid")},
+            "marker": {"size": 6, "color": FORMAT_COLOURS[key]},
+            "hovertext": list(hovers),
+            "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+        }
+        for key, label, values, hovers in series
+    ]
+    layout = _layout(
+        300,
+        lang,
+        xaxis={"title": {"text": axis_step}, "fixedrange": True},
+        yaxis={"title": {"text": axis_share}, "tickformat": ".0%", "range": [-0.02, 1.02], "fixedrange": True},
+    )
+    return _figure(data, layout)
+
+
+def grouped_share_bars(
+    names: Sequence[str],
+    series: Sequence[tuple[str, str, Sequence[float], Sequence[str]]],
+    axis_title: str,
+    lang: str,
+) -> go.Figure:
+    """Horizontal bars of shares (0..1), one group per row (a layer), one bar per format in each group.
+
+    ``series``: (format key for the colour, label, share per row, text written beside each bar).
+    """
+    rows = list(range(len(names)))
+    data = [
+        {
+            "type": "bar",
+            "y": rows,
+            "x": _list(values),
+            "orientation": "h",
+            "name": label,
+            "marker": {"color": FORMAT_COLOURS[key]},
+            "text": list(texts),
+            "textposition": "outside",
+            "cliponaxis": False,
+            "hovertext": [f"{name} · {label}: {text}" for name, text in zip(names, texts, strict=True)],
+            "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+        }
+        for key, label, values, texts in series
+    ]
+    layout = _layout(
+        max(220, 60 + len(names) * 22 * max(len(series), 1)),
+        lang,
+        barmode="group",
+        margin={"l": 8, "r": 40, "t": 36, "b": 8},
+        xaxis={"title": {"text": axis_title}, "tickformat": ".0%", "range": [0, 1.15], "fixedrange": True},
+        yaxis={
+            "range": [len(names) - 0.5, -0.5],
+            "tickvals": rows,
+            "ticktext": list(names),
+            "fixedrange": True,
+            "showgrid": False,
+            "automargin": True,
+        },
     )
     return _figure(data, layout)

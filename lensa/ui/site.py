@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from lensa.inspect import try_parse
 from lensa.memory import CHECKPOINTING, OPTIMIZERS
 from lensa.models import DEFAULT_PRESET, PRESETS
+from lensa.runstats import KINDS
 from lensa.speed import DEFAULT_GPU, DEFAULT_MFU, GPUS
 from lensa.ui.controls import ChoiceControl, Control, NumberControl, TextControl, log_stops, power_of_two_stops
 
@@ -28,6 +29,19 @@ TOKENS_STOPS = power_of_two_stops(512, 32768)
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 # Steps 2, 3 and 5 can also show FP8; off by default, so the lesson reads as the seed's.
 FP8_SWITCH = ChoiceControl("fp8", ("off", "on"), "off")
+# Steps 2-5 can show a recorded run instead of the illustration (the default, so the lesson reads as the seed's).
+DATA_SOURCES = ("illustration", "reference", "lab", "upload")
+DATA = ChoiceControl("data", DATA_SOURCES, "illustration")
+# Read only with measured data. The layers and steps are the run's own, known once it is loaded: these are
+# the declarations, and the page draws them with the run's names and steps (lensa/ui/measured.py).
+MEASURED_ONLY = ("kind", "layer", "step")
+LAYER = ChoiceControl("layer", ("all",), "all")
+STEP = NumberControl("step", (1,), 1, integer=True)
+
+
+def measured_controls(kinds: tuple[str, ...] = KINDS, default_kind: str = "weight_grad") -> tuple[Control, ...]:
+    return (DATA, ChoiceControl("kind", kinds, default_kind), LAYER, STEP)
+
 
 PAGES: tuple[PageInfo, ...] = (
     PageInfo("overview", "app.py", None),
@@ -52,13 +66,13 @@ PAGES: tuple[PageInfo, ...] = (
         "fp16_range",
         "pages/fp16_range.py",
         2,
-        (NumberControl("grad", log_stops(-9, -1), 1e-6, log=True), FP8_SWITCH),
+        (NumberControl("grad", log_stops(-9, -1), 1e-6, log=True), FP8_SWITCH, *measured_controls()),
     ),
     PageInfo(
         "loss_scaling",
         "pages/loss_scaling.py",
         3,
-        (NumberControl("scale", tuple(range(25)), 0, integer=True), FP8_SWITCH),
+        (NumberControl("scale", tuple(range(25)), 0, integer=True), FP8_SWITCH, *measured_controls()),
     ),
     PageInfo(
         "master_weights",
@@ -67,9 +81,16 @@ PAGES: tuple[PageInfo, ...] = (
         (
             NumberControl("update", log_stops(-8, -2), 1e-6, log=True),
             NumberControl("w", (0.01, 0.1, 0.5, 1.0, 2.0, 10.0, 100.0, 1000.0), 1.0, log=True),
+            # Step 4 is about updates: only they say what a weight would lose.
+            *measured_controls(("update",), "update"),
         ),
     ),
-    PageInfo("bf16", "pages/bf16.py", 5, (NumberControl("grad", log_stops(-12, -2), 1e-8, log=True), FP8_SWITCH)),
+    PageInfo(
+        "bf16",
+        "pages/bf16.py",
+        5,
+        (NumberControl("grad", log_stops(-12, -2), 1e-8, log=True), FP8_SWITCH, *measured_controls()),
+    ),
     PageInfo(
         "speed",
         "pages/speed.py",

@@ -18,6 +18,7 @@ from lensa.ui.frame import Page, draw_navigation, link_params, page_label, remem
 from lensa.ui.site import STEP_COUNT
 
 _MISSING = object()
+MAX_NOTICE_OPTIONS = 12
 LINK_NOTICE_ICON = ":material/link_off:"
 _NOTICE_KEYS = {
     "not_a_number": "notice.not_a_number",
@@ -83,7 +84,7 @@ def _value_from_url(
             if isinstance(control, NumberControl):
                 extra = {"lo": show(control.lo), "hi": show(control.hi)}
             elif isinstance(control, ChoiceControl):
-                extra = {"options": ", ".join(show(o) for o in control.options)}
+                extra = {"options": _option_list(control, show)}
             page.notices.append(
                 page.t(_NOTICE_KEYS[reading.problem], name=label, raw=safe_echo(raw), value=show(value), **extra)
             )
@@ -91,6 +92,12 @@ def _value_from_url(
     seen[slot] = raw
     st.session_state[key] = to_widget(value)
     return value
+
+
+def _option_list(control: ChoiceControl, show: Callable[[object], str]) -> str:
+    """The options a notice names: all of a short list, the first few of a long one (a model's layers)."""
+    shown = [show(o) for o in control.options[:MAX_NOTICE_OPTIONS]]
+    return ", ".join(shown) + (", …" if len(control.options) > MAX_NOTICE_OPTIONS else "")
 
 
 def _value_to_url(page: Page, control: Control, value: object) -> None:
@@ -107,24 +114,44 @@ def _value_to_url(page: Page, control: Control, value: object) -> None:
         memory[control.name] = canonical
 
 
-def _bound(page: Page, name: str, label: str, show: Callable[[object], str], draw: Callable[..., object]) -> object:
-    """Read a control from the URL, draw its widget with ``draw(key)``, write the value back."""
-    control = page.info.control(name)
+def _bound(
+    page: Page,
+    name: str,
+    label: str,
+    show: Callable[[object], str],
+    draw: Callable[..., object],
+    control: Control | None = None,
+) -> object:
+    """Read a control from the URL, draw its widget with ``draw(key)``, write the value back.
+
+    ``control`` replaces the page's declared one for this run: a control whose positions are only known
+    once the data is loaded (a run's layers and steps).
+    """
+    control = control or page.info.control(name)
     _value_from_url(page, control, label, show)
     value = draw(widget_key(page, name))
     _value_to_url(page, control, value)
     return value
 
 
-def slider(page: Page, name: str, label: str, show: Callable[[object], str], help: str | None = None) -> float:
+def slider(
+    page: Page,
+    name: str,
+    label: str,
+    show: Callable[[object], str],
+    help: str | None = None,
+    control: NumberControl | None = None,
+) -> float:
     """A URL-bound slider over the control's stops; ``show`` writes a stop for people."""
-    stops = page.info.control(name).stops  # type: ignore[union-attr]
+    control = control or page.info.control(name)  # type: ignore[assignment]
+    stops = control.stops  # type: ignore[union-attr]
     return _bound(  # type: ignore[return-value]
         page,
         name,
         label,
         show,
         lambda key: st.select_slider(label, options=stops, format_func=show, key=key, help=help),
+        control,
     )
 
 
@@ -140,12 +167,43 @@ def choice(page: Page, name: str, label: str, show: Callable[[object], str], hel
     )
 
 
-def select(page: Page, name: str, label: str, show: Callable[[object], str], help: str | None = None) -> str:
+def select(
+    page: Page,
+    name: str,
+    label: str,
+    show: Callable[[object], str],
+    help: str | None = None,
+    control: ChoiceControl | None = None,
+) -> str:
     """A URL-bound choice drawn as a drop-down, for controls with many options."""
-    options = page.info.control(name).options  # type: ignore[union-attr]
+    control = control or page.info.control(name)  # type: ignore[assignment]
+    options = control.options  # type: ignore[union-attr]
     return _bound(  # type: ignore[return-value]
-        page, name, label, show, lambda key: st.selectbox(label, options, format_func=show, key=key, help=help)
+        page,
+        name,
+        label,
+        show,
+        lambda key: st.selectbox(label, options, format_func=show, key=key, help=help),
+        control,
     )
+
+
+def url_moved(page: Page, name: str) -> bool:
+    """Whether the URL's value for ``name`` is not the one we last read or wrote (a new link, Back, Forward)."""
+    return seen_urls().get((page.info.key, name), _MISSING) != st.query_params.get(name)
+
+
+def forget(page: Page, name: str) -> None:
+    """Drop a control's value everywhere (URL, widget, our records), so it starts again from its default.
+
+    For a control whose options come from the data: when the data changes, the old value means nothing.
+    """
+    slot = (page.info.key, name)
+    st.query_params.pop(name, None)
+    seen_urls().pop(slot, None)
+    _values().pop(slot, None)
+    st.session_state.pop(widget_key(page, name), None)
+    remembered(page.info.key).pop(name, None)
 
 
 def text(page: Page, name: str, label: str, help: str | None = None, placeholder: str | None = None) -> str:
@@ -217,10 +275,13 @@ def step_header(page: Page) -> None:
     st.markdown(f"#### {page.t('headline')}")
 
 
-def chart(fig: object, title: str, caption: str | None = None) -> None:
-    """A figure with its heading above it and, when given, a caption that decodes it below."""
+def chart(fig: object, title: str, caption: str | None = None, alt: str | None = None) -> None:
+    """A figure with its heading above it and, when given, a caption that decodes it below.
+
+    ``alt`` is the text alternative a screen reader announces for the chart (the title without one).
+    """
     st.markdown(f"**{title}**")
-    st.plotly_chart(fig, config={"displayModeBar": False})
+    st.plotly_chart(fig, config={"displayModeBar": False}, alt=alt or title)
     if caption:
         st.caption(caption)
 

@@ -1,0 +1,373 @@
+"""Measured data in steps 2-5: where a recorded run comes from, and the controls that pick what to look at.
+
+A page asks :func:`data_controls` for its selection. With ``data=illustration`` (the default) it returns
+None at once and loads nothing, so the lesson's reruns cost what they always did. Otherwise the run comes
+from one of three places:
+
+- the reference run shipped with Lensa (``lensa.reference.load_reference()``, loaded once per process);
+- the visitor's last live-lab run, which the lab hands over with :func:`set_lab_run`;
+- a file from ``recorder.save`` that the visitor uploads (kept for the session, so every step can use it).
+
+When the chosen source has nothing to show, the page says what to do instead and keeps the illustration.
+``kind``, ``layer`` and ``step`` are URL-bound like every control, but their options are the run's own;
+when the source or the kind changes, the old layer and step mean nothing and start again from the default.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import streamlit as st
+
+from lensa import measured
+from lensa.formats import FORMATS
+from lensa.runstats import MAX_FILE_BYTES, RunStats, RunStatsError, TensorStats, load
+from lensa.ui import widgets
+from lensa.ui.controls import ChoiceControl, NumberControl
+from lensa.ui.frame import Page, safe_echo
+
+LOG = logging.getLogger(__name__)
+LAB_RUN = "lensa.data.lab"  # this session's last live-lab run, as {arm: RunStats}
+UPLOAD = "lensa.data.upload"  # this session's uploaded file: (file id, name, {arm: RunStats})
+TRACK = "lensa.data.track"  # per page: (source identity, kind) of its last run, to notice a change
+MAX_UPLOAD_MB = MAX_FILE_BYTES // (1024 * 1024)
+_MARKDOWN_SPECIALS = set("\\`*_{}[]()#+-.!|~<>$:")
+
+
+def md_escape(text: str) -> str:
+    """Text from a file (a tensor name) fit to put inside Markdown: every special character escaped."""
+    return "".join("\\" + ch if ch in _MARKDOWN_SPECIALS else ch for ch in str(text) if ch.isprintable())
+
+
+# --- where runs come from ----------------------------------------------------------------------------------
+
+
+def _arms(runs: RunStats | Mapping[str, RunStats] | Sequence[RunStats]) -> dict[str, RunStats]:
+    """A run or several (one per arm) as {arm: run}; the arm's name from the mapping or the run's meta."""
+    if isinstance(runs, RunStats):
+        runs = [runs]
+    if isinstance(runs, Mapping):
+        items = list(runs.items())
+    else:
+        items = [(str(r.meta.get("arm", i)), r) for i, r in enumerate(runs)]
+    out = {str(arm): run for arm, run in items if isinstance(run, RunStats)}
+    if not out:
+        raise TypeError("need a RunStats, or a mapping or sequence of them")
+    return out
+
+
+def set_lab_run(runs: RunStats | Mapping[str, RunStats] | Sequence[RunStats]) -> None:
+    """Offer the live lab's last run to the lesson (steps 2-5, ``data=lab``) for the rest of this session.
+
+    ``runs`` is one recorded run or several, one per arm (``{"fp32": ..., "fp16": ...}``). The arm with the
+    most tensor statistics is what the steps look at; an arm with a loss-scale history gives step 3's
+    dynamic run.
+    """
+    arms = _arms(runs)
+    st.session_state[LAB_RUN] = (f"lab-{id(arms)}", arms)
+
+
+def lab_run() -> tuple[str, dict[str, RunStats]] | None:
+    """This session's live-lab run as (identity, arms), or None before the lab has offered one."""
+    return st.session_state.get(LAB_RUN)
+
+
+@st.cache_resource(max_entries=1, show_spinner=False)
+def _load_reference() -> tuple[dict[str, RunStats] | None, str | None]:
+    """The shipped reference run once per process: (arms, None), or (None, why it is unavailable)."""
+    try:
+        from lensa import reference
+    except ModuleNotFoundError as e:
+        if e.name not in ("lensa.reference", "lensa"):
+            raise
+        return None, None
+    try:
+        return _arms(reference.load_reference()), None
+    except (RunStatsError, OSError, TypeError, ValueError) as e:
+        LOG.warning("the reference run could not be loaded: %s", e)
+        return None, str(e)
+
+
+def reference_run() -> tuple[dict[str, RunStats] | None, str | None]:
+    """The reference run's arms, or None and why (None when this copy of Lensa has no reference run)."""
+    return _load_reference()
+
+
+def _read_upload(data: bytes) -> dict[str, RunStats]:
+    return _arms(load(data))
+
+
+@dataclass(frozen=True)
+class Source:
+    """A recorded run to show: the arm whose tensors the steps read, the arm with a scaler history, and a label."""
+
+    key: str  # "reference", "lab" or "upload"
+    ident: str
+    arms: dict[str, RunStats]
+    name: str = ""  # the uploaded file's name
+
+    @property
+    def tensors(self) -> RunStats:
+        return max(self.arms.values(), key=len)
+
+    @property
+    def tensors_arm(self) -> str:
+        return next(arm for arm, run in self.arms.items() if run is self.tensors)
+
+    @property
+    def scaler(self) -> RunStats | None:
+        with_scale = [run for run in self.arms.values() if run.loss_scales()]
+        return with_scale[0] if with_scale else None
+
+    @property
+    def recipe(self) -> Any:
+        for run in self.arms.values():
+            if "recipe" in run.meta:
+                return run.meta["recipe"]
+        return None
+
+
+def _upload(page: Page) -> Source | None:
+    file = st.file_uploader(
+        page.t("data.upload"),
+        type=["npz"],
+        key=f"w.{page.info.key}.upload",
+        help=page.t("data.upload_help"),
+        max_upload_size=MAX_UPLOAD_MB,
+    )
+    kept = st.session_state.get(UPLOAD)
+    if file is not None and (kept is None or kept[0] != file.file_id):
+        name = safe_echo(file.name, 60)
+        try:
+            arms = _read_upload(file.getvalue())
+        except RunStatsError as e:
+            st.error(page.t("data.upload_error", name=name, detail=md_escape(str(e))), icon=":material/error:")
+            return None if kept is None else Source("upload", kept[0], kept[2], kept[1])
+        kept = (file.file_id, name, arms)
+        st.session_state[UPLOAD] = kept
+    if kept is None:
+        st.info(page.t("data.no_upload"), icon=":material/upload_file:")
+        return None
+    return Source("upload", kept[0], kept[2], kept[1])
+
+
+def _source(page: Page, data: str) -> Source | None:
+    if data == "reference":
+        arms, problem = reference_run()
+        if arms is None:
+            key = "data.reference_broken" if problem else "data.reference_missing"
+            st.info(page.t(key, detail=md_escape(problem or "")), icon=":material/info:")
+            return None
+        return Source("reference", "reference", arms)
+    if data == "lab":
+        lab = lab_run()
+        if lab is None:
+            st.info(page.t("data.no_lab"), icon=":material/science:")
+            st.page_link("pages/lab.py", label=page.t("data.lab_link"), icon=":material/arrow_forward:")
+            return None
+        return Source("lab", lab[0], lab[1])
+    return _upload(page)
+
+
+# --- what to look at -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The run and the tensors a page shows: one kind, one layer (or all), one recorded step."""
+
+    source: Source
+    kind: str
+    layer: str
+    step: int
+    stats: TensorStats
+
+    @property
+    def run(self) -> RunStats:
+        return self.source.tensors
+
+
+def _track(page: Page) -> dict:
+    if TRACK not in st.session_state:
+        st.session_state[TRACK] = {}
+    return st.session_state[TRACK]
+
+
+def data_controls(page: Page) -> Selection | None:
+    """Draw the data control (and, for measured data, what to look at); None means: show the illustration."""
+    data = widgets.choice(
+        page, "data", page.t("data.data"), lambda v: page.t(f"data.source_{v}"), help=page.t("data.data_help")
+    )
+    track = _track(page)
+    if data == "illustration":
+        return None
+    source = _source(page, data)
+    if source is None:
+        return None
+    previous = track.get(page.info.key)
+    if previous is not None and previous[0] != source.ident:
+        _forget_stale(page, ("kind", "layer", "step"))
+    run = source.tensors
+    declared = page.info.control("kind")
+    kinds = tuple(k for k in declared.options if run.steps(k))  # type: ignore[union-attr]
+    if not kinds:
+        key = "data.no_kind" if len(declared.options) == 1 else "data.no_tensors"  # type: ignore[union-attr]
+        st.info(page.t(key, kind=page.t(f"data.kind_{declared.default}")), icon=":material/info:")
+        track[page.info.key] = (source.ident, None)
+        return None
+    default_kind = declared.default if declared.default in kinds else kinds[0]  # type: ignore[union-attr]
+    kind_control = ChoiceControl("kind", kinds, default_kind)
+    kind = widgets.select(page, "kind", page.t("data.kind"), lambda v: page.t(f"data.kind_{v}"), control=kind_control)
+    if previous is not None and previous[0] == source.ident and previous[1] not in (None, kind):
+        _forget_stale(page, ("layer", "step"))
+    track[page.info.key] = (source.ident, kind)
+    layers = (measured.ALL_LAYERS, *run.names(kind))
+    layer = widgets.select(
+        page,
+        "layer",
+        page.t("data.layer"),
+        lambda v: page.t("data.layer_all") if v == measured.ALL_LAYERS else v,
+        control=ChoiceControl("layer", layers, measured.ALL_LAYERS),
+    )
+    steps = tuple(run.steps(kind)) if layer == measured.ALL_LAYERS else _steps_of(run, kind, layer)
+    step_control = NumberControl("step", steps, steps[-1], integer=True)
+    if len(steps) > 1:
+        step = int(widgets.slider(page, "step", page.t("data.step"), page.num, control=step_control))
+    else:
+        step = int(steps[0])
+    if source.key == "reference" and source.recipe is not None:
+        with st.expander(page.t("data.recipe_title"), icon=":material/receipt_long:"):
+            st.markdown(recipe_markdown(source.recipe))
+    return Selection(source, kind, layer, step, measured.select(run, kind, layer, step))
+
+
+def _forget_stale(page: Page, names: Sequence[str]) -> None:
+    """The data changed under these controls: drop their values, unless a new link just brought them."""
+    for name in names:
+        if not widgets.url_moved(page, name):
+            widgets.forget(page, name)
+
+
+def _steps_of(run: RunStats, kind: str, layer: str) -> tuple[int, ...]:
+    steps = []
+    for s in run.steps(kind):
+        try:
+            run.get(kind, layer, s)
+        except KeyError:
+            continue
+        steps.append(s)
+    return tuple(steps)
+
+
+def recipe_markdown(recipe: Any) -> str:
+    """A recipe from a run's meta as a Markdown list (a mapping) or a paragraph (text)."""
+    if isinstance(recipe, Mapping):
+        return "\n".join(f"- **{md_escape(k)}**: {md_escape(_plain(v))}" for k, v in recipe.items())
+    return md_escape(_plain(recipe))
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}: {_plain(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(_plain(v) for v in value)
+    return str(value)
+
+
+# --- words about a selection -------------------------------------------------------------------------------
+
+
+def kind_words(page: Page, kind: str) -> str:
+    return page.t(f"data.kind_{kind}")
+
+
+def layer_words(page: Page, layer: str) -> str:
+    return page.t("data.layer_all") if layer == measured.ALL_LAYERS else f"`{layer.replace('`', '')}`"
+
+
+def source_line(page: Page, sel: Selection, every_step: bool = False) -> str:
+    """The caption sentence naming the data: which run, which tensors, which layer, which step (or all of them)."""
+    when = page.t("data.all_steps") if every_step else page.t("data.at_step", step=page.num(sel.step))
+    what = page.t("data.what", kind=kind_words(page, sel.kind), layer=layer_words(page, sel.layer), when=when)
+    return page.t(f"data.line_{sel.source.key}", what=what, name=sel.source.name, arm=arm_words(page, sel.source))
+
+
+def scaler_line(page: Page, source: Source) -> str:
+    """The caption sentence naming the run a loss-scale history comes from."""
+    return page.t(f"data.scaler_{source.key}", name=source.name)
+
+
+def arm_words(page: Page, source: Source) -> str:
+    arm = source.tensors_arm
+    return FORMATS[arm].label if arm in FORMATS else md_escape(arm)
+
+
+def shares_note(page: Page, stats: TensorStats) -> str:
+    """How the shares are counted: of the non-zero values; exact zeros left out (when there are any)."""
+    if stats.exact_zero:
+        return page.t("data.shares_zeros", n=page.num(stats.nonzero), zeros=page.num(stats.exact_zero))
+    return page.t("data.shares", n=page.num(stats.nonzero))
+
+
+def pct(page: Page, share: float) -> str:
+    """A share, with the cases a real run can give: NaN (no values) as —, inf (an overflow) as ∞."""
+    if np.isnan(share):
+        return "—"
+    if np.isinf(share):
+        return "∞"
+    return page.pct(share)
+
+
+def format_rows(page: Page, stats: TensorStats, keys: Sequence[str], scale_exps: dict[str, int] | None = None) -> list:
+    """Per format: what it does to the recorded values, as table rows.
+
+    With ``scale_exps`` each format's values are first multiplied by 2**k (its own k, 0 where none is
+    given), and the error column is left out: the run's statistics hold the rounding error of the values
+    as recorded, not of every scaled copy.
+    """
+    columns = ("format", "zero", "subnormal", "overflow") + (() if scale_exps else ("error",))
+    head = {k: page.t(f"common.col_{k}") for k in columns}
+    rows = []
+    for key in keys:
+        k = (scale_exps or {}).get(key, 0)
+        shares = measured.zone_shares(stats, key, k)
+        row = {
+            head["format"]: FORMATS[key].label + (f" × 2^{k}" if k else ""),
+            head["zero"]: pct(page, shares["zero"]),
+            head["subnormal"]: pct(page, shares["subnormal"]),
+            head["overflow"]: pct(page, shares["overflow"]),
+        }
+        if not scale_exps:
+            row[head["error"]] = pct(page, stats.mean_relative_error(key))
+        rows.append(row)
+    return rows
+
+
+def layer_frame(page: Page, rows: Sequence[measured.LayerRow], columns: Sequence[tuple[str, str, str]]) -> list:
+    """Table rows: the layer, its non-zero values, then (header, format, zone or "error") per column."""
+    out = []
+    for row in rows:
+        line = {page.t("data.col_layer"): row.name, page.t("data.col_values"): page.num(row.nonzero)}
+        for header, fmt, what in columns:
+            line[header] = pct(page, row.errors[fmt] if what == "error" else row.shares[fmt][what])
+        out.append(line)
+    return out
+
+
+def bar_top(values: Sequence[float], floor: float = 0.0) -> float:
+    """The end of a share axis: a little past the largest finite value (and at least ``floor``)."""
+    finite = [v for v in values if np.isfinite(v)]
+    return max([floor, *finite]) * 1.3 or 1.0
+
+
+def finite_bars(values: Sequence[float]) -> tuple[list[float], float]:
+    """Bar lengths for values that may be inf (an error once something overflows) or NaN, and the axis end.
+
+    An infinite value is drawn to the end of the axis (its text says ∞); NaN draws no bar.
+    """
+    top = bar_top(values, floor=0.01)
+    return [top if np.isinf(v) else (0.0 if np.isnan(v) else float(v)) for v in values], top
