@@ -144,6 +144,8 @@ def scale_bounds(stats: TensorStats, fmt: str = "fp16", keep: float = KEEP_SHARE
             keep_k = k
         if counts["overflow"] == 0:
             safe_k = k
+        elif keep_k is not None:
+            break  # overflow only grows with k: both answers are known
     return ScaleBounds(keep_k, safe_k)
 
 

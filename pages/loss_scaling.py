@@ -139,7 +139,15 @@ def show_measured(sel: data.Selection) -> None:
     paragraph = page.t(
         "loss_scaling_data.explain", s=power_of_two(k), kind=kind, zero=pct["zero"], over=pct["overflow"]
     )
-    widgets.explain(page, paragraph + " " + sentence, page.t("loss_scaling_data.try"))
+    if history is not None:
+        paragraph += " " + page.t(
+            "loss_scaling_data.explain_run",
+            start=_scale(round(history.log2_scales[0])),
+            end=_scale(round(history.log2_scales[-1])),
+            skipped=page.num(len(history.skipped_steps)),
+            n=page.num(len(history.steps)),
+        )
+    widgets.explain(page, paragraph, page.t("loss_scaling_data.try"))
     if fp8:
         scales = {key: measured.scale_bounds(stats, key).safe_k for key in compare.FP8_KEYS}
         st.subheader(page.t("fp8_title"))

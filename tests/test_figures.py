@@ -67,3 +67,46 @@ def test_every_chart_a_page_draws_is_valid(key):
     assert charts
     for chart in charts:
         go.Figure(json.loads(chart.proto.spec))
+
+
+def test_measured_builders_make_valid_figures():
+    from lensa import measured
+    from lensa.runstats import summarize
+
+    stats = summarize(np.concatenate([gradient_sample(1e-6), [7e4, 1e5]]))
+    hist = measured.zone_histogram(stats, "fp16")
+    labels = {"zero": "0", "subnormal": "sub", "normal": "normal", "overflow": "inf"}
+    sweep = measured.scale_sweep(stats, range(25))
+    sweep_labels = figures.SweepLabels("S", "share", "0", "inf", "keep", "safe", "S = 2^3", "{scale}: {share}")
+    run_labels = figures.RunLabels("step", "log2 S", "clean", "skipped", "{step} {scale}", "{step} {scale} x", "P", "S")
+    built = [
+        figures.binade_zones(
+            hist.exponents,
+            hist.counts,
+            labels,
+            [(2**-24, "sub"), (65504, "max")],
+            "x",
+            "n",
+            "{lo}{hi}{n}{category}",
+            "id",
+        ),
+        figures.scale_sweep(sweep.ks, sweep.zero, sweep.overflow, 11, 18, 3, sweep_labels, "en"),
+        figures.scale_sweep(sweep.ks, sweep.zero, sweep.overflow, None, None, 0, sweep_labels, "en"),
+        figures.share_lines([1, 10, 20], [("fp16", "FP16", [0.5, 0.4, 0.6], ["a", "b", "c"])], "step", "share", "en"),
+        figures.grouped_share_bars(
+            ["a.weight", "b.weight"],
+            [("fp16", "FP16", [0.2, 0.5], ["20%", "50%"]), ("fp32", "FP32", [0, 0], ["0%", "0%"])],
+            "share",
+            "en",
+        ),
+        figures.labelled_bars(["FP16", "BF16"], [0.2, 0.0], ["#E69F00", "#56B4E9"], ["20%", "0%"], percent=True),
+    ]
+    for fig in built:
+        assert validated(fig)["data"]
+    # the overflowing values sit in FP16's overflow zone, stacked on their own binades
+    overflow = next(t for t in built[0].to_dict()["data"] if t["name"] == "inf")
+    assert sum(overflow["y"]) == 2
+    # a long recorded run animates in at most max_frames frames, the last one the whole run
+    steps = list(range(1, 201))
+    spec = validated(figures.scaler_run(steps, [16.0] * 200, [False] * 200, run_labels, max_frames=60))
+    assert len(spec["frames"]) <= 61 and spec["frames"][-1]["name"] == "200"

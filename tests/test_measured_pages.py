@@ -328,3 +328,13 @@ def test_measured_links_fuzzed(params):
         else:
             assert not flagged and int(step.value) == min(steps, key=lambda s: abs(s - number))
     assert len(texts) <= len(params)
+
+
+def test_the_data_choice_carries_to_the_other_steps():
+    at = visit("fp16_range", data="reference")
+    targets = {e.proto.page: e.proto.query_string for e in at.get("page_link")}
+    into = {
+        page: q for page, q in targets.items() if any(k in page for k in ("loss_scaling", "master_weights", "bf16"))
+    }
+    assert into and all("data=reference" in q for q in into.values()), targets
+    assert not any("data=" in q for page, q in targets.items() if "memory" in page or "speed" in page)

@@ -28,13 +28,15 @@ from lensa.formats import FORMATS
 from lensa.runstats import MAX_FILE_BYTES, RunStats, RunStatsError, TensorStats, load
 from lensa.ui import widgets
 from lensa.ui.controls import ChoiceControl, NumberControl
-from lensa.ui.frame import Page, safe_echo
+from lensa.ui.frame import Page, remembered, safe_echo
+from lensa.ui.site import DATA, PAGES
 
 LOG = logging.getLogger(__name__)
 LAB_RUN = "lensa.data.lab"  # this session's last live-lab run, as {arm: RunStats}
 UPLOAD = "lensa.data.upload"  # this session's uploaded file: (file id, name, {arm: RunStats})
 TRACK = "lensa.data.track"  # per page: (source identity, kind) of its last run, to notice a change
 MAX_UPLOAD_MB = MAX_FILE_BYTES // (1024 * 1024)
+DATA_PAGES = tuple(p.key for p in PAGES if any(c.name == "data" for c in p.controls))
 _MARKDOWN_SPECIALS = set("\\`*_{}[]()#+-.!|~<>$:")
 
 
@@ -203,6 +205,7 @@ def data_controls(page: Page) -> Selection | None:
         page, "data", page.t("data.data"), lambda v: page.t(f"data.source_{v}"), help=page.t("data.data_help")
     )
     track = _track(page)
+    _share_choice(page, data)
     if data == "illustration":
         return None
     source = _source(page, data)
@@ -243,6 +246,18 @@ def data_controls(page: Page) -> Selection | None:
         with st.expander(page.t("data.recipe_title"), icon=":material/receipt_long:"):
             st.markdown(recipe_markdown(source.recipe))
     return Selection(source, kind, layer, step, measured.select(run, kind, layer, step))
+
+
+def _share_choice(page: Page, data: str) -> None:
+    """The data is a choice for the whole lesson: links into the other steps carry it (the last choice wins)."""
+    for other in DATA_PAGES:
+        if other == page.info.key:
+            continue
+        memory = remembered(other)
+        if data == DATA.default:
+            memory.pop("data", None)
+        else:
+            memory["data"] = data
 
 
 def _forget_stale(page: Page, names: Sequence[str]) -> None:

@@ -1,0 +1,41 @@
+"""A learner's own run in the browser: upload a recorded file on step 3 and read its two loss scales."""
+
+from __future__ import annotations
+
+import pytest
+
+from lensa import measured
+from lensa.runstats import load
+from tests.e2e.harness import wait_for_app
+from tests.runfixtures import upload_bytes
+
+pytestmark = pytest.mark.e2e
+
+METRIC = '[data-testid="stMetricValue"]'
+
+
+def test_upload_on_step3_names_the_file_and_its_two_loss_scales(server, page, tmp_path):
+    path = tmp_path / "my-run.npz"
+    path.write_bytes(upload_bytes())
+    run = load(path)
+    stats = measured.select(run, "weight_grad", measured.ALL_LAYERS, run.steps("weight_grad")[-1])
+    bounds = measured.scale_bounds(stats)
+    keep, safe = f"2^{bounds.keep_k}", f"2^{bounds.safe_k}"
+
+    page.goto(f"{server.url}/loss_scaling?lang=en&data=upload")
+    wait_for_app(page)
+    assert "Choose a .npz file" in page.locator('[data-testid="stAlert"]').first.inner_text()
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(path))
+    page.get_by_text("Data: your file “my-run.npz”", exact=False).first.wait_for()
+    wait_for_app(page)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    body = page.locator('[data-testid="stMain"]').inner_text()
+    assert f"S = {keep}" in body and f"S = {safe}" in body
+    assert keep in page.locator(METRIC).all_inner_texts() and safe in page.locator(METRIC).all_inner_texts()
+    # the choice is in the URL, and the next step opens with the same file: it stays for the session
+    assert "data=upload" in page.url
+    page.get_by_role("link", name="4 · FP32 master weights →").click()
+    page.wait_for_url("**/master_weights?**data=upload**")
+    page.get_by_text("Data: your file “my-run.npz”", exact=False).first.wait_for()
+    wait_for_app(page)
+    assert page.locator('[data-testid="stException"]').count() == 0
