@@ -34,7 +34,7 @@ $(TOOLS_VENV)/.installed: requirements-tools.txt
 
 ## Serve the app on http://localhost:$(PORT) (PORT=8502 make run for a second copy).
 run: $(VENV)/.app-installed
-	$(BIN)/streamlit run app.py --server.port $(PORT)
+	$(BIN)/python -m lensa.ui.serve --server.port $(PORT)
 
 ## Lint, then the whole test suite: the fast tests on every core, then the browser tests
 ## (skipped, with the reason, where /usr/bin/chromium is missing).
