@@ -1,5 +1,18 @@
 """Several app processes behind Debian's nginx, with the sticky configuration that deploy/compose.yaml uses.
 
+    python -m bench.replicas [--replicas 3] [--learners 200] [--think 5] [--seconds 60] [--failover-seconds 40]
+
+Two phases against one cluster, learners simulated by bench/loadgen.py (Streamlit's websocket protocol, the
+balancer's cookie kept like a browser keeps it):
+
+1. steady: the learners move sliders for --seconds; reported are the move times (p50, p95, max), the
+   errors, how many sessions each replica holds and whether every session stayed on one replica;
+2. failover: a new crowd, and a third of the way into --failover-seconds the replica holding the most sessions
+   is stopped. Only its sessions may be affected: each must reconnect to another replica and get its page and
+   slider position back from its URL; every other session must go on without an error or a move.
+
+The table goes into the "replicas" section of docs/performance.md.
+
     with Cluster(replicas=3) as cluster:
         cluster.url                 # nginx, http://127.0.0.1:<port>
         cluster.replicas            # the tests.e2e.harness.Server objects (.port, .proc, .url)
@@ -14,18 +27,25 @@ terminate, then kill after a bounded wait.
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import contextlib
 import os
+import random
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import ROOT
+from bench.common import ROOT, publish, table, verdict
+from bench.loadgen import LESSON_PAGES, Learner, drive
 from tests.e2e.harness import Server, free_port
 
 NGINX = os.environ.get("LENSA_NGINX", "/usr/sbin/nginx")
@@ -173,3 +193,137 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# --- the measurement ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Failover:
+    """What stopping one replica did to the sessions."""
+
+    stopped: str
+    affected: list[Learner]  # the sessions on the stopped replica
+    others: list[Learner]
+    moved: bool  # every affected session reconnected, to a live replica
+    restored: bool  # ... and got its page and slider position back from its URL
+    others_untouched: bool  # no other session lost its connection, moved or saw an error
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.affected) and self.moved and self.restored and self.others_untouched
+
+
+def replicas_of(cluster: Cluster, learner: Learner) -> list[int | None]:
+    """The replica of each of a learner's connections, in order."""
+    return [cluster.replica_index(h) for h in learner.replicas]
+
+
+def sticky(cluster: Cluster, learner: Learner) -> bool:
+    """One connection or more, all on one known replica."""
+    seen = set(replicas_of(cluster, learner))
+    return len(seen) == 1 and None not in seen
+
+
+def crowd(url: str, learners: int, seed: int) -> list[Learner]:
+    """Learners as bench.loadgen.drive makes them: spread over the lesson pages and both languages."""
+    rng = random.Random(seed)
+    pages = LESSON_PAGES
+    return [
+        Learner(n, url, pages[n % len(pages)], ("id", "en")[n % 2], random.Random(rng.random()))
+        for n in range(learners)
+    ]
+
+
+async def failover(
+    cluster: Cluster, learners: int, think_s: float, seconds: float, stop_after_s: float, timeout_s: float = 30.0
+) -> Failover:
+    """Drive a crowd through nginx and stop the busiest replica after stop_after_s."""
+    people = crowd(cluster.url, learners, seed=1)
+    deadline = time.monotonic() + seconds
+    arrivals = [min(think_s, stop_after_s / 2) * n / learners for n in range(learners)]
+    running = asyncio.gather(*(p.live(deadline, think_s, arrivals[i], timeout_s) for i, p in enumerate(people)))
+    await asyncio.sleep(stop_after_s)
+    counts = Counter(replicas_of(cluster, p)[0] for p in people if p.replicas)
+    busiest = max((i for i in counts if i is not None), key=lambda i: counts[i])
+    stopped = await asyncio.to_thread(cluster.stop_replica, busiest)
+    await asyncio.wait_for(running, seconds + 2 * timeout_s + 30)
+    affected = [p for p in people if p.replicas and replicas_of(cluster, p)[0] == busiest]
+    others = [p for p in people if p not in affected]
+    return Failover(
+        stopped=stopped,
+        affected=affected,
+        others=others,
+        moved=all(p.reconnects >= 1 and replicas_of(cluster, p)[-1] not in (None, busiest) for p in affected),
+        restored=all(p.restored and all(p.restored) for p in affected),
+        others_untouched=all(p.reconnects == 0 and not p.errors and sticky(cluster, p) for p in others),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--learners", type=int, default=200)
+    parser.add_argument("--think", type=float, default=5.0, help="seconds between one learner's moves (mean)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="the steady phase")
+    parser.add_argument("--failover-seconds", type=float, default=40.0)
+    parser.add_argument("--timeout", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    reason = nginx_missing_reason()
+    if reason:
+        raise SystemExit(f"cannot run: {reason}")
+
+    with Cluster(replicas=args.replicas) as cluster:
+        steady = asyncio.run(
+            drive(
+                cluster.url,
+                args.learners,
+                args.think,
+                args.seconds,
+                pids=[s.proc.pid for s in cluster.replicas],
+                timeout_s=args.timeout,
+                label="steady",
+            )
+        )
+        lost = asyncio.run(
+            failover(cluster, args.learners, args.think, args.failover_seconds, args.failover_seconds / 3, args.timeout)
+        )
+        addresses = list(cluster.addresses)
+        per_replica = Counter(replicas_of(cluster, p)[0] for p in steady.learners if p.replicas)
+        all_sticky = all(sticky(cluster, p) and p.reconnects == 0 for p in steady.learners)
+
+    figures = steady.figures()
+    p95 = figures["move p95 (ms)"]
+    spread = " / ".join(str(per_replica.get(i, 0)) for i in range(len(addresses)))
+    affected_errors = sum(len(p.errors) for p in lost.affected)
+    rows = [
+        ["learners × think time × seconds", f"{args.learners} × {args.think:g} s × {args.seconds:g} s"],
+        ["replicas (app processes) behind nginx", args.replicas],
+        ["moves", figures["moves"]],
+        ["move p50 / p95 / max", f"{figures['move p50 (ms)']:.0f} / {p95:.0f} / {figures['move max (ms)']:.0f} ms"],
+        ["first load p50 / p95", f"{figures['first load p50 (ms)']:.0f} / {figures['first load p95 (ms)']:.0f} ms"],
+        ["errors", figures["errors"]],
+        ["p95 ≤ 500 ms and no errors", verdict(p95 <= 500 and not steady.errors)],
+        ["sessions per replica", spread],
+        ["every session stayed on one replica", "yes" if all_sticky else "no"],
+        ["all replicas' CPU busy (% of one core)", f"{figures['server CPU busy (%)']:.0f} %"],
+        ["failover: replica stopped", f"{lost.stopped}, {len(lost.affected)} of {args.learners} sessions on it"],
+        ["failover: its sessions reconnected to another replica", "yes" if lost.moved else "no"],
+        ["failover: page and slider restored from the URL", "yes" if lost.restored else "no"],
+        ["failover: the other sessions untouched", "yes" if lost.others_untouched else "no"],
+        ["failover: errors on the stopped replica's sessions (the cut connections)", affected_errors],
+    ]
+    body = (
+        f"bench/replicas.py: {args.replicas} app processes behind Debian's nginx with deploy/nginx/lensa.conf "
+        "(cookie affinity), learners simulated at the protocol level by bench/loadgen.py, all on this machine "
+        "(the load generator, nginx and the replicas share its cores).\n\n" + table(["measure", "value"], rows)
+    )
+    problems = steady.errors + [f"failover, learner {p.n}: {e}" for p in lost.others for e in p.errors]
+    if problems:
+        body += "\n\nErrors (first 10):\n\n" + "\n".join(f"- {e}" for e in problems[:10])
+    publish("replicas", "Several replicas behind nginx", body)
+    return 0 if p95 <= 500 and not steady.errors and all_sticky and lost.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
