@@ -69,7 +69,7 @@ TASKS = ("compare", "trace", "matmul")
 """What a job may run: :func:`lensa.live.compare`, :func:`~lensa.live.gradscaler_trace`,
 :func:`~lensa.live.matmul_benchmark`."""
 
-_CHECK_PARENT_S = 5.0
+_CHECK_PARENT_S = 2.0
 
 
 def worker_threads() -> int:
@@ -87,11 +87,19 @@ def worker_threads() -> int:
 # --- the worker process ------------------------------------------------------------------------
 
 
+def _exit_with_parent(parent: int) -> None:
+    """End the worker soon after its server dies without closing it (SIGKILL), even in the middle of a run."""
+    while os.getppid() == parent:
+        time.sleep(_CHECK_PARENT_S)
+    os._exit(0)
+
+
 def _serve(requests: Any, events: Any, stop_id: Any, nice: int, threads: int) -> None:
     """The worker process: lower its priority, load torch, answer requests until told to stop."""
     # Before torch exists: Linux applies nice per thread and new threads inherit it.
     with contextlib.suppress(OSError):
         os.nice(max(0, nice - os.nice(0)))
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="lensa-parent-watch", daemon=True).start()
     import torch
 
     torch.set_num_threads(threads)
@@ -106,14 +114,8 @@ def _serve(requests: Any, events: Any, stop_id: Any, nice: int, threads: int) ->
         except LiveError as exc:
             infos[device] = ("error", exc.kind, exc.message)
     events.put(("hello", os.getpid(), infos))
-    parent = os.getppid()
     while True:
-        try:
-            request = requests.get(timeout=_CHECK_PARENT_S)
-        except queue.Empty:
-            if os.getppid() != parent:  # the server died without closing us: free the memory
-                return
-            continue
+        request = requests.get()
         if request is None:
             return
         job_id, task, kwargs = request

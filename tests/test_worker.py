@@ -222,3 +222,28 @@ if __name__ == "__main__":
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     # server: no torch module, no libtorch mapped; worker: libtorch mapped.
     assert out.stdout.split()[-3:] == ["False", "False", "True"], out.stdout
+
+
+def test_the_worker_ends_when_its_server_is_killed_mid_run():
+    code = f"""
+import sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from tests.test_worker import LONG
+from lensa.worker import LabWorker
+
+if __name__ == "__main__":
+    w = LabWorker()
+    job = w.submit("compare", config=LONG)
+    while job.fraction == 0:
+        time.sleep(0.05)
+    print(w.pid, flush=True)
+    time.sleep(60)
+"""
+    server = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(server.stdout.readline())
+        server.kill()  # no atexit, no clean-up: only the worker's own watch can end it
+        server.wait(timeout=10)
+        _until(lambda: not Path(f"/proc/{pid}").exists() or "State:\tZ" in Path(f"/proc/{pid}/status").read_text())
+    finally:
+        server.kill()
