@@ -77,4 +77,4 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python3", "-c", "import os, urllib.request as u; r = u.urlopen('http://localhost:%s/_stcore/health' % os.environ.get('STREAMLIT_SERVER_PORT', '8501'), timeout=4); raise SystemExit(r.read() != b'ok')"]
 
 # Serves on STREAMLIT_SERVER_ADDRESS:STREAMLIT_SERVER_PORT, i.e. 0.0.0.0:8501 (see ENV above).
-CMD ["streamlit", "run", "app.py"]
+CMD ["python3", "-m", "lensa.ui.serve"]

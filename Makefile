@@ -25,7 +25,7 @@ $(VENV)/.dev-installed: requirements.txt requirements-dev.txt | $(BIN)/python
 
 ## Serve the app on http://localhost:$(PORT) (PORT=8502 make run for a second copy).
 run: $(VENV)/.app-installed
-	$(BIN)/streamlit run app.py --server.port $(PORT)
+	$(BIN)/python -m lensa.ui.serve --server.port $(PORT)
 
 ## Lint, then the whole test suite: the fast tests on every core, then the browser tests
 ## (skipped, with the reason, where /usr/bin/chromium is missing).
@@ -41,10 +41,13 @@ lint: $(VENV)/.dev-installed
 ## The benchmarks: each prints its table and rewrites its section of docs/performance.md.
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench.core_rounding
+	$(BIN)/python -m bench.runstats_speed
 	$(BIN)/python -m bench.page_rerun
 	$(BIN)/python -m bench.browser_roundtrip
 	$(BIN)/python -m bench.cold_start
-	$(BIN)/python -m bench.load --sessions 10 --seconds 60
+	$(BIN)/python -m bench.server_cost --learners 20 --think 1 --seconds 30
+	$(BIN)/python -m bench.loadgen --learners 100 --think 5 --seconds 60 --ramp 20 --publish class_5s
+	$(BIN)/python -m bench.loadgen --learners 40 --think 1 --seconds 60 --ramp 10 --publish class_1s
 
 ## Screenshots of every page (light theme, en and id, 1280 and 390 px) into docs/screenshots/.
 screenshots: $(VENV)/.dev-installed

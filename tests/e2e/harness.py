@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -50,28 +51,39 @@ def free_port() -> int:
 
 
 class Server:
-    """A `streamlit run app.py` process on 127.0.0.1:port, stopped on exit."""
+    """The app (``python -m lensa.ui.serve``, or another script with ``streamlit run``) on 127.0.0.1:port."""
 
-    def __init__(self, port: int | None = None, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, extra_env: dict[str, str] | None = None, app: str | None = None
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, **(extra_env or {})}
+        # The server's output goes to a file: a pipe nobody reads would stall a busy server once it fills.
+        self.log = tempfile.NamedTemporaryFile(prefix="lensa-server-", suffix=".log", delete=False)  # noqa: SIM115
+        # Our app starts the way `make run` and the image start it; another script (the bare app of the
+        # benchmarks) the way Streamlit starts any script.
+        launcher = ["-m", "lensa.ui.serve"] if app is None else ["-m", "streamlit", "run", app]
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "streamlit", "run", "app.py",
+                sys.executable, *launcher,
                 "--server.port", str(self.port), "--server.address", "127.0.0.1",
                 "--server.headless", "true", "--browser.gatherUsageStats", "false",
             ],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         self.started = time.perf_counter()
+
+    def output(self) -> str:
+        """What the server has printed so far."""
+        return Path(self.log.name).read_text(errors="replace")
 
     def wait_healthy(self, timeout: float = 60.0) -> float:
         """Seconds from process start until /_stcore/health answers ok."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"streamlit exited early:\n{self.proc.stdout.read() if self.proc.stdout else ''}")
+                raise RuntimeError(f"streamlit exited early:\n{self.output()}")
             with contextlib.suppress(OSError), urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2) as r:
                 if r.read().strip() == b"ok":
                     return time.perf_counter() - self.started
@@ -85,6 +97,9 @@ class Server:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
 
     def __enter__(self) -> Server:
         self.wait_healthy()

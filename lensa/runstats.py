@@ -1,0 +1,983 @@
+"""What a real tensor looks like to each low-precision format, kept small enough to save a whole run.
+
+:func:`summarize` reads any float array as float32 values and keeps, for its
+finite non-zero values, a table of counts with one row per binade (power of
+two, 2**-149 ... 2**127, read from the float32 bits) and one column per
+*significand interval*: the stored fraction bits F (0 <= F < 2**23) of each
+value, cut at the few points where some format's class changes inside a
+binade (the value that rounds up to the smallest normal, the half of the
+smallest subnormal, the overflow point). Beside it: the numbers of exact
+zeros, infinities and NaNs, and per format the sum of relative errors.
+Nothing in it grows with the tensor.
+
+Exact class counts, also after scaling (``counts(fmt, scale_exp=k)``).
+Multiplying by 2**k moves a value k binades and leaves F alone, and whether
+a value rounds to 0, stays subnormal, becomes normal or overflows in a
+format depends only on its binade and on which side of those cut points F
+lies. So each (binade + k, interval) cell has one class, found once per
+format by asking :func:`lensa.formats.classify` about the cell's smallest
+value (and checked against its largest), and the counts are sums over the
+table. This is exact for every integer k (below 2**-150 every format rounds
+to 0 and above 2**129 every one overflows): it answers what happens to the
+exact product x * 2**k, which is also what torch's cast of the float32 product
+gives whenever that product is itself exact in float32. Ties go to even; the
+cut points, found by bisection with ``classify``, put ``2**-25`` (half the
+smallest FP16 subnormal) in ``zero`` and the next float32 above it in
+``subnormal``, 65520 (FP16's max plus half a step) in ``overflow``, and for
+FP8 E4M3, which saturates (see :mod:`lensa.formats`), 464 in ``normal`` (it
+becomes 448) and everything above 464, ±inf included, in ``overflow``
+(stored as ±448).
+
+Mean relative error. The values are also counted in finer bins (binade and
+the top 11 bits of F) with the sum of their low 12 bits. Every rounding
+point of these formats (midpoints between neighbours, E4M3's saturation
+point) lies on a fine-bin edge, so all values of a bin round to the same
+stored value and the sum of |stored - x| over the bin is exact; only the
+division by |x| uses the bin's mean |x|, which is within 2**-11 of each
+value's own |x|. The mean relative error is therefore within a relative
+2**-11 (0.05%) of the exact mean, and exact when every value is rounded to
+0 or stored exactly.
+
+Lost updates. :func:`summarize_update` takes a weight before and after a step,
+reads the update as ``u = w_after - w_before`` in float32 arithmetic, and for
+each format counts the non-zero updates that a weight held in that format
+would lose: with ``q`` the weight before stored in the format (the library
+cast of :func:`lensa.formats.cast`), ``q + u`` computed in float32 and stored
+in the format again equals ``q``. That is how PyTorch applies a float32 update
+to a low-precision tensor (it computes in float32 and rounds the result once
+into the tensor's type).
+
+A run's statistics (:class:`RunStats`) are saved as a ``.npz`` file read with
+``allow_pickle=False``: int64 counts, float64 sums, labels as JSON text, a
+version number, and every count checked on load (:func:`load`).
+
+This module imports numpy (and :mod:`lensa.formats`) only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import zipfile
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from typing import IO, Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from lensa.formats import FloatFormat, cast, classify, get_format, quantize
+
+SUMMARY_FORMATS: tuple[str, ...] = ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+CLASS_KEYS: tuple[str, ...] = ("exact_zero", "zero", "subnormal", "normal", "overflow", "nan")
+KINDS: tuple[str, ...] = ("weight_grad", "activation_grad", "activation", "weight", "update")
+
+BINADE_MIN, BINADE_MAX = -149, 127  # finite non-zero float32 magnitudes lie in [2**-149, 2**128)
+N_BINADES = BINADE_MAX - BINADE_MIN + 1  # 277
+
+FILE_FORMAT = "lensa-runstats"
+FILE_VERSION = 1
+MAX_FILE_BYTES = 25 * 1024 * 1024
+MAX_TENSORS = 10_000
+MAX_NAME_CHARS = 200
+MAX_META_CHARS = 65_536
+
+_FRAC_BITS = 23
+_FINE_BITS = 12  # fine bins drop the low 12 fraction bits: 2**11 bins per binade
+_FINE_PER_BINADE = 1 << (_FRAC_BITS - _FINE_BITS)
+_FINE_LOW = np.uint32((1 << _FINE_BITS) - 1)
+_ABS = np.uint32(0x7FFFFFFF)
+_INF_BITS = 0x7F800000
+_SMALLEST_NORMAL_BITS = 0x00800000
+_N_SUBNORMAL_BINADES = -126 - BINADE_MIN  # float32 subnormals: binades -149 ... -127
+_CHUNK = 1 << 20  # values per pass; at most 2**20, which _PACK needs to stay exact
+# Below 2**-150 every summary format rounds to 0, above 2**129 every one overflows: the class table stops there.
+_CLAMP_LO, _CLAMP_HI = -150, 129
+_CLASS_ORDER = ("zero", "subnormal", "normal", "overflow")
+
+
+class RunStatsError(ValueError):
+    """A run statistics file that cannot be used; the message says why and what to do."""
+
+
+# --- the cut points and the class of every (binade, interval) cell -------------------------------------------
+
+
+def _summary_format(fmt: str | FloatFormat) -> FloatFormat:
+    f = get_format(fmt)
+    if f.name not in SUMMARY_FORMATS:
+        raise ValueError(f"run statistics cover {', '.join(SUMMARY_FORMATS)}; not {f.name!r}")
+    return f
+
+
+def _class_index(f: FloatFormat, binade: NDArray[np.int64], frac: NDArray[np.int64]) -> NDArray[np.int8]:
+    """Index into _CLASS_ORDER of (1 + frac / 2**23) * 2**binade, as lensa.formats.classify decides."""
+    values = np.ldexp(1.0 + frac.astype(np.float64) / (1 << _FRAC_BITS), binade.astype(np.int64))  # exact
+    cats = classify(values, f)
+    out = np.zeros(cats.shape, np.int8)
+    for i, name in enumerate(_CLASS_ORDER):
+        out[cats == name] = i
+    return out
+
+
+@cache
+def _edges() -> tuple[int, ...]:
+    """Sorted fraction values F where some summary format's class changes inside some binade (0 first).
+
+    Found by bisection on F with ``classify`` (its classes are monotone in the magnitude). For these four
+    formats: 1 (the tie at half the smallest subnormal), E4M3's saturation point just above 0x680000, and
+    the points where a binade's top values round up into the next binade.
+    """
+    binades = np.arange(_CLAMP_LO, _CLAMP_HI + 1)
+    top = (1 << _FRAC_BITS) - 1
+    edges = {0}
+    for name in SUMMARY_FORMATS:
+        f = get_format(name)
+        lo = _class_index(f, binades, np.zeros_like(binades))
+        hi = _class_index(f, binades, np.full_like(binades, top))
+        for level in range(1, len(_CLASS_ORDER)):
+            rows = binades[(lo < level) & (hi >= level)]
+            left = np.zeros_like(rows)  # class < level here
+            right = np.full_like(rows, top)  # class >= level here
+            while np.any(right - left > 1):
+                mid = (left + right) // 2
+                up = _class_index(f, rows, mid) >= level
+                right, left = np.where(up, mid, right), np.where(up, left, mid)
+            edges.update(int(r) for r in right)
+    out = tuple(sorted(edges))
+    # summarize() counts F >= edge from fine bins of 2**12; an edge 1 past a bin edge needs the exact F == bin edge.
+    bad = [e for e in out if e & int(_FINE_LOW) > 1]
+    if bad:
+        raise RuntimeError(f"significand edges {bad} are not at a fine-bin edge or one past it")
+    return out
+
+
+@cache
+def _class_table(name: str) -> NDArray[np.int8]:
+    """Class index (into _CLASS_ORDER) of each (binade _CLAMP_LO ... _CLAMP_HI, interval) cell of ``name``.
+
+    Each cell is classified by its smallest value and checked by its largest: a cell whose two ends
+    disagree would mean a missing edge, and stops the import rather than giving wrong counts.
+    """
+    f = get_format(name)
+    edges = np.array(_edges(), np.int64)
+    ends = np.append(edges[1:] - 1, (1 << _FRAC_BITS) - 1)
+    binades = np.arange(_CLAMP_LO, _CLAMP_HI + 1)
+    b, first = np.meshgrid(binades, edges, indexing="ij")
+    _, last = np.meshgrid(binades, ends, indexing="ij")
+    table = _class_index(f, b, first)
+    if not np.array_equal(table, _class_index(f, b, last)):
+        raise RuntimeError(f"a significand interval is not one class in {name}")
+    return table
+
+
+@cache
+def _stored_in_fine_bins(name: str) -> NDArray[np.float64]:
+    """Per fine bin (binade row, top 11 fraction bits): the stored value, in units of 2**(binade - 23).
+
+    Every value of a bin rounds to this (a tie on the bin's lower edge is as far from it as from its
+    other neighbour). inf where the format overflows to inf.
+    """
+    f = get_format(name)
+    binade = np.arange(BINADE_MIN, BINADE_MAX + 1)[:, None]
+    mid = (1 << _FRAC_BITS) + (np.arange(_FINE_PER_BINADE) << _FINE_BITS) + (1 << (_FINE_BITS - 1))
+    x = np.ldexp(mid[None, :].astype(np.float64), binade - _FRAC_BITS)  # exact: 24 bits, in float64's range
+    with np.errstate(over="ignore"):
+        return np.ldexp(quantize(x, f), _FRAC_BITS - binade)
+
+
+# --- the per-tensor record -----------------------------------------------------------------------------------
+
+
+def _frozen(a: ArrayLike, dtype: type) -> NDArray:
+    out = np.array(a, dtype=dtype, copy=True)
+    out.setflags(write=False)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class TensorStats:
+    """What one float32 tensor looks like to each summary format; small, immutable, exact.
+
+    ``table[i, j]`` counts the finite non-zero values in binade ``binade_lo + i`` (|x| in
+    [2**b, 2**(b+1))) whose fraction bits lie in significand interval j (see :func:`significand_edges`).
+    ``exact_zero``, ``inf`` and ``nan`` count those values (either sign); ``size`` is the total.
+    ``rel_error_sum[i]`` is the sum over the finite non-zero values of |stored - x| / |x| in
+    ``SUMMARY_FORMATS[i]`` (inf where some value overflows to inf). ``lost_counts`` is set for updates
+    only (see :func:`summarize_update`).
+    """
+
+    size: int
+    exact_zero: int
+    inf: int
+    nan: int
+    binade_lo: int
+    table: NDArray[np.int64]
+    rel_error_sum: tuple[float, ...]
+    lost_counts: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if np.asarray(self.table).dtype.kind not in "iu":
+            raise ValueError(f"counts must be integers, not {np.asarray(self.table).dtype}")
+        table = _frozen(self.table, np.int64)
+        object.__setattr__(self, "table", table)
+        object.__setattr__(self, "rel_error_sum", tuple(float(v) for v in self.rel_error_sum))
+        if self.lost_counts is not None:
+            object.__setattr__(self, "lost_counts", tuple(int(v) for v in self.lost_counts))
+        _check_tensor_stats(self)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TensorStats):
+            return NotImplemented
+        return (
+            (self.size, self.exact_zero, self.inf, self.nan, self.binade_lo, self.lost_counts)
+            == (other.size, other.exact_zero, other.inf, other.nan, other.binade_lo, other.lost_counts)
+            and np.array_equal(self.table, other.table)
+            and np.array_equal(self.rel_error_sum, other.rel_error_sum)
+        )
+
+    @property
+    def finite_nonzero(self) -> int:
+        """Number of finite non-zero values (what the table holds)."""
+        return int(self.table.sum())
+
+    @property
+    def nonzero(self) -> int:
+        """Number of values that are not ±0 (inf and NaN included)."""
+        return self.size - self.exact_zero
+
+    def counts(self, fmt: str | FloatFormat, scale_exp: int = 0) -> dict[str, int]:
+        """Exact number of values in each class of ``fmt`` after multiplying by 2**scale_exp.
+
+        Keys (in this order): ``exact_zero`` (x == 0), ``zero`` (non-zero, rounds to ±0), ``subnormal``,
+        ``normal``, ``overflow`` (beyond the largest finite value after rounding, ties to even: ±inf, or
+        ±448 in FP8 E4M3, which saturates; ±inf inputs always count here) and ``nan``. They add up to
+        ``size``. The scaling is exact (x * 2**k as a real number), for any integer k.
+        """
+        f = _summary_format(fmt)
+        k = int(scale_exp)
+        out = dict.fromkeys(CLASS_KEYS, 0)
+        out["exact_zero"], out["nan"], out["overflow"] = self.exact_zero, self.nan, self.inf
+        if self.table.size:
+            rows = np.clip(np.arange(self.table.shape[0]) + self.binade_lo + k, _CLAMP_LO, _CLAMP_HI) - _CLAMP_LO
+            cls = _class_table(f.name)[rows]
+            for i, name in enumerate(_CLASS_ORDER):
+                out[name] += int(self.table[cls == i].sum())
+        return out
+
+    def binade_histogram(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """(exponents -149 ... 127, number of finite non-zero values with |x| in [2**e, 2**(e+1)))."""
+        counts = np.zeros(N_BINADES, np.int64)
+        i = self.binade_lo - BINADE_MIN
+        counts[i : i + self.table.shape[0]] = self.table.sum(axis=1)
+        return np.arange(BINADE_MIN, BINADE_MAX + 1, dtype=np.int64), counts
+
+    def mean_relative_error(self, fmt: str | FloatFormat) -> float:
+        """Mean of |stored - x| / |x| over the finite non-zero values, as a fraction (1.0 = 100%).
+
+        A value rounded to 0 counts as 1 (100%); a value that overflows to inf makes the mean inf (FP8
+        E4M3 saturates instead, so its error stays finite). Exact zeros, ±inf and NaN are left out; with
+        no value left the mean is NaN. Within a relative 2**-11 of the exact mean (see the module notes).
+        """
+        f = _summary_format(fmt)
+        n = self.finite_nonzero
+        return self.rel_error_sum[SUMMARY_FORMATS.index(f.name)] / n if n else math.nan
+
+    def lost(self, fmt: str | FloatFormat) -> int:
+        """Number of non-zero updates a weight stored in ``fmt`` would lose (only for :func:`summarize_update`)."""
+        f = _summary_format(fmt)
+        if self.lost_counts is None:
+            raise ValueError("lost() needs the statistics of an update, made by summarize_update(w_before, w_after)")
+        return self.lost_counts[SUMMARY_FORMATS.index(f.name)]
+
+
+def _check_tensor_stats(s: TensorStats) -> None:
+    """Raise ValueError unless every count is a non-negative integer and the totals agree."""
+    n_cols = len(_edges())
+    for field in ("size", "exact_zero", "inf", "nan", "binade_lo"):
+        v = getattr(s, field)
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise ValueError(f"{field} must be an integer, not {v!r}")
+    if min(s.size, s.exact_zero, s.inf, s.nan) < 0:
+        raise ValueError("counts must not be negative")
+    if s.table.ndim != 2 or s.table.shape[1] != n_cols:
+        raise ValueError(f"the table must have {n_cols} columns, one per significand interval")
+    rows = s.table.shape[0]
+    if rows and not (s.binade_lo >= BINADE_MIN and s.binade_lo + rows - 1 <= BINADE_MAX):
+        raise ValueError(f"binades {s.binade_lo} ... {s.binade_lo + rows - 1} are outside float32's -149 ... 127")
+    if rows and s.table.min() < 0:
+        raise ValueError("counts must not be negative")
+    finite_nonzero = int(s.table.sum())
+    if s.exact_zero + s.inf + s.nan + finite_nonzero != s.size:
+        raise ValueError(
+            f"the counts add up to {s.exact_zero + s.inf + s.nan + finite_nonzero}, not to the size {s.size}"
+        )
+    if len(s.rel_error_sum) != len(SUMMARY_FORMATS):
+        raise ValueError(f"need one relative error sum per format ({len(SUMMARY_FORMATS)})")
+    for name, v in zip(SUMMARY_FORMATS, s.rel_error_sum, strict=True):
+        if math.isnan(v) or v < 0:
+            raise ValueError(f"the relative error sum for {name} must be >= 0, not {v}")
+        if math.isinf(v):
+            continue  # a finite value that overflows to inf; whether one does is for the table to say
+        if v > finite_nonzero * (1 + 1e-9):
+            raise ValueError(f"the relative error sum for {name} exceeds one per value")
+    if s.lost_counts is not None:
+        if len(s.lost_counts) != len(SUMMARY_FORMATS):
+            raise ValueError(f"need one lost count per format ({len(SUMMARY_FORMATS)})")
+        if any(v < 0 or v > s.size - s.exact_zero for v in s.lost_counts):
+            raise ValueError("lost counts must lie between 0 and the number of non-zero updates")
+
+
+def significand_edges() -> tuple[int, ...]:
+    """The fraction values (0 <= F < 2**23) that start the table's significand intervals, ascending."""
+    return _edges()
+
+
+# --- summarising a tensor --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Partial:
+    """Counts from one part of the array, merged by summing (counts exact in int64, sums exact in float64)."""
+
+    fine_count: NDArray[np.float64]  # (256 * 2048,): float32 exponent field and top 11 fraction bits (exact)
+    fine_low_sum: NDArray[np.float64]  # sum of the low 12 fraction bits per fine bin (integers below 2**53)
+    exact_at: NDArray[np.int64]  # (n_unaligned, 256): values with F exactly one below an unaligned edge
+    sub_count: NDArray[np.int64]  # the same three for float32 subnormals, by their own binade (-149 ... -127)
+    sub_low_sum: NDArray[np.float64]
+    sub_exact_at: NDArray[np.int64]
+    zeros: int = 0
+    infs: int = 0
+
+    def __iadd__(self, other: _Partial) -> _Partial:
+        for name in ("fine_count", "fine_low_sum", "exact_at", "sub_count", "sub_low_sum", "sub_exact_at"):
+            getattr(self, name).__iadd__(getattr(other, name))
+        self.zeros += other.zeros
+        self.infs += other.infs
+        return self
+
+
+def _unaligned() -> tuple[int, ...]:
+    """F values that must be counted exactly: one below each edge that is not a multiple of 2**12."""
+    return tuple(e - 1 for e in _edges() if e & int(_FINE_LOW))
+
+
+def _empty_partial() -> _Partial:
+    n_un = len(_unaligned())
+    return _Partial(
+        fine_count=np.zeros(256 * _FINE_PER_BINADE, np.float64),
+        fine_low_sum=np.zeros(256 * _FINE_PER_BINADE, np.float64),
+        exact_at=np.zeros((n_un, 256), np.int64),
+        sub_count=np.zeros(_N_SUBNORMAL_BINADES * _FINE_PER_BINADE, np.int64),
+        sub_low_sum=np.zeros(_N_SUBNORMAL_BINADES * _FINE_PER_BINADE, np.float64),
+        sub_exact_at=np.zeros((n_un, _N_SUBNORMAL_BINADES), np.int64),
+    )
+
+
+class _Buffers:
+    """Scratch arrays for one chunk, reused from chunk to chunk (fresh 8 MB arrays cost page faults)."""
+
+    def __init__(self, n: int) -> None:
+        self.key = np.empty(n, np.uint32)
+        self.low = np.empty(n, np.uint32)
+        self.weight = np.empty(n, np.float64)
+
+
+_PACK = 2.0**32  # a chunk's bin holds count * 2**32 + sum of low bits, exactly: both stay below 2**53 in total
+
+
+def _count_chunk(bits: NDArray[np.uint32], acc: _Partial, unaligned: tuple[int, ...], buf: _Buffers) -> None:
+    """Add one chunk (at most 2**20 values) of float32 bit patterns to ``acc``: integer work on the bits."""
+    n = bits.size
+    key, low, weight = buf.key[:n], buf.low[:n], buf.weight[:n]
+    # Key: exponent field and top 11 fraction bits, ordered like |x|. Weight: 2**32 + the low 12 bits, so one
+    # bincount gives both the count and the sum of the low bits of each fine bin.
+    np.right_shift(bits, np.uint32(_FINE_BITS), out=key)
+    np.bitwise_and(key, np.uint32((1 << (31 - _FINE_BITS)) - 1), out=key)
+    np.bitwise_and(bits, _FINE_LOW, out=low)
+    np.add(low, _PACK, out=weight)
+    packed = np.bincount(key, weights=weight)  # as long as the largest key: shorter for most tensors
+    top = packed.size
+    count = packed * (1 / _PACK)
+    np.floor(count, out=count)
+    acc.fine_count[:top] += count  # float64 totals: exact integers below 2**53
+    zero_bin, inf_bin = 0, 255 * _FINE_PER_BINADE
+    # Bin 0 holds |bits| < 2**12 and the first exponent-255 bin holds [inf, inf + 2**12): where their low bits
+    # add up to 0 they hold only zeros, only infinities; otherwise count those exactly (tiny subnormals, NaNs).
+    c0, l0 = int(count[zero_bin]), packed[zero_bin] - count[zero_bin] * _PACK
+    zeros = c0 if l0 == 0 else int(np.count_nonzero((bits & _ABS) == 0))
+    infs = 0
+    if top > inf_bin:
+        c_inf, l_inf = int(count[inf_bin]), packed[inf_bin] - count[inf_bin] * _PACK
+        infs = c_inf if l_inf == 0 else int(np.count_nonzero((bits & _ABS) == _INF_BITS))
+    acc.zeros += zeros
+    acc.infs += infs
+    subnormals = int(count[:_FINE_PER_BINADE].sum()) - zeros
+    count *= _PACK
+    packed -= count  # now the sums of the low bits
+    acc.fine_low_sum[:top] += packed
+    # The exact F of the unaligned edges: a cheap test lets through those values (and zeros, and a few more).
+    candidates = (bits & _candidate_mask(unaligned)) == 0
+    if np.count_nonzero(candidates) > zeros:
+        mag = bits & _ABS
+        m0 = mag[candidates & (mag != 0)]
+        frac0 = m0 & np.uint32((1 << _FRAC_BITS) - 1)
+        exp0 = m0 >> np.uint32(_FRAC_BITS)
+        for i, f_exact in enumerate(unaligned):
+            acc.exact_at[i] += np.bincount(exp0[frac0 == f_exact], minlength=256)
+    # Exponent field 0 holds the zeros and the float32 subnormals; the latter (rare) are binned by their own binade.
+    if subnormals:
+        mag = bits & _ABS
+        _count_subnormals(mag[(mag < _SMALLEST_NORMAL_BITS) & (mag != 0)], acc, unaligned)
+
+
+@cache
+def _candidate_mask(unaligned: tuple[int, ...]) -> np.uint32:
+    """Fraction bits that are 0 in every unaligned F: a value with any of them set is none of those F."""
+    either = 0
+    for f in unaligned:
+        either |= f
+    return np.uint32(((1 << _FRAC_BITS) - 1) & ~either)
+
+
+def _count_subnormals(sub: NDArray[np.uint32], acc: _Partial, unaligned: tuple[int, ...]) -> None:
+    # Times 2**64 is exact for a float32 subnormal and makes it normal: its exponent is then its binade + 64.
+    norm = (sub.view(np.float32) * np.float32(2.0**64)).view(np.uint32)
+    row = (norm >> np.uint32(_FRAC_BITS)).astype(np.int64) - 127 - 64 - BINADE_MIN
+    frac = norm & np.uint32((1 << _FRAC_BITS) - 1)
+    key = row * _FINE_PER_BINADE + (frac >> np.uint32(_FINE_BITS))
+    acc.sub_count += np.bincount(key, minlength=acc.sub_count.size)
+    acc.sub_low_sum += np.bincount(key, weights=frac & _FINE_LOW, minlength=acc.sub_count.size)
+    for i, f_exact in enumerate(unaligned):
+        acc.sub_exact_at[i] += np.bincount(row[frac == f_exact], minlength=_N_SUBNORMAL_BINADES)
+
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _count(bits: NDArray[np.uint32]) -> _Partial:
+    """Count all of ``bits`` in chunks, one contiguous part per core (numpy releases the GIL)."""
+    global _pool
+    unaligned = _unaligned()
+    workers = min(os.cpu_count() or 1, 8)
+
+    def part(lo: int, hi: int) -> _Partial:
+        acc = _empty_partial()
+        buf = _Buffers(min(_CHUNK, hi - lo))
+        for i in range(lo, hi, _CHUNK):
+            _count_chunk(bits[i : min(i + _CHUNK, hi)], acc, unaligned, buf)
+        return acc
+
+    n = bits.size
+    if n < 2 * _CHUNK or workers == 1:
+        return part(0, n)
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lensa-runstats")
+    cuts = [n * i // workers for i in range(workers + 1)]
+    parts = list(_pool.map(lambda i: part(cuts[i], cuts[i + 1]), range(workers)))
+    total = parts[0]
+    for p in parts[1:]:
+        total += p
+    return total
+
+
+def _as_float32(x: ArrayLike) -> NDArray[np.float32]:
+    a = np.asarray(x)
+    if a.dtype.kind in "bOUSMm" or a.dtype.names is not None:
+        raise TypeError(f"need an array of numbers, not {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
+
+
+def summarize(x: ArrayLike) -> TensorStats:
+    """Summarise the values of a float array, read as float32 (float64 values are rounded to float32 first).
+
+    Exact counts of ±0, ±inf and NaN, the binade and significand interval of every finite non-zero value,
+    and the relative error sums; the size of the record does not depend on the array's. The sign of a
+    value plays no part (every class is symmetric). An empty array gives size 0.
+    """
+    bits = _as_float32(x).view(np.uint32)
+    acc = _count(bits)
+    edges = np.array(_edges(), np.int64)
+    unaligned = _unaligned()
+
+    # The fine bins of all finite non-zero values, one row per binade -149 ... 127.
+    normal = slice(_FINE_PER_BINADE, 255 * _FINE_PER_BINADE)  # exponent fields 1 ... 254
+    fine = np.concatenate([acc.sub_count, acc.fine_count[normal].astype(np.int64)])
+    fine = fine.reshape(N_BINADES, _FINE_PER_BINADE)
+    low_sum = np.concatenate([acc.sub_low_sum, acc.fine_low_sum[normal]]).reshape(N_BINADES, _FINE_PER_BINADE)
+    exact_at = np.concatenate([acc.sub_exact_at, acc.exact_at[:, 1:255]], axis=1)  # (n_unaligned, 277)
+
+    # Number of values with F below each edge, per binade; the unaligned edges add the values exactly at F - 1.
+    below = np.zeros((N_BINADES, _FINE_PER_BINADE + 1), np.int64)
+    np.cumsum(fine, axis=1, out=below[:, 1:])
+    under = below[:, edges >> _FINE_BITS]
+    for i, f_exact in enumerate(unaligned):
+        under[:, int(np.searchsorted(edges, int(f_exact) + 1))] += exact_at[i]
+    table = np.diff(np.concatenate([under, below[:, -1:]], axis=1), axis=1)
+
+    nan = int(acc.fine_count[255 * _FINE_PER_BINADE :].sum()) - acc.infs
+    occupied = np.flatnonzero(below[:, -1])
+    lo, hi = (int(occupied[0]), int(occupied[-1]) + 1) if occupied.size else (0, 0)
+    return TensorStats(
+        size=int(bits.size),
+        exact_zero=acc.zeros,
+        inf=acc.infs,
+        nan=nan,
+        binade_lo=BINADE_MIN + lo,
+        table=table[lo:hi],
+        rel_error_sum=_relative_error_sums(fine, low_sum),
+    )
+
+
+def _relative_error_sums(fine: NDArray[np.int64], low_sum: NDArray[np.float64]) -> tuple[float, ...]:
+    """Sum of |stored - x| / |x| per summary format, from the fine bins (see the module notes for the bound)."""
+    idx = np.flatnonzero(fine)
+    if not idx.size:
+        return (0.0,) * len(SUMMARY_FORMATS)
+    count = fine.reshape(-1)[idx].astype(np.float64)
+    lows = low_sum.reshape(-1)[idx]
+    # x = (d0 + low) * 2**(binade - 23), with d0 the bin's lower edge in those units.
+    d0 = ((1 << _FRAC_BITS) + ((idx % _FINE_PER_BINADE) << _FINE_BITS)).astype(np.float64)
+    mean_abs = d0 + lows / count
+    sums = []
+    with np.errstate(invalid="ignore", over="ignore"):
+        for name in SUMMARY_FORMATS:
+            stored = _stored_in_fine_bins(name).reshape(-1)[idx]
+            # The sign of x - stored is the same across a bin, so the bin's sum of |x - stored| is exact.
+            abs_err = np.abs(count * (d0 - stored) + lows)
+            abs_err = np.where(np.isinf(stored), np.inf, abs_err)
+            sums.append(float(np.sum(abs_err / mean_abs)))
+    return tuple(sums)
+
+
+def summarize_update(w_before: ArrayLike, w_after: ArrayLike) -> TensorStats:
+    """Statistics of the update ``w_after - w_before`` (float32 arithmetic), with lost counts per format.
+
+    Both arrays are read as float32 and must have the same shape. A non-zero update u of a weight w is
+    *lost* in a format when, with q = w stored in that format, ``q + u`` (computed in float32, then
+    stored in the format) equals q. A NaN update or weight is never lost; a weight that overflows the
+    format (stored as ±inf) loses every finite update; +0 and -0 count as the same stored weight.
+    """
+    before = np.asarray(w_before)
+    after = np.asarray(w_after)
+    if before.shape != after.shape:
+        raise ValueError(f"w_before has shape {before.shape} but w_after has {after.shape}")
+    wb = _as_float32(before)
+    with np.errstate(invalid="ignore", over="ignore"):
+        update = _as_float32(after) - wb
+        stats = summarize(update)
+        moved = update != 0
+        lost = []
+        for name in SUMMARY_FORMATS:
+            stored = cast(wb, name).astype(np.float32)  # exact: every stored value is a float32
+            again = cast(stored + update, name).astype(np.float32)
+            lost.append(int(np.count_nonzero(moved & (again == stored))))
+    return TensorStats(
+        size=stats.size,
+        exact_zero=stats.exact_zero,
+        inf=stats.inf,
+        nan=stats.nan,
+        binade_lo=stats.binade_lo,
+        table=stats.table,
+        rel_error_sum=stats.rel_error_sum,
+        lost_counts=tuple(lost),
+    )
+
+
+def combine(stats: Iterable[TensorStats]) -> TensorStats:
+    """One record for several tensors together (as if concatenated): counts and sums add.
+
+    Lost counts are kept only if every record has them. No records give an empty record (size 0).
+    """
+    items = list(stats)
+    lo = min((s.binade_lo for s in items if s.table.size), default=BINADE_MIN)
+    hi = max((s.binade_lo + s.table.shape[0] for s in items if s.table.size), default=lo)
+    table = np.zeros((hi - lo, len(_edges())), np.int64)
+    for s in items:
+        if s.table.size:
+            table[s.binade_lo - lo : s.binade_lo - lo + s.table.shape[0]] += s.table
+    lost = None
+    if items and all(s.lost_counts is not None for s in items):
+        lost = tuple(int(sum(v)) for v in zip(*(s.lost_counts for s in items), strict=True))
+    rel = np.zeros(len(SUMMARY_FORMATS))
+    for s in items:
+        rel += s.rel_error_sum
+    return TensorStats(
+        size=sum(s.size for s in items),
+        exact_zero=sum(s.exact_zero for s in items),
+        inf=sum(s.inf for s in items),
+        nan=sum(s.nan for s in items),
+        binade_lo=lo,
+        table=table,
+        rel_error_sum=tuple(rel.tolist()),
+        lost_counts=lost,
+    )
+
+
+# --- a run: many tensors, labelled; saved and loaded -----------------------------------------------------------
+
+_Label = tuple[str, str, int]
+_SCALAR_FIELDS = ("size", "exact_zero", "inf", "nan")
+
+
+def _check_label(kind: str, name: str, step: int) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
+        raise ValueError(f"a tensor name must be a string of 1 to {MAX_NAME_CHARS} characters, not {name!r:.80}")
+    if isinstance(step, bool) or not isinstance(step, int | np.integer) or step < 1:
+        raise ValueError(f"steps count from 1; got {step!r}")
+
+
+class RunStats:
+    """The statistics of one training run (one arm): tensors labelled (kind, name, step), and per-step scalars.
+
+    ``kind`` is one of :data:`KINDS`; ``name`` is PyTorch's own (``named_parameters`` / ``named_modules``);
+    steps count from 1. Per step it also keeps the loss and, for FP16 arms, the loss scale and whether the
+    step was skipped (its gradients overflowed). ``meta`` holds a few JSON values (the arm, the recipe).
+    """
+
+    def __init__(self, meta: Mapping[str, Any] | None = None) -> None:
+        self._meta: dict[str, Any] = dict(meta or {})
+        text = json.dumps(self._meta, allow_nan=False)  # raises for anything JSON cannot hold
+        if len(text) > MAX_META_CHARS:
+            raise ValueError(f"meta is {len(text):,} characters of JSON; at most {MAX_META_CHARS:,}")
+        self._tensors: dict[_Label, TensorStats] = {}
+        self._steps: dict[int, tuple[float, float | None, bool]] = {}
+
+    # building
+
+    def add(self, kind: str, name: str, step: int, stats: TensorStats) -> None:
+        """Keep ``stats`` under (kind, name, step); a label is used once, and a run holds at most 10,000 tensors."""
+        _check_label(kind, name, step)
+        if not isinstance(stats, TensorStats):
+            raise TypeError(f"need a TensorStats, not {type(stats).__name__}")
+        label = (kind, name, int(step))
+        if label in self._tensors:
+            raise ValueError(f"{kind} {name!r} at step {step} is already recorded")
+        if len(self._tensors) >= MAX_TENSORS:
+            raise ValueError(f"a run holds at most {MAX_TENSORS:,} tensors")
+        self._tensors[label] = stats
+
+    def record_step(self, step: int, loss: float, loss_scale: float | None = None, skipped: bool = False) -> None:
+        """Keep one step's loss (any float, inf and NaN included), loss scale (> 0, FP16 arms) and skip flag."""
+        if isinstance(step, bool) or not isinstance(step, int | np.integer) or step < 1:
+            raise ValueError(f"steps count from 1; got {step!r}")
+        if loss_scale is not None and not (math.isfinite(loss_scale) and loss_scale > 0):
+            raise ValueError(f"a loss scale is a finite number > 0, not {loss_scale!r}")
+        self._steps[int(step)] = (float(loss), None if loss_scale is None else float(loss_scale), bool(skipped))
+
+    # querying
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return json.loads(json.dumps(self._meta))
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def get(self, kind: str, name: str, step: int) -> TensorStats:
+        """The statistics recorded under (kind, name, step); KeyError if there are none."""
+        try:
+            return self._tensors[(kind, name, int(step))]
+        except (KeyError, TypeError, ValueError):
+            raise KeyError(f"no {kind} {name!r} at step {step} in this run") from None
+
+    def kinds(self) -> list[str]:
+        """The kinds recorded, in the order of :data:`KINDS`."""
+        present = {k for k, _, _ in self._tensors}
+        return [k for k in KINDS if k in present]
+
+    def names(self, kind: str) -> list[str]:
+        """The tensor names recorded for ``kind``, in the order they were first added (the model's order)."""
+        return list(dict.fromkeys(n for k, n, _ in self._tensors if k == kind))
+
+    def steps(self, kind: str) -> list[int]:
+        """The steps at which ``kind`` was recorded, ascending."""
+        return sorted({s for k, _, s in self._tensors if k == kind})
+
+    def losses(self) -> dict[int, float]:
+        """Loss per recorded step, by step."""
+        return {s: v[0] for s, v in sorted(self._steps.items())}
+
+    def loss_scales(self) -> dict[int, float]:
+        """Loss scale per step, for the steps that have one (FP16 arms)."""
+        return {s: v[1] for s, v in sorted(self._steps.items()) if v[1] is not None}
+
+    def skipped_steps(self) -> list[int]:
+        """The steps whose optimizer step was skipped, ascending."""
+        return [s for s, v in sorted(self._steps.items()) if v[2]]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RunStats):
+            return NotImplemented
+        same_steps = self._steps.keys() == other._steps.keys() and all(
+            np.array_equal(np.array(self._steps[s][:2], float), np.array(other._steps[s][:2], float), equal_nan=True)
+            and self._steps[s][2] == other._steps[s][2]
+            for s in self._steps
+        )
+        return self._meta == other._meta and list(self._tensors.items()) == list(other._tensors.items()) and same_steps
+
+    # saving and loading
+
+    def to_bytes(self) -> bytes:
+        """The ``.npz`` file's bytes (see :meth:`save`)."""
+        labels = list(self._tensors)
+        stats = list(self._tensors.values())
+        names = list(dict.fromkeys(n for _, n, _ in labels))
+        name_index = {n: i for i, n in enumerate(names)}
+        header = {
+            "format": FILE_FORMAT,
+            "version": FILE_VERSION,
+            "formats": list(SUMMARY_FORMATS),
+            "significand_edges": list(_edges()),
+            "kinds": list(KINDS),
+            "names": names,
+            "meta": self._meta,
+        }
+        n_cols = len(_edges())
+        steps = sorted(self._steps)
+        arrays: dict[str, NDArray] = {
+            "header": np.array(json.dumps(header, allow_nan=False)),
+            "tensor_kind": np.array([KINDS.index(k) for k, _, _ in labels], np.int64),
+            "tensor_name": np.array([name_index[n] for _, n, _ in labels], np.int64),
+            "tensor_step": np.array([s for _, _, s in labels], np.int64),
+            "tensor_counts": np.array([[getattr(s, f) for f in _SCALAR_FIELDS] for s in stats], np.int64).reshape(
+                -1, len(_SCALAR_FIELDS)
+            ),
+            "tensor_binade_lo": np.array([s.binade_lo for s in stats], np.int64),
+            "tensor_rows": np.array([s.table.shape[0] for s in stats], np.int64),
+            "table": np.concatenate([s.table for s in stats]) if stats else np.zeros((0, n_cols), np.int64),
+            "rel_error_sum": np.array([s.rel_error_sum for s in stats], np.float64).reshape(-1, len(SUMMARY_FORMATS)),
+            "has_lost": np.array([s.lost_counts is not None for s in stats], np.bool_),
+            "lost": np.array([s.lost_counts or (0,) * len(SUMMARY_FORMATS) for s in stats], np.int64).reshape(
+                -1, len(SUMMARY_FORMATS)
+            ),
+            "step": np.array(steps, np.int64),
+            "step_loss": np.array([self._steps[s][0] for s in steps], np.float64),
+            "step_loss_scale": np.array(
+                [math.nan if self._steps[s][1] is None else self._steps[s][1] for s in steps], np.float64
+            ),
+            "step_skipped": np.array([self._steps[s][2] for s in steps], np.bool_),
+        }
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        data = buf.getvalue()
+        if len(data) > MAX_FILE_BYTES:
+            raise ValueError(f"the file would be {len(data):,} bytes; load() reads at most {MAX_FILE_BYTES:,}")
+        return data
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the run to ``path`` as a versioned ``.npz`` (no pickles: int64 counts, float64 sums, JSON labels)."""
+        data = self.to_bytes()
+        with open(path, "wb") as fh:
+            fh.write(data)
+
+    @classmethod
+    def load(cls, source: str | os.PathLike[str] | bytes | IO[bytes]) -> RunStats:
+        """Read a file written by :meth:`save` (see :func:`load`)."""
+        return load(source)
+
+
+_ARRAYS: dict[str, tuple[str, int]] = {  # name: (dtype kind and size, number of dimensions)
+    "header": ("U", 0),
+    "tensor_kind": ("i8", 1),
+    "tensor_name": ("i8", 1),
+    "tensor_step": ("i8", 1),
+    "tensor_counts": ("i8", 2),
+    "tensor_binade_lo": ("i8", 1),
+    "tensor_rows": ("i8", 1),
+    "table": ("i8", 2),
+    "rel_error_sum": ("f8", 2),
+    "has_lost": ("b1", 1),
+    "lost": ("i8", 2),
+    "step": ("i8", 1),
+    "step_loss": ("f8", 1),
+    "step_loss_scale": ("f8", 1),
+    "step_skipped": ("b1", 1),
+}
+# A valid file at the limits unpacks to about 200 MB (10,000 tensors of 277 rows); refuse to unpack more.
+_MAX_UNPACKED_BYTES = 256 * 1024 * 1024
+
+
+def _read_source(source: str | os.PathLike[str] | bytes | IO[bytes]) -> bytes:
+    too_big = f"the file is over {MAX_FILE_BYTES // (1024 * 1024)} MB; run statistics files are smaller: record fewer"
+    if isinstance(source, bytes | bytearray | memoryview):
+        data = bytes(source)
+    elif isinstance(source, str | os.PathLike):
+        try:
+            if os.path.getsize(source) > MAX_FILE_BYTES:
+                raise RunStatsError(too_big + " tensors or steps")
+            with open(source, "rb") as fh:
+                data = fh.read(MAX_FILE_BYTES + 1)
+        except OSError as e:
+            raise RunStatsError(f"cannot read {os.fspath(source)!r}: {e.strerror or e}") from None
+    elif hasattr(source, "read"):
+        data = source.read(MAX_FILE_BYTES + 1)
+        if not isinstance(data, bytes | bytearray):
+            raise RunStatsError("the file object must be opened in binary mode ('rb')")
+        data = bytes(data)
+    else:
+        raise RunStatsError(f"cannot read run statistics from a {type(source).__name__}; give a path, bytes or a file")
+    if len(data) > MAX_FILE_BYTES:
+        raise RunStatsError(too_big + " tensors or steps")
+    return data
+
+
+def load(source: str | os.PathLike[str] | bytes | IO[bytes]) -> RunStats:
+    """Read run statistics saved by :meth:`RunStats.save` from a path, bytes or a binary file object.
+
+    Everything is checked; anything unusable raises :class:`RunStatsError` (a ValueError) saying what is
+    wrong: not a ``.npz``, truncated or damaged, object or pickled arrays, a wrong or missing version,
+    negative or non-integer counts, totals that disagree, more than 10,000 tensors, names over 200
+    characters, a file over 25 MB.
+    """
+    data = _read_source(source)
+    try:
+        return _load_bytes(data)
+    except RunStatsError:
+        raise
+    except Exception as e:  # a damaged file can fail deep inside zipfile, zlib or numpy: report, never crash
+        raise RunStatsError(
+            f"the file is damaged or is not a Lensa run statistics file ({type(e).__name__}: {e})"
+        ) from e
+
+
+def _load_bytes(data: bytes) -> RunStats:
+    if not data.startswith(b"PK"):
+        raise RunStatsError("this is not a .npz (zip) file; save run statistics with RunStats.save()")
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            infos = zf.infolist()
+    except zipfile.BadZipFile as e:
+        raise RunStatsError(f"the .npz file is truncated or damaged ({e}); save it again") from None
+    members = {i.filename.removesuffix(".npy") for i in infos}
+    missing = sorted(set(_ARRAYS) - members)
+    if "header" in missing:
+        raise RunStatsError("the file has no header, so no version: it was not written by RunStats.save()")
+    if missing or len(infos) != len(_ARRAYS):
+        extra = sorted(members - set(_ARRAYS))
+        raise RunStatsError(f"the file's arrays do not match this version (missing {missing}, unexpected {extra})")
+    if sum(i.file_size for i in infos) > _MAX_UNPACKED_BYTES:
+        raise RunStatsError("the file unpacks to more than a valid run statistics file can hold")
+
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        arrays = {}
+        for name, (dtype, ndim) in _ARRAYS.items():
+            try:
+                a = npz[name]
+            except ValueError as e:
+                if "pickle" in str(e) or "Object arrays" in str(e):
+                    raise RunStatsError(
+                        f"array {name!r} holds Python objects (a pickle); Lensa never reads those"
+                    ) from e
+                raise
+            ok = a.dtype.kind == "U" if dtype == "U" else a.dtype.str.lstrip("<>=|") == dtype
+            if not ok:
+                what = "counts must be integers (int64)" if dtype == "i8" else f"expected {dtype}"
+                raise RunStatsError(f"array {name!r} has type {a.dtype}: {what}")
+            if a.ndim != ndim:
+                raise RunStatsError(f"array {name!r} has {a.ndim} dimensions, expected {ndim}")
+            arrays[name] = a
+    return _from_arrays(arrays)
+
+
+def _from_arrays(a: dict[str, NDArray]) -> RunStats:
+    try:
+        header = json.loads(str(a["header"][()]))
+    except json.JSONDecodeError as e:
+        raise RunStatsError(f"the header is not JSON ({e})") from None
+    if not isinstance(header, dict) or header.get("format") != FILE_FORMAT:
+        raise RunStatsError("the header does not name the Lensa run statistics format")
+    version = header.get("version")
+    if version is None:
+        raise RunStatsError("the header has no version; save the run again with this Lensa")
+    if version != FILE_VERSION:
+        raise RunStatsError(f"file version {version!r}; this Lensa reads version {FILE_VERSION}: save it again")
+    if header.get("formats") != list(SUMMARY_FORMATS) or header.get("significand_edges") != list(_edges()):
+        raise RunStatsError("the file counts other formats or significand intervals than this Lensa")
+    if header.get("kinds") != list(KINDS):
+        raise RunStatsError("the file uses other tensor kinds than this Lensa")
+    names, meta = header.get("names"), header.get("meta")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise RunStatsError("the header's tensor names are not a list of strings")
+    long = [n for n in names if not 1 <= len(n) <= MAX_NAME_CHARS]
+    if long:
+        raise RunStatsError(f"tensor name {long[0][:40]!r}… has {len(long[0])} characters; at most {MAX_NAME_CHARS}")
+    if not isinstance(meta, dict):
+        raise RunStatsError("the header's meta is not a JSON object")
+
+    n = a["tensor_kind"].shape[0]
+    if n > MAX_TENSORS:
+        raise RunStatsError(f"the file holds {n:,} tensors; at most {MAX_TENSORS:,}: record fewer steps or layers")
+    n_cols, n_fmt = len(_edges()), len(SUMMARY_FORMATS)
+    shapes = {
+        "tensor_name": (n,),
+        "tensor_step": (n,),
+        "tensor_counts": (n, len(_SCALAR_FIELDS)),
+        "tensor_binade_lo": (n,),
+        "tensor_rows": (n,),
+        "rel_error_sum": (n, n_fmt),
+        "has_lost": (n,),
+        "lost": (n, n_fmt),
+    }
+    for key, shape in shapes.items():
+        if a[key].shape != shape:
+            raise RunStatsError(f"array {key!r} has shape {a[key].shape}, expected {shape}")
+    if a["table"].shape[1] != n_cols:
+        raise RunStatsError(f"the table has {a['table'].shape[1]} columns, expected {n_cols}")
+    m = a["step"].shape[0]
+    for key in ("step_loss", "step_loss_scale", "step_skipped"):
+        if a[key].shape != (m,):
+            raise RunStatsError(f"array {key!r} has shape {a[key].shape}, expected {(m,)}")
+    for key in ("tensor_counts", "table", "lost", "tensor_rows"):
+        if a[key].size and a[key].min() < 0:
+            raise RunStatsError(f"array {key!r} holds negative counts")
+    rows = a["tensor_rows"]
+    if int(rows.sum()) != a["table"].shape[0]:
+        raise RunStatsError(f"the tensors claim {int(rows.sum())} table rows but the table has {a['table'].shape[0]}")
+    if n and (a["tensor_kind"].min() < 0 or a["tensor_kind"].max() >= len(KINDS)):
+        raise RunStatsError("a tensor's kind is out of range")
+    if n and (a["tensor_name"].min() < 0 or a["tensor_name"].max() >= len(names)):
+        raise RunStatsError("a tensor's name index is out of range")
+
+    meta_text = json.dumps(meta)
+    if len(meta_text) > MAX_META_CHARS:
+        raise RunStatsError(f"meta is {len(meta_text):,} characters of JSON; at most {MAX_META_CHARS:,}")
+    run = RunStats(meta)
+    offsets = np.concatenate([[0], np.cumsum(rows)])
+    for i in range(n):
+        label = (KINDS[int(a["tensor_kind"][i])], names[int(a["tensor_name"][i])], int(a["tensor_step"][i]))
+        size, exact_zero, inf, nan = (int(v) for v in a["tensor_counts"][i])
+        try:
+            stats = TensorStats(
+                size=size,
+                exact_zero=exact_zero,
+                inf=inf,
+                nan=nan,
+                binade_lo=int(a["tensor_binade_lo"][i]),
+                table=a["table"][offsets[i] : offsets[i + 1]],
+                rel_error_sum=tuple(float(v) for v in a["rel_error_sum"][i]),
+                lost_counts=tuple(int(v) for v in a["lost"][i]) if a["has_lost"][i] else None,
+            )
+            run.add(*label, stats)
+        except ValueError as e:
+            raise RunStatsError(f"{label[0]} {label[1]!r} at step {label[2]}: {e}") from None
+    for step, loss, scale, skipped in zip(
+        a["step"].tolist(),
+        a["step_loss"].tolist(),
+        a["step_loss_scale"].tolist(),
+        a["step_skipped"].tolist(),
+        strict=True,
+    ):
+        try:
+            run.record_step(step, loss, None if math.isnan(scale) else scale, skipped)
+        except ValueError as e:
+            raise RunStatsError(f"step {step}: {e}") from None
+    if len(run._steps) != m:
+        raise RunStatsError("a step is recorded twice")
+    return run

@@ -1,0 +1,185 @@
+"""The server: ``python -m lensa.ui.serve [--server.port 8501 ...]`` (what ``make run`` and the image run).
+
+Three things a plain ``streamlit run app.py`` does not do, each for a whole
+class arriving at once:
+
+- **Every module a page needs is imported here, once, before the server
+  accepts a connection.** Streamlit runs each session's script in a thread of
+  its own. On a fresh server, the first pages of several learners arriving
+  together import numpy, pandas, pyarrow and plotly in several threads at
+  once; CPython's import locks then detect a would-be deadlock and hand one
+  thread a partially initialised module (``numpy._core._multiarray_umath``),
+  whose failed initialisation leaves numpy unloadable for the rest of the
+  process ("cannot load module more than once per process"). Imported here,
+  in the main thread, the module graph is complete before any script runs.
+- **The health endpoint tells the truth.** ``/_stcore/health`` answers 503
+  with the reason once a page has failed to import something: in this app
+  every import is done here at start-up, so such a failure means the process
+  is broken for everyone, and an orchestrator should replace it.
+- **No forced full garbage collection after every script run.** Streamlit
+  calls ``gc.collect(2)`` after each run by default (``runner.postScriptGC``,
+  turned off in ``.streamlit/config.toml``); under a class that was most of
+  the server's CPU. The objects imported at start-up are frozen out of the
+  collector's sight (``gc.freeze``), Python's own generational collection
+  still runs, and a full collection runs every :data:`FULL_COLLECTION_S`
+  seconds on a timer so memory stays bounded however long the server runs.
+
+Any ``--section.option value`` (or ``--section.option=value``) argument is a
+Streamlit config option, as with ``streamlit run``.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ENTRY = ROOT / "app.py"
+FULL_COLLECTION_S = 30.0
+
+# Third-party modules the pages reach, directly or through Streamlit's elements, beyond what importing
+# our own modules brings in (tests/test_serve.py checks that serving every page imports nothing new).
+THIRD_PARTY = (
+    "numpy",
+    "ml_dtypes",
+    "pandas",
+    "pyarrow",
+    "plotly.animation",
+    "plotly.graph_objs",
+    "plotly.graph_objs._deprecations",
+    "plotly.io",
+    "plotly.io._json",
+    "plotly.io._utils",
+    "plotly.offline",
+    "plotly.tools",
+    "pyarrow.pandas_compat",
+    "pyarrow.vendored.version",
+    "streamlit.emojis",
+    "streamlit.material_icon_names",
+    "streamlit.components.v2.manifest_scanner",
+)
+
+
+def lensa_modules() -> list[str]:
+    """Every module of the ``lensa`` package (``lensa.live`` imports torch only when a run starts)."""
+    package = ROOT / "lensa"
+    return sorted(
+        ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for path in package.rglob("*.py")
+    )
+
+
+def preload() -> list[str]:
+    """Import what every page needs, in this (the main) thread; returns the module names imported."""
+    names = [*THIRD_PARTY, *lensa_modules()]
+    for name in names:
+        importlib.import_module(name)
+    return names
+
+
+class Health:
+    """What ``/_stcore/health`` should say beyond Streamlit's own check: the first fatal script error."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.broken: str | None = None
+
+    def on_script_error(self, exc: BaseException) -> None:
+        """Streamlit's ``on_script_error`` hook: an import failing in a page breaks the process for everyone."""
+        if isinstance(exc, ImportError):
+            with self._lock:
+                if self.broken is None:
+                    self.broken = f"{type(exc).__name__}: {exc}"[:300]
+        return None  # the page still shows the error as usual
+
+
+HEALTH = Health()
+
+
+class HealthMiddleware:
+    """ASGI middleware: ``/_stcore/health`` answers 503 with the reason once :data:`HEALTH` is broken."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"].endswith("/_stcore/health") and HEALTH.broken:
+            from starlette.responses import PlainTextResponse
+
+            response = PlainTextResponse(f"unhealthy: {HEALTH.broken}", status_code=503)
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _collect_periodically(stop: threading.Event, every_s: float) -> None:
+    while not stop.wait(every_s):
+        gc.collect()
+
+
+def start_collector(every_s: float = FULL_COLLECTION_S) -> threading.Event:
+    """A daemon thread that runs a full collection every ``every_s`` seconds; set the event to stop it."""
+    stop = threading.Event()
+    threading.Thread(target=_collect_periodically, args=(stop, every_s), name="lensa-gc", daemon=True).start()
+    return stop
+
+
+def parse_config(argv: list[str]) -> dict[str, str]:
+    """``--server.port 8501`` and ``--server.port=8501`` into ``{"server.port": "8501"}``."""
+    options: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--") or "." not in arg:
+            raise SystemExit(f"unexpected argument {arg!r}: options look like --server.port 8501")
+        if "=" in arg:
+            name, value = arg[2:].split("=", 1)
+        elif i + 1 < len(argv):
+            name, value = arg[2:], argv[i + 1]
+            i += 1
+        else:
+            raise SystemExit(f"{arg} needs a value")
+        options[name] = value
+        i += 1
+    return options
+
+
+def _typed(options: dict[str, str]) -> dict[str, object]:
+    """Config values as Streamlit's own option types (a port is an int, a flag a bool)."""
+    from streamlit import config
+
+    typed: dict[str, object] = {}
+    for name, value in options.items():
+        option = config._config_options_template.get(name)
+        kind = option.type if option is not None else str
+        if kind is bool:
+            typed[name] = value.strip().lower() in ("1", "true", "yes", "on")
+        elif kind in (int, float):
+            typed[name] = kind(value)
+        else:
+            typed[name] = value
+    return typed
+
+
+def build_app():
+    """The ASGI app: our entry script, the health middleware and the error hook."""
+    from starlette.middleware import Middleware
+    from streamlit.starlette import App
+
+    return App(str(ENTRY), middleware=[Middleware(HealthMiddleware)], on_script_error=HEALTH.on_script_error)
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = _typed(parse_config(sys.argv[1:] if argv is None else argv))
+    preload()
+    gc.collect()
+    gc.freeze()  # what start-up built lives as long as the process: no collection needs to walk it again
+    start_collector()
+    build_app().run(config=options)
+
+
+if __name__ == "__main__":
+    main()
