@@ -119,8 +119,8 @@ with run_area:
     if stop_clicked and job is not None:
         job.cancel()  # leaves the queue, or stops the run within a step
     if run_clicked and (job is None or job.done):
-        job = jobs.submit("compare", config=config)
-        st.session_state[JOB] = job
+        st.session_state[JOB] = jobs.submit("compare", config=config)
+        st.rerun()  # draw Stop enabled: this run drew it before the job existed, and would keep it so while waiting
 
     if job is not None:
         jobs.follow(page, job, lambda j: page.t("running_pct", pct=page.pct(j.fraction)))
