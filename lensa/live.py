@@ -28,6 +28,9 @@ Public API
 - :func:`device_info` -> :class:`DeviceInfo`; :func:`resolve_device`
 - :func:`is_busy`, :func:`run_slot`, :class:`LiveError`
 
+The app never calls these in its server process: :mod:`lensa.worker` runs
+them in a separate, lower-priority process, so torch stays out of the server.
+
 The first run in a process pays about 2 s of one-off set-up (torch and
 oneDNN initialisation) on top of its own time.
 
@@ -56,7 +59,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 if TYPE_CHECKING:
     import torch
 
-ErrorKind = Literal["busy", "no_cuda", "oom", "cancelled", "invalid"]
+ErrorKind = Literal["busy", "no_cuda", "oom", "cancelled", "invalid", "crashed"]
 Progress = Callable[[float, str], None]
 ShouldStop = Callable[[], bool]
 
@@ -77,7 +80,10 @@ class LiveError(Exception):
     (CUDA asked for but absent), ``"oom"`` (the device ran out of memory;
     memory was freed before raising), ``"cancelled"`` (``should_stop`` asked a
     benchmark or trace to stop; :func:`compare` returns a cancelled
-    :class:`Comparison` instead) and ``"invalid"`` (a setting out of range).
+    :class:`Comparison` instead), ``"invalid"`` (a setting out of range) and
+    ``"crashed"`` (raised by :mod:`lensa.worker` when the process running
+    the call died). The app's pages also get ``"busy"`` from the worker's
+    queue when it is full or a job waited too long.
     ``message`` is plain English, fit to show a learner as it is.
     """
 
@@ -444,7 +450,7 @@ def device_info(device: str = "auto", *, cpuinfo_path: str = "/proc/cpuinfo") ->
         return DeviceInfo(
             device="cuda",
             name=props.name,
-            torch_version=torch.__version__,
+            torch_version=str(torch.__version__),  # a TorchVersion would need torch to unpickle
             memory_bytes=int(props.total_memory),
             cuda_version=torch.version.cuda,
             compute_capability=f"{major}.{minor}",
@@ -471,7 +477,7 @@ def device_info(device: str = "auto", *, cpuinfo_path: str = "/proc/cpuinfo") ->
     return DeviceInfo(
         device="cpu",
         name=name,
-        torch_version=torch.__version__,
+        torch_version=str(torch.__version__),  # a TorchVersion would need torch to unpickle
         memory_bytes=_meminfo_bytes(),
         cores=cores,
         threads=os.cpu_count(),
