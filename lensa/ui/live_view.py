@@ -113,6 +113,8 @@ def benchmark_table(page: Page, rows: Sequence[Any], gpu: Any) -> list[dict[str,
     for row in rows:
         if row["tflops"]:
             measured = page.sig(row["tflops"], 3)
+            if row["size"] != rows[0]["size"]:  # measured smaller: this machine emulates the format
+                measured += f" ({page.num(row['size'])} × {page.num(row['size'])})"
         elif row["mode"] == "tf32" and row["device"] == "cpu":
             measured = page.t("speed.measure_no_tf32")
         else:
