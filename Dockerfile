@@ -17,6 +17,7 @@
 # HEALTHCHECK follows it too.
 
 ARG BASE_IMAGE=python:3.11.13-slim-bookworm
+# checkov:skip=CKV_DOCKER_7:FROM names the base through BASE_IMAGE, whose default above is a pinned tag; checkov reads the unexpanded variable as an untagged image
 
 # ---- deps: a virtual environment at /opt/venv with requirements.txt installed; only the venv is kept ----
 FROM ${BASE_IMAGE} AS deps

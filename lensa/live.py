@@ -28,6 +28,9 @@ Public API
 - :func:`device_info` -> :class:`DeviceInfo`; :func:`resolve_device`
 - :func:`is_busy`, :func:`run_slot`, :class:`LiveError`
 
+The app never calls these in its server process: :mod:`lensa.worker` runs
+them in a separate, lower-priority process, so torch stays out of the server.
+
 The first run in a process pays about 2 s of one-off set-up (torch and
 oneDNN initialisation) on top of its own time.
 
@@ -56,7 +59,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 if TYPE_CHECKING:
     import torch
 
-ErrorKind = Literal["busy", "no_cuda", "oom", "cancelled", "invalid"]
+ErrorKind = Literal["busy", "no_cuda", "oom", "cancelled", "invalid", "crashed"]
 Progress = Callable[[float, str], None]
 ShouldStop = Callable[[], bool]
 
@@ -77,7 +80,10 @@ class LiveError(Exception):
     (CUDA asked for but absent), ``"oom"`` (the device ran out of memory;
     memory was freed before raising), ``"cancelled"`` (``should_stop`` asked a
     benchmark or trace to stop; :func:`compare` returns a cancelled
-    :class:`Comparison` instead) and ``"invalid"`` (a setting out of range).
+    :class:`Comparison` instead), ``"invalid"`` (a setting out of range) and
+    ``"crashed"`` (raised by :mod:`lensa.worker` when the process running
+    the call died). The app's pages also get ``"busy"`` from the worker's
+    queue when it is full or a job waited too long.
     ``message`` is plain English, fit to show a learner as it is.
     """
 
@@ -444,7 +450,7 @@ def device_info(device: str = "auto", *, cpuinfo_path: str = "/proc/cpuinfo") ->
         return DeviceInfo(
             device="cuda",
             name=props.name,
-            torch_version=torch.__version__,
+            torch_version=str(torch.__version__),  # a TorchVersion would need torch to unpickle
             memory_bytes=int(props.total_memory),
             cuda_version=torch.version.cuda,
             compute_capability=f"{major}.{minor}",
@@ -471,7 +477,7 @@ def device_info(device: str = "auto", *, cpuinfo_path: str = "/proc/cpuinfo") ->
     return DeviceInfo(
         device="cpu",
         name=name,
-        torch_version=torch.__version__,
+        torch_version=str(torch.__version__),  # a TorchVersion would need torch to unpickle
         memory_bytes=_meminfo_bytes(),
         cores=cores,
         threads=os.cpu_count(),
@@ -1077,8 +1083,10 @@ def matmul_benchmark(
 ) -> list[MatmulRow]:
     """Throughput of one n x n by n x n matrix product per mode, in TFLOP/s = 2 n**3 / median seconds / 1e12.
 
-    ``size`` None picks :data:`MATMUL_DEFAULT_SIZE` (2048 on CPU, about 1-2 s
-    for all modes there; 8192 on CUDA). Each mode runs ``warmup`` untimed
+    ``size`` None picks :data:`MATMUL_DEFAULT_SIZE` (2048 on CPU, 8192 on
+    CUDA). A mode this machine only emulates is measured at the largest of
+    size, size/2, ... whose one product takes at most
+    :data:`MATMUL_PRODUCT_BUDGET_S` (each row's ``size`` says which). Each mode runs ``warmup`` untimed
     products, then ``repeats`` timed ones (each a batch of back-to-back
     products long enough, about 10 ms, for the clock; the device is
     synchronised before each clock read), and reports the median. ``"tf32"``
@@ -1104,6 +1112,33 @@ def matmul_benchmark(
         raise LiveError("invalid", f"modes must be chosen from {', '.join(MATMUL_MODES)} (got {modes!r}).")
     with run_slot(), _oom_as_live_error(dev, "the matmul benchmark"):
         return [_matmul_mode(mode, n, repeats, warmup, dev, should_stop) for mode in modes]
+
+
+MATMUL_PRODUCT_BUDGET_S = 1.0
+"""Longest one timed product may take (seconds); slower modes are measured at a smaller size."""
+_MATMUL_PROBE_SIZE = 256
+
+
+def _size_within_budget(mode: str, n: int, dtype: Any, device: str, gen: Any) -> int:
+    """The size to measure at: doubling from the probe size up to n while one product stays within the budget.
+
+    Each step predicts the next size's time from the last one measured (8x per doubling), so a slow mode stops
+    early and a fast one reaches n after a few short products.
+    """
+    import torch
+
+    size = min(n, _MATMUL_PROBE_SIZE)
+    while size < n:
+        a = torch.randn(size, size, generator=gen).to(device=device, dtype=dtype)
+        torch.matmul(a, a)  # the first call at a size pays one-off set-up
+        _sync(device)
+        t0 = time.perf_counter()
+        torch.matmul(a, a)
+        _sync(device)
+        if (time.perf_counter() - t0) * 8 > MATMUL_PRODUCT_BUDGET_S:
+            break
+        size *= 2
+    return min(size, n)
 
 
 def _matmul_mode(
@@ -1137,10 +1172,16 @@ def _matmul_mode(
         return row
 
     gen = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-    b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-    out = torch.empty(n, n, device=device, dtype=dtype)
     with _fp32_matmul_precision(device, "high" if mode == "tf32" else "highest"):
+        # A CPU without matrix units for a format emulates it, up to a thousand times slower (an FP16 2048 x 2048
+        # product took 85-107 s on an AMD EPYC here): time one small product first and measure such a mode at the
+        # largest size that keeps one product under MATMUL_PRODUCT_BUDGET_S. TFLOP/s is a rate, so it stays
+        # comparable; the row records the size used.
+        n = _size_within_budget(mode, n, dtype, device, gen)
+        row["size"] = n
+        a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+        b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+        out = torch.empty(n, n, device=device, dtype=dtype)
         for _ in range(warmup):
             torch.matmul(a, b, out=out)
         _sync(device)

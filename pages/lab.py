@@ -2,13 +2,14 @@
 
 import streamlit as st
 
-from lensa.ui import figures, live_view, widgets
+from lensa.ui import figures, jobs, live_view, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
 from lensa.ui.jobs import Job
 
 JOB = "lab.job"
 TRACE = "lab.trace"
+TRACE_JOB = "lab.trace_job"
 
 page = setup("lab")
 st.title(page.t("title"))
@@ -19,7 +20,7 @@ if not live_view.torch_available():
     st.error(page.t("live.torch_missing"), icon=":material/error:")
     st.stop()
 
-from lensa import live  # noqa: E402  (torch is only imported from here on, and only on this page)
+from lensa import live  # noqa: E402  (settings and tables only: the runs themselves happen in the worker process)
 
 
 def scale_labels(line: str) -> figures.RunLabels:
@@ -32,11 +33,6 @@ def scale_labels(line: str) -> figures.RunLabels:
         hover_clean=page.t("loss_scaling.run_hover"),
         hover_skipped=page.t("loss_scaling.run_hover_skipped"),
     )
-
-
-@st.cache_resource(show_spinner=False)
-def machine(device: str):
-    return live.device_info(device)
 
 
 st.markdown(page.t("intro"))
@@ -77,7 +73,7 @@ widgets.after_controls(page)
 
 with settings_area:
     try:
-        info = machine(device)
+        info = jobs.device_info(device)  # asked of the worker once, when it starts
         kind = info.device
     except live.LiveError as exc:
         info, kind = None, None
@@ -121,22 +117,13 @@ with run_area:
         page.t("stop"), key="lab.stop", disabled=job is None or job.done, icon=":material/stop:"
     )
     if stop_clicked and job is not None:
-        job.stop.set()
+        job.cancel()  # leaves the queue, or stops the run within a step
     if run_clicked and (job is None or job.done):
-        if live.is_busy():
-            st.info(page.t("waiting"), icon=":material/hourglass_top:")
-        job = Job(lambda j, cfg=config: live.compare(cfg, progress=j.report, should_stop=j.should_stop)).start()
-        st.session_state[JOB] = job
+        st.session_state[JOB] = jobs.submit("compare", config=config)
+        st.rerun()  # draw Stop enabled: this run drew it before the job existed, and would keep it so while waiting
 
-    if job is not None and not job.done:
-        bar = st.progress(0.0, text=page.t("running"))
-
-        def draw(j: Job) -> None:
-            text = page.t("waiting") if j.state == "waiting" else page.t("running_pct", pct=page.pct(j.fraction))
-            bar.progress(j.fraction, text=text)
-
-        job.wait(draw)
-        bar.empty()
+    if job is not None:
+        jobs.follow(page, job, lambda j: page.t("running_pct", pct=page.pct(j.fraction)))
 
 # --- results ---------------------------------------------------------------------------------------
 with results_area:
@@ -214,20 +201,28 @@ with results_area:
 
 # --- a real GradScaler, provoked ---------------------------------------------------------------------
 with trace_result_area:
-    if trace_clicked:
-        try:
-            with st.spinner(page.t("running")):
-                trace = live.gradscaler_trace(
-                    24,
-                    init_scale=2.0**trace_k,
-                    growth_interval=growth,
-                    spike_steps=(spike_step,) if spike_step else (),
-                    spike_factor=float(spike_factor),
-                    device=device,
-                )
-            st.session_state[TRACE] = (trace, 2.0**trace_k, growth)
-        except live.LiveError as exc:
-            st.error(live_view.error_text(page, exc), icon=":material/error:")
+    pending = st.session_state.get(TRACE_JOB)
+    if trace_clicked and pending is None:
+        kwargs = {"init_scale": 2.0**trace_k, "growth_interval": growth}
+        job = jobs.submit(
+            "trace",
+            steps=24,
+            spike_steps=(spike_step,) if spike_step else (),
+            spike_factor=float(spike_factor),
+            device=device,
+            **kwargs,
+        )
+        pending = st.session_state[TRACE_JOB] = (job, kwargs)
+    if pending is not None:
+        trace_job, kwargs = pending
+        if not trace_job.done and st.button(page.t("live.cancel"), key="lab.trace_cancel", icon=":material/close:"):
+            trace_job.cancel()
+        jobs.follow(page, trace_job, lambda _j: page.t("running"))
+        del st.session_state[TRACE_JOB]
+        if trace_job.error is not None:
+            st.error(live_view.error_text(page, trace_job.error), icon=":material/error:")
+        else:
+            st.session_state[TRACE] = (trace_job.result, kwargs["init_scale"], kwargs["growth_interval"])
     if TRACE in st.session_state:
         trace, init_scale, interval = st.session_state[TRACE]
         predicted, differs = live_view.trace_against_prediction(trace, init_scale, interval)

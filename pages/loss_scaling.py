@@ -7,7 +7,7 @@ from lensa import measured
 from lensa.formats import FORMATS
 from lensa.gradients import gradient_sample
 from lensa.scaling import SpikeModel, dynamic_run, per_tensor_scale, static_shift_shares
-from lensa.ui import compare, figures, i18n, live_view, widgets
+from lensa.ui import compare, figures, i18n, jobs, live_view, widgets
 from lensa.ui import measured as data
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
@@ -16,6 +16,7 @@ FP16 = FORMATS["fp16"]
 TYPICAL = 1e-6  # the step-2 sample at its default
 SPIKES = SpikeModel()
 REAL_RUN = "loss_scaling.real_trace"
+REAL_JOB = "loss_scaling.real_job"
 # A bad batch in the real run: its gradients times any scale this run reaches overflow FP16,
 # while ordinary steps (|g| ~ 1e-2 at S <= 2^20) stay far below 65504.
 REAL_SPIKE_FACTOR = 1e4
@@ -197,24 +198,31 @@ widgets.chart(run_figure(page.lang, None if real is None else tuple(s.scale for 
 with st.expander(page.t("real_title"), icon=":material/science:", expanded=real is not None):
     overflow_steps = [n for n, s in zip(steps, skipped, strict=True) if s]
     st.markdown(page.t("real_intro", interval=page.num(SPIKES.growth_interval), steps=_list(page, overflow_steps)))
+    job = st.session_state.get(REAL_JOB)
     if not live_view.torch_available():
         st.info(page.t("live.torch_missing"))
-    elif st.button(page.t("real_run"), key="loss_scaling.real_run", icon=":material/play_arrow:"):
-        from lensa import live  # torch only now, when the learner asked for a real run
-
-        try:
-            with st.spinner(page.t("real_running")):
-                real = live.gradscaler_trace(
-                    len(steps),
-                    init_scale=2.0**16,
-                    growth_interval=SPIKES.growth_interval,
-                    spike_steps=tuple(overflow_steps),
-                    spike_factor=REAL_SPIKE_FACTOR,
-                )
-            st.session_state[REAL_RUN] = real
-            st.rerun()
-        except live.LiveError as exc:
-            st.error(live_view.error_text(page, exc), icon=":material/error:")
+    elif st.button(
+        page.t("real_run"), key="loss_scaling.real_run", icon=":material/play_arrow:", disabled=job is not None
+    ):
+        # The run happens in the lab's worker process: this page never imports torch.
+        job = st.session_state[REAL_JOB] = jobs.submit(
+            "trace",
+            steps=len(steps),
+            init_scale=2.0**16,
+            growth_interval=SPIKES.growth_interval,
+            spike_steps=tuple(overflow_steps),
+            spike_factor=REAL_SPIKE_FACTOR,
+        )
+    if job is not None:
+        if not job.done and st.button(page.t("live.cancel"), key="loss_scaling.real_cancel", icon=":material/close:"):
+            job.cancel()
+        jobs.follow(page, job, lambda _j: page.t("real_running"))
+        del st.session_state[REAL_JOB]
+        if job.error is not None:
+            st.error(live_view.error_text(page, job.error), icon=":material/error:")
+        else:
+            st.session_state[REAL_RUN] = job.result
+            st.rerun()  # the run's chart, above, gains the real line
     if real is not None:
         same = [s.scale for s in real] == [2.0**y for y in log2_scales]
         real_overflows = [s.step for s in real if s.found_inf]

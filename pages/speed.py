@@ -2,13 +2,15 @@
 
 import streamlit as st
 
+from lensa.live import LiveError
 from lensa.memory import SEVEN_B, training_memory
 from lensa.speed import GPUS, days_to_train, mixed_precision_mode, step_time_s, tokens_per_second
-from lensa.ui import figures, live_view, widgets
+from lensa.ui import figures, jobs, live_view, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import compact
 
 MEASURED = "speed.measured"
+MEASURING = "speed.measuring"
 MODE_STYLE = {  # peak key: (colour, pattern, precision of the memory it needs)
     "fp32": (figures.FORMAT_COLOURS["fp32"], "", "fp32"),
     "tf32": (figures.FORMAT_COLOURS["fp32"], figures.TENSOR_CORE_PATTERN, "fp32"),
@@ -138,14 +140,25 @@ with st.expander(page.t("measure_title"), icon=":material/speed:", expanded=MEAS
     st.markdown(page.t("measure_intro"))
     if not live_view.torch_available():
         st.info(page.t("live.torch_missing"))
-    elif st.button(page.t("measure_run"), key="speed.measure", icon=":material/play_arrow:"):
-        from lensa import live  # torch only now, when the learner asked for a measurement
-
-        try:
-            with st.spinner(page.t("measure_running")):
-                st.session_state[MEASURED] = (live.device_info(), live.matmul_benchmark())
-        except live.LiveError as exc:
-            st.error(live_view.error_text(page, exc), icon=":material/error:")
+    elif st.button(
+        page.t("measure_run"), key="speed.measure", icon=":material/play_arrow:", disabled=MEASURING in st.session_state
+    ):
+        # The measurement runs in the lab's worker process, queued with the lab's runs: this page never imports torch.
+        st.session_state[MEASURING] = jobs.submit("matmul")
+    job = st.session_state.get(MEASURING)
+    if job is not None:
+        if not job.done and st.button(page.t("live.cancel"), key="speed.measure_cancel", icon=":material/close:"):
+            job.cancel()
+        jobs.follow(page, job, lambda _j: page.t("measure_running"))
+        del st.session_state[MEASURING]
+        failure = job.error
+        if failure is None:
+            try:
+                st.session_state[MEASURED] = (jobs.device_info(), job.result)
+            except LiveError as exc:
+                failure = exc
+        if failure is not None:
+            st.error(live_view.error_text(page, failure), icon=":material/error:")
     if MEASURED in st.session_state:
         info, rows = st.session_state[MEASURED]
         st.markdown(f"{page.t('live.this_machine')}: {live_view.device_line(page, info)}")

@@ -91,3 +91,26 @@ def test_step6_measures_this_machine():
     assert measured["TF32"] == "no TF32 on a CPU"
     assert list(table["NVIDIA A100 SXM 80GB datasheet (TFLOP/s)"]) == ["19.5", "156", "312", "312"]
     assert any("as fast as FP32 here; the NVIDIA A100 SXM 80GB datasheet ratio is 16×" in m.value for m in at.markdown)
+
+
+def test_lab_says_busy_at_once_when_the_queue_is_full():
+    from dataclasses import replace
+
+    from lensa import live
+    from lensa.worker import MAX_WAITING, default_worker
+
+    worker = default_worker()  # the one AppTest's script uses too: it runs in this process
+    held = live.RunConfig(width=64, depth=2, batch_size=128, features=16, eval_size=512, device="cpu")
+    queued = [worker.submit("compare", config=replace(held, steps=1000))]
+    queued += [worker.submit("compare", config=replace(held, steps=5)) for _ in range(MAX_WAITING)]
+    try:
+        at = open_page("lab", lang="id", timeout=120, **TINY)
+        at.button(key="lab.run").click().run(timeout=30)
+        assert not at.exception
+        assert [e.value for e in at.error] == ["Lab sedang sibuk: coba lagi sekitar satu menit lagi."]
+        assert not at.dataframe
+    finally:
+        for job in reversed(queued):
+            job.cancel()
+    for job in queued:
+        assert job.wait(lambda _j: None, poll_s=0.05, timeout_s=60)

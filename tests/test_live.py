@@ -444,3 +444,14 @@ def test_cuda_gradscaler_trace_matches_simulation():
     predicted = simulate([s.found_inf for s in trace], **kwargs)
     assert [s.scale_after for s in trace] == [p.scale_after for p in predicted]
     assert trace[0].skipped
+
+
+@requires_torch
+def test_a_mode_too_slow_for_the_budget_is_measured_smaller(monkeypatch):
+    """An emulated format (FP16 on a CPU without FP16 matrix units) must not keep a learner waiting for minutes."""
+    monkeypatch.setattr(live, "MATMUL_PRODUCT_BUDGET_S", 1e-9)  # every mode now counts as too slow
+    rows = live.matmul_benchmark(size=1024, modes=("fp32", "bf16"), repeats=1, warmup=0, device="cpu")
+    assert [r["size"] for r in rows] == [256, 256]
+    assert all(r["tflops"] and r["tflops"] > 0 for r in rows)
+    monkeypatch.setattr(live, "MATMUL_PRODUCT_BUDGET_S", 1e9)  # nothing is too slow: the asked size is kept
+    assert live.matmul_benchmark(size=512, modes=("fp32",), repeats=1, warmup=0, device="cpu")[0]["size"] == 512

@@ -1,86 +1,58 @@
-"""Live runs in a background thread, so a page can show progress, offer Stop, and keep results.
+"""Live runs for the pages: submit to the server's worker process, then show the queue place or the progress.
 
 A Streamlit script is interrupted whenever the learner touches a widget, and
-a run inside the script would die with it. The run therefore lives in a
-thread owned by a :class:`Job` kept in the session: the script starts it,
-polls it while drawing a progress bar, and draws whatever it finished with,
-a cancelled run's finished arms included. The thread never calls streamlit.
+a run inside the script would die with it; a run in the server's own
+threads would also slow every other visitor down. So a page hands the run
+to :mod:`lensa.worker` (a separate, lower-priority process, one run at a
+time, a bounded queue), keeps the returned :class:`Job` in its session, and
+each script run polls it while drawing its place in the queue or a progress
+bar (:func:`follow`), then draws whatever it finished with, a stopped run's
+finished arms included.
 
-Only one run holds the machine at a time (``lensa.live.run_slot``); a job
-that finds it taken waits, saying so, for up to :data:`WAIT_LIMIT_S`.
+Polling is also how the queue knows someone is still there: when a visitor
+closes the tab, Streamlit stops that session's script, the polling stops,
+and a job still waiting is dropped after ``lensa.worker.ABANDON_S``.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-WAIT_LIMIT_S = 120.0
-POLL_S = 0.25
+import streamlit as st
+
+from lensa.ui.frame import Page
+from lensa.worker import ABANDON_S, MAX_WAITING, WAIT_LIMIT_S, Job, default_worker
+
+__all__ = ["ABANDON_S", "MAX_WAITING", "WAIT_LIMIT_S", "Job", "device_info", "follow", "submit"]
 
 
-@dataclass
-class Job:
-    """One background run: its progress, and in the end a result or an error."""
+def submit(task: str, **kwargs: Any) -> Job:
+    """Queue a live run (``"compare"``, ``"trace"`` or ``"matmul"``, with its :mod:`lensa.live` arguments)."""
+    return default_worker().submit(task, **kwargs)
 
-    work: Callable[[Job], Any]
-    stop: threading.Event = field(default_factory=threading.Event)
-    state: str = "queued"  # queued -> waiting (slot busy) -> running -> done
-    fraction: float = 0.0
-    result: Any = None
-    error: Exception | None = None
-    started: float = field(default_factory=time.monotonic)
-    finished: float | None = None
-    thread: threading.Thread | None = None
 
-    @property
-    def done(self) -> bool:
-        return self.state == "done"
+def device_info(device: str = "auto") -> Any:
+    """The hardware a run on ``device`` uses, as the worker sees it; raises ``LiveError`` (see ``LabWorker``)."""
+    return default_worker().device_info(device)
 
-    def report(self, fraction: float, _message: str = "") -> None:
-        """Progress callback for lensa.live (0..1)."""
-        self.fraction = max(0.0, min(1.0, fraction))
 
-    def should_stop(self) -> bool:
-        return self.stop.is_set()
+def follow(page: Page, job: Job, running: Callable[[Job], str]) -> None:
+    """Block this script run until ``job`` is done, showing its place in the queue, then ``running(job)``.
 
-    def start(self) -> Job:
-        self.thread = threading.Thread(target=self._run, name="lensa-live-run", daemon=True)
-        self.thread.start()
-        return self
+    A widget touched meanwhile interrupts the script as usual; the next run
+    finds the job in the session and follows it again.
+    """
+    if job.done:
+        return
+    bar = st.progress(0.0, text=running(job))
 
-    def _run(self) -> None:
-        from lensa import live
+    def draw(j: Job) -> None:
+        place = j.position
+        if place is not None:
+            bar.progress(0.0, text=page.t("live.queued", position=page.num(place)))
+        else:
+            bar.progress(j.fraction, text=running(j))
 
-        deadline = time.monotonic() + WAIT_LIMIT_S
-        try:
-            while True:
-                if self.stop.is_set():
-                    self.error = live.LiveError("cancelled", "Stopped before it started.")
-                    return
-                try:
-                    with live.run_slot(wait_s=0.5):
-                        self.state = "running"
-                        self.result = self.work(self)
-                    return
-                except live.LiveError as exc:
-                    if exc.kind == "busy" and self.state != "running" and time.monotonic() < deadline:
-                        self.state = "waiting"
-                        continue
-                    self.error = exc
-                    return
-        except Exception as exc:  # anything else still ends as a message, never a traceback
-            self.error = exc
-        finally:
-            self.finished = time.monotonic()
-            self.state = "done"
-
-    def wait(self, on_tick: Callable[[Job], None], poll_s: float = POLL_S) -> None:
-        """Block until done, calling ``on_tick`` between polls (to draw progress)."""
-        while not self.done:
-            on_tick(self)
-            time.sleep(poll_s)
-        on_tick(self)
+    job.wait(draw)
+    bar.empty()

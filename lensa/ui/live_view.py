@@ -1,7 +1,7 @@
 """The words and tables around live runs: device lines, result tables, plain error messages.
 
-Imports ``lensa.live`` lazily too: a lesson page that offers a live check
-pays for torch only when the learner asks for it.
+Nothing here imports torch: the runs happen in the worker process
+(:mod:`lensa.worker`), and only their plain results reach these functions.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def error_text(page: Page, exc: BaseException) -> str:
         if exc.kind == "invalid":
             return page.t("live.error_invalid", detail=exc.message)
         return page.t(f"live.error_{exc.kind}")
-    return page.t("live.error_unexpected", detail=type(exc).__name__)
+    # An exception inside the worker process arrives as a RemoteError that keeps its original class name.
+    return page.t("live.error_unexpected", detail=getattr(exc, "type_name", type(exc).__name__))
 
 
 def device_line(page: Page, info: Any) -> str:
@@ -112,6 +113,8 @@ def benchmark_table(page: Page, rows: Sequence[Any], gpu: Any) -> list[dict[str,
     for row in rows:
         if row["tflops"]:
             measured = page.sig(row["tflops"], 3)
+            if row["size"] != rows[0]["size"]:  # measured smaller: this machine emulates the format
+                measured += f" ({page.num(row['size'])} × {page.num(row['size'])})"
         elif row["mode"] == "tf32" and row["device"] == "cpu":
             measured = page.t("speed.measure_no_tf32")
         else:

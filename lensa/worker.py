@@ -1,0 +1,485 @@
+"""Live runs in a separate, lower-priority process, one at a time, with a bounded queue in front.
+
+Why a process: a run used to train in a thread of the Streamlit server, so it
+held the GIL and every core, and one visitor's lab run made every other
+learner's slider moves many times slower (issue 10: p95 27x). Now the server
+never imports torch: every torch call (the lab's comparison and GradScaler
+trace, step 3's real-GradScaler replay, step 6's matmul measurement) runs in
+one worker process per server, which
+
+- is started lazily, on the first run or device query, with the ``spawn``
+  context (forking a threaded server can copy held locks into the child);
+- lowers its own priority (``os.nice`` to :data:`WORKER_NICE`) before torch
+  starts any thread, and bounds torch to :func:`worker_threads` threads and
+  one inter-op thread, so the server keeps a core and wins every contest
+  for the other;
+- runs the same functions as before, from :mod:`lensa.live`, and sends back
+  their results as plain picklable data (frozen dataclasses and dicts of
+  floats; no tensors).
+
+The server side is :class:`LabWorker` (one per server: :func:`default_worker`).
+It keeps the queue: one :class:`Job` runs, at most :data:`MAX_WAITING` wait
+with a place (``Job.position``, 1 = next), and a job beyond that is refused
+at once with ``LiveError(kind="busy")``. A waiting job is dropped after
+:data:`WAIT_LIMIT_S` in the queue (busy), or once nobody has polled it for
+:data:`ABANDON_S` (its visitor closed the tab or left the page: Streamlit
+stops a disconnected session's script, so the polling stops), so it never
+blocks the queue for long. One thread per server moves messages: it starts
+the next job, relays progress and results, and notices a worker that died
+(killed, out of memory): the running job then ends with
+``LiveError(kind="crashed")`` and the next job starts a fresh worker.
+
+Stop crosses the boundary as a shared integer holding the id of the job to
+stop (an id, not a flag, so a late stop can never hit the next job); the
+worker checks it between chunks of steps, as before, and a stopped
+comparison comes back with its finished arms.
+
+This module imports neither streamlit nor torch (torch is imported only in
+the worker process); :mod:`lensa.ui.jobs` draws jobs on a page.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import multiprocessing as mp
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lensa.live import DEVICES, LiveError
+
+MAX_WAITING = 4
+"""Jobs that may wait behind the running one; the next is refused as busy."""
+WAIT_LIMIT_S = 120.0
+"""Longest a job may wait in the queue before it is refused as busy."""
+ABANDON_S = 30.0
+"""A waiting job nobody has polled for this long is dropped (its visitor has gone)."""
+START_TIMEOUT_S = 120.0
+"""Longest a fresh worker may take to import torch and report ready."""
+POLL_S = 0.25
+WORKER_NICE = 19
+"""The worker's niceness: the lowest priority, so any server thread that wants a core gets it."""
+
+TASKS = ("compare", "trace", "matmul")
+"""What a job may run: :func:`lensa.live.compare`, :func:`~lensa.live.gradscaler_trace`,
+:func:`~lensa.live.matmul_benchmark`."""
+
+_CHECK_PARENT_S = 2.0
+
+
+def worker_threads() -> int:
+    """Threads torch may use in the worker: all cores but one, at least one.
+
+    ``LENSA_WORKER_THREADS`` overrides it (a whole number >= 1; anything else
+    is ignored).
+    """
+    raw = os.environ.get("LENSA_WORKER_THREADS", "")
+    if raw.isdigit() and int(raw) >= 1:
+        return int(raw)
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+# --- the worker process ------------------------------------------------------------------------
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End the worker soon after its server dies without closing it (SIGKILL), even in the middle of a run."""
+    while os.getppid() == parent:
+        time.sleep(_CHECK_PARENT_S)
+    os._exit(0)
+
+
+def _serve(requests: Any, events: Any, stop_id: Any, nice: int, threads: int) -> None:
+    """The worker process: lower its priority, load torch, answer requests until told to stop."""
+    # Before torch exists: Linux applies nice per thread and new threads inherit it.
+    with contextlib.suppress(OSError):
+        os.nice(max(0, nice - os.nice(0)))
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="lensa-parent-watch", daemon=True).start()
+    import torch
+
+    torch.set_num_threads(threads)
+    with contextlib.suppress(RuntimeError):  # only possible before any parallel work
+        torch.set_num_interop_threads(1)
+    from lensa import live
+
+    infos: dict[str, tuple] = {}
+    for device in DEVICES:
+        try:
+            infos[device] = ("ok", live.device_info(device))
+        except LiveError as exc:
+            infos[device] = ("error", exc.kind, exc.message)
+    events.put(("hello", os.getpid(), infos))
+    while True:
+        request = requests.get()
+        if request is None:
+            return
+        job_id, task, kwargs = request
+
+        def progress(fraction: float, _message: str = "", job_id: int = job_id) -> None:
+            events.put(("progress", job_id, fraction))
+
+        def should_stop(job_id: int = job_id) -> bool:
+            return stop_id.value == job_id
+
+        try:
+            if task == "compare":
+                result = live.compare(progress=progress, should_stop=should_stop, **kwargs)
+            elif task == "trace":
+                result = live.gradscaler_trace(**kwargs)
+            elif task == "matmul":
+                result = live.matmul_benchmark(should_stop=should_stop, **kwargs)
+            else:
+                raise LiveError("invalid", f"Unknown task {task!r}.")
+            events.put(("done", job_id, result))
+        except LiveError as exc:
+            # LiveError's own constructor does not survive pickling: send its two fields.
+            events.put(("error", job_id, exc.kind, exc.message))
+        except Exception as exc:  # anything else still ends as a message for the page
+            events.put(("failed", job_id, type(exc).__name__, str(exc)[:300]))
+
+
+# --- the server side ---------------------------------------------------------------------------
+
+
+class RemoteError(Exception):
+    """An unexpected exception inside the worker; ``type_name`` is its class name there."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+
+
+@dataclass(eq=False)
+class Job:
+    """One run asked of the worker: its place in the queue, its progress, and in the end a result or an error.
+
+    ``state``: ``"queued"`` (waiting; see :attr:`position`), ``"running"``
+    (sent to the worker, which may still be starting), ``"done"``.
+    ``fraction``: progress 0..1 (comparisons report it; other tasks jump to
+    1 when done). ``result``: the task's return value; ``error``: a
+    ``LiveError`` (or :class:`RemoteError`) when it failed. A cancelled
+    comparison is a result (``Comparison.cancelled``), not an error.
+    Times are ``time.monotonic()`` seconds.
+    """
+
+    task: str
+    kwargs: dict[str, Any]
+    owner: LabWorker | None = None
+    id: int = 0
+    state: str = "queued"
+    fraction: float = 0.0
+    result: Any = None
+    error: BaseException | None = None
+    submitted: float = field(default_factory=time.monotonic)
+    last_seen: float = field(default_factory=time.monotonic)
+    started: float | None = None
+    finished: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.state == "done"
+
+    @property
+    def position(self) -> int | None:
+        """Place in the queue (1 = next to run) while waiting; None once running or done."""
+        return None if self.owner is None else self.owner.position(self)
+
+    def touch(self) -> None:
+        """Say someone is still waiting for this job (see :data:`ABANDON_S`)."""
+        self.last_seen = time.monotonic()
+
+    def cancel(self) -> None:
+        """Leave the queue, or ask the running task to stop within a step (finished arms are kept)."""
+        if self.owner is not None:
+            self.owner.cancel(self)
+
+    def wait(self, on_tick: Callable[[Job], None], poll_s: float = POLL_S, timeout_s: float | None = None) -> bool:
+        """Block until done (True) or ``timeout_s`` passes (False), calling ``on_tick`` between polls.
+
+        Each poll also counts as someone waiting (:meth:`touch`).
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self.done:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            self.touch()
+            on_tick(self)
+            time.sleep(poll_s)
+        on_tick(self)
+        return True
+
+
+class LabWorker:
+    """The server's side of the worker process: a bounded queue, one job at a time, a fresh process after a death.
+
+    Thread-safe; every Streamlit session of a server shares one instance
+    (:func:`default_worker`). Tests may make their own, with other limits.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_waiting: int = MAX_WAITING,
+        wait_limit_s: float = WAIT_LIMIT_S,
+        abandon_s: float = ABANDON_S,
+        nice: int = WORKER_NICE,
+        threads: int | None = None,
+    ) -> None:
+        self.max_waiting = max_waiting
+        self.wait_limit_s = wait_limit_s
+        self.abandon_s = abandon_s
+        self.nice = nice
+        self.threads = threads or worker_threads()
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._ids = itertools.count(1)
+        self._pending: list[Job] = []
+        self._running: Job | None = None
+        self._proc: Any = None
+        self._requests: Any = None
+        self._events: Any = None
+        self._stop_id: Any = None
+        self._started_at = 0.0
+        self._ready = threading.Event()
+        self._infos: dict[str, tuple] = {}
+        self._start_error: LiveError | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    # --- asking for work -------------------------------------------------------------------
+
+    def submit(self, task: str, **kwargs: Any) -> Job:
+        """Queue ``task`` with ``kwargs``; a job refused as busy comes back already done with the error."""
+        if task not in TASKS:
+            raise LiveError("invalid", f"Unknown task {task!r}; choose from {', '.join(TASKS)}.")
+        job = Job(task=task, kwargs=kwargs, owner=self)
+        with self._lock:
+            job.id = next(self._ids)
+            if len(self._pending) >= self.max_waiting:
+                self._finish(
+                    job,
+                    error=LiveError("busy", f"The lab is busy: {len(self._pending)} runs are already waiting."),
+                )
+                return job
+            self._pending.append(job)
+            if self._running is None:
+                self._start_next()
+            self._ensure_thread()
+            self._wake.notify_all()
+        return job
+
+    def position(self, job: Job) -> int | None:
+        with self._lock:
+            try:
+                return self._pending.index(job) + 1
+            except ValueError:
+                return None
+
+    def waiting(self) -> int:
+        """How many jobs wait behind the running one."""
+        with self._lock:
+            return len(self._pending)
+
+    def busy(self) -> bool:
+        """True while a job runs or waits."""
+        with self._lock:
+            return self._running is not None or bool(self._pending)
+
+    def cancel(self, job: Job) -> None:
+        with self._lock:
+            if job in self._pending:
+                self._pending.remove(job)
+                self._finish(job, error=LiveError("cancelled", "Cancelled while waiting in the queue."))
+            elif job is self._running and self._stop_id is not None:
+                self._stop_id.value = job.id
+
+    def device_info(self, device: str = "auto", timeout_s: float = START_TIMEOUT_S) -> Any:
+        """The worker's :class:`lensa.live.DeviceInfo` for ``device``, asked once when it starts.
+
+        Starts the worker if needed and waits for it (not for the queue).
+        Raises ``LiveError``: ``"invalid"`` for an unknown device,
+        ``"no_cuda"`` as :func:`lensa.live.device_info` does, ``"crashed"``
+        when the worker could not start.
+        """
+        if device not in DEVICES:
+            raise LiveError("invalid", f"device must be one of {', '.join(DEVICES)} (got {device!r}).")
+        with self._lock:
+            if device not in self._infos:
+                self._start_error = None
+                self._ensure_worker()
+                self._ensure_thread()
+        if not self._ready.wait(timeout_s):
+            raise LiveError("crashed", "The lab's worker process did not start in time.")
+        with self._lock:
+            info = self._infos.get(device)
+            if info is None:
+                raise self._start_error or LiveError("crashed", "The lab's worker process stopped while starting.")
+        if info[0] == "ok":
+            return info[1]
+        raise LiveError(info[1], info[2])
+
+    @property
+    def pid(self) -> int | None:
+        """The worker process's id while one is running."""
+        with self._lock:
+            return None if self._proc is None else self._proc.pid
+
+    def close(self) -> None:
+        """Stop the worker and the message thread; waiting jobs are cancelled."""
+        with self._lock:
+            self._closed = True
+            for job in self._pending:
+                self._finish(job, error=LiveError("cancelled", "The lab was shut down."))
+            self._pending.clear()
+            if self._running is not None:
+                self._finish(self._running, error=LiveError("cancelled", "The lab was shut down."))
+            proc = self._proc
+            self._proc = None
+            self._wake.notify_all()
+        if proc is not None:
+            proc.terminate()
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+
+    # --- inside, under the lock ---------------------------------------------------------------
+
+    def _finish(self, job: Job, result: Any = None, error: BaseException | None = None) -> None:
+        job.result, job.error = result, error
+        if error is None:
+            job.fraction = 1.0
+        job.finished = time.monotonic()
+        job.state = "done"
+        if job is self._running:
+            self._running = None
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="lensa-lab-worker-io", daemon=True)
+            self._thread.start()
+
+    def _ensure_worker(self) -> None:
+        if self._proc is not None:
+            return
+        ctx = mp.get_context("spawn")
+        # Fresh queues for every process: one killed mid-message may leave a queue broken.
+        self._requests, self._events = ctx.Queue(), ctx.Queue()
+        self._stop_id = ctx.RawValue("q", 0)
+        self._ready.clear()
+        self._proc = ctx.Process(
+            target=_serve,
+            args=(self._requests, self._events, self._stop_id, self.nice, self.threads),
+            name="lensa-lab-worker",
+            daemon=True,
+        )
+        self._proc.start()
+        self._started_at = time.monotonic()
+
+    def _start_next(self) -> None:
+        if not self._pending or self._closed:
+            return
+        job = self._pending.pop(0)
+        try:
+            self._ensure_worker()
+        except Exception as exc:  # e.g. no memory left to start a process
+            self._finish(job, error=LiveError("crashed", f"The lab's worker process could not start ({exc})."))
+            return
+        self._running = job
+        job.state, job.started = "running", time.monotonic()
+        self._requests.put((job.id, job.task, job.kwargs))
+
+    def _expire(self, now: float) -> None:
+        for job in list(self._pending):
+            if now - job.submitted > self.wait_limit_s:
+                self._pending.remove(job)
+                waited = f"{self.wait_limit_s:g} s"
+                self._finish(job, error=LiveError("busy", f"The lab is busy: the run waited {waited} and was dropped."))
+            elif now - job.last_seen > self.abandon_s:
+                self._pending.remove(job)
+                self._finish(job, error=LiveError("cancelled", "Nobody was waiting for this run any more."))
+
+    def _handle(self, message: tuple) -> None:
+        kind, *rest = message
+        if kind == "hello":
+            _pid, infos = rest
+            self._infos.update(infos)
+            self._ready.set()
+            return
+        job_id = rest[0]
+        job = self._running
+        if job is None or job.id != job_id:
+            return  # a job already ended here (e.g. shut down); its late messages mean nothing
+        if kind == "progress":
+            job.fraction = max(job.fraction, min(1.0, float(rest[1])))
+        elif kind == "done":
+            self._finish(job, result=rest[1])
+        elif kind == "error":
+            self._finish(job, error=LiveError(rest[1], rest[2]))
+        elif kind == "failed":
+            self._finish(job, error=RemoteError(rest[1], rest[2]))
+
+    def _check_worker(self, now: float) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.is_alive():
+            if not self._ready.is_set() and now - self._started_at > START_TIMEOUT_S:
+                proc.kill()  # noticed as a death on the next pass
+            return
+        # Dead: read what it managed to send first (a result may be there), then forget it.
+        events, self._events, self._proc = self._events, None, None
+        with contextlib.suppress(Exception):
+            while True:
+                self._handle(events.get_nowait())
+        code = proc.exitcode
+        error = LiveError(
+            "crashed",
+            f"The lab's worker process stopped unexpectedly (exit code {code}); it may have run out of memory.",
+        )
+        if not self._ready.is_set():
+            self._start_error = error
+            self._ready.set()  # wake anyone waiting for device information
+        if self._running is not None:
+            self._finish(self._running, error=error)
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                now = time.monotonic()
+                self._expire(now)
+                self._check_worker(now)
+                if self._running is None:
+                    self._start_next()
+                events = self._events
+                if events is None:
+                    self._wake.wait(POLL_S)
+                    continue
+            try:
+                message = events.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            except (EOFError, OSError, ValueError):
+                message = None  # the worker's end broke; the next pass notices its death
+            if message is not None:
+                with self._lock:
+                    self._handle(message)
+
+
+_DEFAULT: LabWorker | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_worker() -> LabWorker:
+    """The one :class:`LabWorker` of this server process (created on first use; no process until a run)."""
+    global _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None:
+            _DEFAULT = LabWorker()
+        return _DEFAULT

@@ -1,0 +1,114 @@
+"""The deployment files agree with each other: compose, the nginx configuration, Kubernetes, the Dockerfile.
+
+No Docker engine or cluster runs here; checkov (make lint) checks the manifests' hardening, and
+tests/e2e/test_replicas.py runs the nginx configuration for real. These tests check what neither sees:
+that the pieces name the same files, ports, users and options.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.replicas import NGINX, NGINX_CONF, SERVER_OPTIONS, nginx_config, nginx_missing_reason
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+KUBE = DEPLOY / "kubernetes"
+
+
+def compose() -> dict:
+    return yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+
+
+def kube(kind: str) -> dict:
+    docs = [d for f in sorted(KUBE.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    (doc,) = [d for d in docs if d.get("kind") == kind]
+    return doc
+
+
+def test_compose_runs_three_healthchecked_replicas_of_the_projects_image():
+    app = compose()["services"]["app"]
+    assert app["build"]["context"] == ".."
+    assert (DEPLOY / app["build"]["context"] / app["build"]["dockerfile"]).resolve() == ROOT / "Dockerfile"
+    assert app["deploy"]["replicas"] == 3
+    assert "ports" not in app, "replicas publish no host port; nginx is the way in"
+    assert "/_stcore/health" in " ".join(app["healthcheck"]["test"])
+    assert app["read_only"] is True
+
+
+def test_compose_nginx_mounts_the_config_the_local_test_uses():
+    nginx = compose()["services"]["nginx"]
+    source, target, *_ = nginx["volumes"][0].split(":")
+    assert (DEPLOY / source).resolve() == NGINX_CONF
+    assert target.startswith("/etc/nginx/templates/") and target.endswith(".conf.template")
+    assert nginx["depends_on"]["app"]["condition"] == "service_healthy"
+    assert "/healthz" in " ".join(nginx["healthcheck"]["test"])
+    env = nginx["environment"]
+    assert f"{env['LENSA_LISTEN']}:{env['LENSA_LISTEN']}" in nginx["ports"]
+    # Every name the template uses is given, and the envsubst filter lets exactly those through.
+    names = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)\}", NGINX_CONF.read_text()))
+    assert names == {"LENSA_LISTEN", "LENSA_UPSTREAM_SERVERS"}
+    assert names <= set(env)
+    assert all(re.search(env["NGINX_ENVSUBST_FILTER"], n) for n in names)
+    # The replicas get the same failover options in compose as in the local test.
+    assert SERVER_OPTIONS in env["LENSA_UPSTREAM_SERVERS"]
+
+
+def test_nginx_config_has_cookie_affinity_not_ip_hash():
+    text = NGINX_CONF.read_text()
+    live = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+    assert "ip_hash" not in live
+    assert "hash $lensa_affinity consistent;" in live
+    assert "X-Lensa-Replica $upstream_addr always" in live
+    assert "proxy_read_timeout 1d;" in live
+
+
+@pytest.mark.skipif(nginx_missing_reason() is not None, reason=str(nginx_missing_reason()))
+def test_nginx_accepts_the_rendered_config(tmp_path):
+    (tmp_path / "lensa.conf").write_text(nginx_config(18080, ["127.0.0.1:18501", "127.0.0.1:18502"]))
+    (tmp_path / "nginx.conf").write_text(
+        f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/error.log;\nevents {{}}\n"
+        f"http {{ access_log off; include {tmp_path}/lensa.conf; }}\n"
+    )
+    nginx = NGINX if Path(NGINX).exists() else shutil.which("nginx")
+    result = subprocess.run(
+        [nginx, "-t", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_kustomization_lists_every_manifest():
+    listed = set(yaml.safe_load((KUBE / "kustomization.yaml").read_text())["resources"])
+    assert listed == {f.name for f in KUBE.glob("*.yaml")} - {"kustomization.yaml"}
+
+
+def test_kubernetes_runs_the_dockerfiles_user_and_probes_its_health():
+    uid = re.search(r"^USER (\d+):(\d+)$", (ROOT / "Dockerfile").read_text(), re.M)
+    pod = kube("Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert str(pod["securityContext"]["runAsUser"]) == uid.group(1)
+    assert str(pod["securityContext"]["runAsGroup"]) == uid.group(2)
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["path"] == "/_stcore/health"
+    # The Service, the HPA and the Ingress all point at this Deployment and its port.
+    assert kube("HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]["name"] == kube("Deployment")["metadata"]["name"]
+    backend = kube("Ingress")["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend["name"] == kube("Service")["metadata"]["name"]
+    assert kube("Ingress")["metadata"]["annotations"]["nginx.ingress.kubernetes.io/affinity"] == "cookie"
+
+
+def test_every_checkov_skip_gives_a_reason():
+    files = [ROOT / "Dockerfile", *KUBE.glob("*.yaml")]
+    skips = [
+        m for f in files for m in re.findall(r"(?:checkov:skip=|checkov\.io/skip\d+: )(CKV_\w+)[:=](.*)", f.read_text())
+    ]
+    assert skips, "the skips are annotated in the files"
+    for check, reason in skips:
+        assert len(reason.split()) >= 8, f"{check} is skipped without a real reason"
