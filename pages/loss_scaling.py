@@ -56,8 +56,8 @@ def _run_labels(lang: str) -> figures.RunLabels:
 
 @st.cache_resource(max_entries=8)
 def recorded_run_figure(lang: str, steps: tuple[int, ...], log2_scales: tuple[float, ...], skipped: tuple[bool, ...]):
-    """A recorded GradScaler history, animated (at most 60 frames): built once per run and language."""
-    return figures.scaler_run(steps, log2_scales, skipped, _run_labels(lang), max_frames=60)
+    """A recorded GradScaler history, animated (at most 40 frames): built once per run and language."""
+    return figures.scaler_run(steps, log2_scales, skipped, _run_labels(lang), max_frames=40)
 
 
 def _scale(k: int | None) -> str:

@@ -58,6 +58,11 @@ def visit(key: str, lang: str = "en", session: dict | None = None, **params: str
     return at
 
 
+def reference_tensors():
+    """The run the pages read with data=reference (the shipped one, or the synthetic one in its place)."""
+    return view.Source("reference", "reference", view.reference_run()[0]).tensors
+
+
 def upload(at: AppTest, name: str = "my run.npz", content: bytes | None = None) -> AppTest:
     at.file_uploader[0].set_value((name, upload_bytes() if content is None else content, "application/zip")).run()
     return at
@@ -148,20 +153,18 @@ def test_measured_cards(key, expect):
 
 
 def test_kind_layer_and_step_come_from_the_url_and_go_back_to_it():
-    run = reference_arms()["fp32"] if not HAS_REFERENCE else None
-    layer = run.names("activation_grad")[1] if run else None
-    step = run.steps("activation_grad")[0] if run else None
-    params = {"data": "reference", "kind": "activation_grad"}
-    if run:
-        params |= {"layer": layer, "step": str(step)}
-    at = visit("fp16_range", **params)
+    run = reference_tensors()
+    layer = run.names("activation_grad")[1]
+    step = run.steps("activation_grad")[0]
+    at = visit("fp16_range", data="reference", kind="activation_grad", layer=layer, step=str(step))
     assert notices(at) == []
     assert at.selectbox(key="w.fp16_range.kind").value == "activation_grad"
-    if run:
-        assert at.selectbox(key="w.fp16_range.layer").value == layer
-        assert at.select_slider(key="w.fp16_range.step").value == step
-        assert f"`{layer}`" in captions(at) and f"step {step}" in captions(at)
+    assert at.selectbox(key="w.fp16_range.layer").value == layer
+    assert at.select_slider(key="w.fp16_range.step").value == step
+    assert f"`{layer}`" in captions(at) and f"step {step}" in captions(at)
     assert "activation gradients" in captions(at)
+    at.select_slider(key="w.fp16_range.step").set_value(run.steps("activation_grad")[-1]).run()
+    assert at.query_params["step"] in (str(run.steps("activation_grad")[-1]), [str(run.steps("activation_grad")[-1])])
 
 
 @pytest.mark.parametrize(
@@ -190,7 +193,7 @@ def test_kind_and_step_are_ignored_with_the_illustration():
 
 
 def test_changing_the_kind_resets_the_layer():
-    run = reference_arms()["fp32"]
+    run = reference_tensors()
     at = visit("bf16", data="reference", layer=run.names("weight_grad")[0])
     assert at.selectbox(key="w.bf16.layer").value == run.names("weight_grad")[0]
     at.selectbox(key="w.bf16.kind").set_value("activation").run()
@@ -224,11 +227,18 @@ def test_no_lab_run_says_what_to_do():
 
 
 def test_set_lab_run_fills_the_session_slot():
-    at = visit("fp16_range", data="lab")
-    assert view.LAB_RUN not in at.session_state
-    at.session_state[view.LAB_RUN] = None  # the slot is only filled by set_lab_run; prove its shape here
-    arms = view._arms(reference_arms())
-    assert set(arms) == {"fp32", "fp16"}
+    def script():
+        import streamlit as st
+
+        from lensa.ui import measured as view
+        from tests.runfixtures import reference_arms
+
+        if view.lab_run() is None:
+            view.set_lab_run(tuple(reference_arms().values()))  # as the lab hands over its arms
+        st.markdown(", ".join(sorted(view.lab_run()[1])))
+
+    at = AppTest.from_function(script).run()
+    assert not at.exception and at.markdown[0].value == "fp16, fp32"
     assert view._arms(reference_arms()["fp16"]) == {"fp16": reference_arms()["fp16"]}
     with pytest.raises(TypeError):
         view._arms({"x": 1})
@@ -272,7 +282,7 @@ def test_markdown_escape_keeps_file_text_plain():
 
 
 def test_a_new_link_keeps_its_layer_when_the_kind_changes():
-    run = reference_arms()["fp32"]
+    run = reference_tensors()
     at = visit("bf16", data="reference", kind="weight_grad")
     layer = run.names("activation")[2]
     at.query_params.update({"kind": "activation", "layer": layer})  # Back, or another shared link
@@ -302,7 +312,7 @@ def test_measured_links_fuzzed(params):
     at.run(timeout=60)
     assert not at.exception, (params, at.exception)
     texts = notices(at)
-    run = view.Source("reference", "reference", view.reference_run()[0]).tensors
+    run = reference_tensors()
     kind = at.selectbox(key="w.loss_scaling.kind").value
     layer = at.selectbox(key="w.loss_scaling.layer").value
     step = at.select_slider(key="w.loss_scaling.step")

@@ -405,7 +405,16 @@ def scaler_run(
     if animate:
         every = 1 if not max_frames or len(steps) <= max_frames else math.ceil(len(steps) / max_frames)
         counts = sorted({*range(every, len(steps) + 1, every), len(steps)})
-        frames = [{"data": traces(n), "name": str(n), "traces": [0, 1]} for n in counts]
+        # A frame's traces are merged into the drawn ones, which keep the whole run's hover texts: frames
+        # leave them out (a recorded run of 300 steps would otherwise send each text once per frame).
+        frames = [
+            {
+                "data": [{k: v for k, v in t.items() if k != "hovertext"} for t in traces(n)],
+                "name": str(n),
+                "traces": [0, 1],
+            }
+            for n in counts
+        ]
         play_args = {
             "frame": {"duration": 180, "redraw": True},
             "fromcurrent": False,
@@ -923,7 +932,14 @@ def scale_sweep(
             "range": [xs[0] - 0.5, xs[-1] + 0.5] if xs else None,
             "fixedrange": True,
         },
-        yaxis={"title": {"text": labels.axis_share}, "tickformat": ".0%", "range": [0, 1.02], "fixedrange": True},
+        # Real gradients often lose a fraction of a percent: the axis follows the largest share, not 100%.
+        yaxis={
+            "title": {"text": labels.axis_share},
+            "tickformat": ".2~%",
+            "range": [0, max([0.001, *[float(v) for v in (*zero, *overflow) if math.isfinite(v)]]) * 1.15],
+            "rangemode": "tozero",
+            "fixedrange": True,
+        },
     )
     return _figure(data, layout)
 

@@ -114,7 +114,8 @@ class Source:
 
     @property
     def tensors(self) -> RunStats:
-        return max(self.arms.values(), key=len)
+        """The FP32 arm where there is one (its values are the run's true ones), else the arm with most tensors."""
+        return self.arms.get("fp32") or max(self.arms.values(), key=len)
 
     @property
     def tensors_arm(self) -> str:
