@@ -278,7 +278,14 @@ def test_illustration_loads_nothing(monkeypatch):
 
 
 def test_markdown_escape_keeps_file_text_plain():
-    assert view.md_escape("tok_emb.*[x](y)") == r"tok\_emb\.\*\[x\]\(y\)"
+    assert view.md_escape("tok_emb.*[x](y) $a$\n<b>") == r"tok\_emb.\*\[x\](y) \$a\$ \<b\>"
+    assert view.md_escape("x" * 100, limit=10) == "x" * 10 + "…"
+
+
+def test_an_upload_name_with_markdown_is_shown_as_typed():
+    at = visit("fp16_range", data="upload")
+    upload(at, "my_run_*v2*.npz")
+    assert r"“my\_run\_\*v2\*.npz”" in captions(at)
 
 
 def test_a_new_link_keeps_its_layer_when_the_kind_changes():

@@ -16,6 +16,7 @@ when the source or the kind changes, the old layer and step mean nothing and sta
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ from lensa.formats import FORMATS
 from lensa.runstats import MAX_FILE_BYTES, RunStats, RunStatsError, TensorStats, load
 from lensa.ui import widgets
 from lensa.ui.controls import ChoiceControl, NumberControl
-from lensa.ui.frame import Page, remembered, safe_echo
+from lensa.ui.frame import Page, remembered
 from lensa.ui.site import DATA, PAGES
 
 LOG = logging.getLogger(__name__)
@@ -37,12 +38,19 @@ UPLOAD = "lensa.data.upload"  # this session's uploaded file: (file id, name, {a
 TRACK = "lensa.data.track"  # per page: (source identity, kind) of its last run, to notice a change
 MAX_UPLOAD_MB = MAX_FILE_BYTES // (1024 * 1024)
 DATA_PAGES = tuple(p.key for p in PAGES if any(c.name == "data" for c in p.controls))
-_MARKDOWN_SPECIALS = set("\\`*_{}[]()#+-.!|~<>$:")
+# Characters that mean something inside a line of Markdown (Streamlit's included: $ for maths, ~ and |).
+_MARKDOWN_SPECIALS = set("\\`*_{}[]#|~<>$")
 
 
-def md_escape(text: str) -> str:
-    """Text from a file (a tensor name) fit to put inside Markdown: every special character escaped."""
-    return "".join("\\" + ch if ch in _MARKDOWN_SPECIALS else ch for ch in str(text) if ch.isprintable())
+def md_escape(text: str, limit: int | None = None) -> str:
+    """Text from a file (its name, its recipe) fit to put inside a line of Markdown: one line, specials escaped.
+
+    ``limit`` shortens it to that many characters first (with …).
+    """
+    plain = " ".join("".join(ch if ch.isprintable() else " " for ch in str(text)).split())
+    if limit is not None and len(plain) > limit:
+        plain = plain[:limit] + "…"
+    return "".join("\\" + ch if ch in _MARKDOWN_SPECIALS else ch for ch in plain)
 
 
 # --- where runs come from ----------------------------------------------------------------------------------
@@ -65,12 +73,13 @@ def _arms(runs: RunStats | Mapping[str, RunStats] | Sequence[RunStats]) -> dict[
 def set_lab_run(runs: RunStats | Mapping[str, RunStats] | Sequence[RunStats]) -> None:
     """Offer the live lab's last run to the lesson (steps 2-5, ``data=lab``) for the rest of this session.
 
-    ``runs`` is one recorded run or several, one per arm (``{"fp32": ..., "fp16": ...}``). The arm with the
-    most tensor statistics is what the steps look at; an arm with a loss-scale history gives step 3's
-    dynamic run.
+    ``runs`` is one recorded run or several, one per arm (``{"fp32": ..., "fp16": ...}``, or runs whose
+    ``meta["arm"]`` names them). The steps look at the FP32 arm's tensors (the arm with most tensor
+    statistics when there is no FP32 arm); an arm with a loss-scale history gives step 3's dynamic run.
+    Each call replaces the session's previous lab run.
     """
     arms = _arms(runs)
-    st.session_state[LAB_RUN] = (f"lab-{id(arms)}", arms)
+    st.session_state[LAB_RUN] = (f"lab-{uuid.uuid4().hex}", arms)
 
 
 def lab_run() -> tuple[str, dict[str, RunStats]] | None:
@@ -115,7 +124,9 @@ class Source:
     @property
     def tensors(self) -> RunStats:
         """The FP32 arm where there is one (its values are the run's true ones), else the arm with most tensors."""
-        return self.arms.get("fp32") or max(self.arms.values(), key=len)
+        if "fp32" in self.arms:
+            return self.arms["fp32"]
+        return max(self.arms.values(), key=len)
 
     @property
     def tensors_arm(self) -> str:
@@ -144,7 +155,7 @@ def _upload(page: Page) -> Source | None:
     )
     kept = st.session_state.get(UPLOAD)
     if file is not None and (kept is None or kept[0] != file.file_id):
-        name = safe_echo(file.name, 60)
+        name = md_escape(file.name, limit=60)
         try:
             arms = _read_upload(file.getvalue())
         except RunStatsError as e:
@@ -229,7 +240,7 @@ def data_controls(page: Page) -> Selection | None:
     if previous is not None and previous[0] == source.ident and previous[1] not in (None, kind):
         _forget_stale(page, ("layer", "step"))
     track[page.info.key] = (source.ident, kind)
-    layers = (measured.ALL_LAYERS, *run.names(kind))
+    layers = (measured.ALL_LAYERS, *(n for n in run.names(kind) if n != measured.ALL_LAYERS))
     layer = widgets.select(
         page,
         "layer",
