@@ -58,6 +58,7 @@ returns at once. At recorded steps the summaries are computed in the hooks, insi
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -279,7 +280,7 @@ class Recorder:
         """The run so far (the same object each time; it grows as the run goes on)."""
         return self._run
 
-    def save(self, path: str) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         """Write the run so far to ``path`` (a ``.npz`` file for :func:`lensa.runstats.load`)."""
         self._run.save(path)
 
