@@ -90,12 +90,18 @@ def test_a_fresh_short_run_of_the_recipe_records_the_same_kinds_and_names():
 
     assert {f.name for f in dataclasses.fields(Recipe)} == set(ref.RECIPE_FIELDS)
     shipped = ref.load_reference()
-    tiny = dataclasses.replace(Recipe(), steps=3, recorded_steps=2, batch_size=2)
+    short = dataclasses.replace(Recipe(), steps=3, recorded_steps=2)
     for arm, want in zip(("fp32", "fp16"), shipped, strict=True):
-        run = run_arm(tiny, arm)
+        run = run_arm(short, arm)
         assert run.kinds() == want.kinds()
         for kind in run.kinds():
             assert run.names(kind) == want.names(kind)
             assert run.steps(kind) == [1, 3]
         assert run.meta["recipe"]["steps"] == 3
         assert (run.loss_scales() != {}) == (arm == "fp16")
+        # The warm-up's learning rates do not depend on the total, so the first steps repeat bit for bit, given
+        # the same text (the catalogues change as the app does) and torch (other kernels may round differently).
+        recipe = {**want.meta["recipe"], "steps": short.steps, "recorded_steps": short.recorded_steps}
+        if run.meta["text_sha256"] == want.meta["text_sha256"] and run.meta["recipe"] == recipe:
+            assert run.losses() == {s: want.losses()[s] for s in (1, 2, 3)}
+            assert run.get("weight_grad", "tok.weight", 1) == want.get("weight_grad", "tok.weight", 1)
