@@ -52,7 +52,10 @@ step used (GradScaler backs off only after an inf or NaN). These per-step scalar
 each.
 
 Cost: at steps that are not recorded, each hooked module and each optimizer step runs one Python call that
-returns at once. At recorded steps the summaries are computed in the hooks, inside the training step.
+returns at once. At recorded steps the summaries are computed in the hooks, inside the training step, at
+a few tens of nanoseconds of CPU per value summarised: on the small reference model
+(:mod:`lensa.live.reference`) a recorded step costs about 9 times a bare one, and a 300-step run with 11
+recorded steps about 1.3 times (``make bench``, docs/performance.md). Fewer ``kinds`` or ``modules`` cost less.
 """
 
 from __future__ import annotations
