@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 IMAGE ?= lensa
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: run test lint format clean screenshots bench docker-build docker-run container-check
+.PHONY: run test lint format clean screenshots bench reference-run docker-build docker-run container-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,12 +55,17 @@ lint: $(VENV)/.dev-installed $(TOOLS_VENV)/.installed
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench.core_rounding
 	$(BIN)/python -m bench.runstats_speed
+	$(BIN)/python -m bench.capture_overhead
 	$(BIN)/python -m bench.page_rerun
 	$(BIN)/python -m bench.browser_roundtrip
 	$(BIN)/python -m bench.cold_start
 	$(BIN)/python -m bench.server_cost --learners 20 --think 1 --seconds 30
 	$(BIN)/python -m bench.loadgen --learners 100 --think 5 --seconds 60 --ramp 20 --publish class_5s
 	$(BIN)/python -m bench.loadgen --learners 40 --think 1 --seconds 60 --ramp 10 --publish class_1s
+
+## Rebuild the shipped reference run (lensa/data/reference_fp32.npz, reference_fp16.npz): a few minutes on 2 cores.
+reference-run: $(VENV)/.app-installed
+	$(BIN)/python -m lensa.live.reference
 
 ## Screenshots of every page (light theme, en and id, 1280 and 390 px) into docs/screenshots/.
 screenshots: $(VENV)/.dev-installed

@@ -352,12 +352,15 @@ class _Partial:
     sub_exact_at: NDArray[np.int64]
     zeros: int = 0
     infs: int = 0
+    key_lo: int = 256 * _FINE_PER_BINADE  # fine bins outside [key_lo, key_hi) are all empty
+    key_hi: int = 0
 
     def __iadd__(self, other: _Partial) -> _Partial:
         for name in ("fine_count", "fine_low_sum", "exact_at", "sub_count", "sub_low_sum", "sub_exact_at"):
             getattr(self, name).__iadd__(getattr(other, name))
         self.zeros += other.zeros
         self.infs += other.infs
+        self.key_lo, self.key_hi = min(self.key_lo, other.key_lo), max(self.key_hi, other.key_hi)
         return self
 
 
@@ -400,26 +403,33 @@ def _count_chunk(bits: NDArray[np.uint32], acc: _Partial, unaligned: tuple[int, 
     np.bitwise_and(key, np.uint32((1 << (31 - _FINE_BITS)) - 1), out=key)
     np.bitwise_and(bits, _FINE_LOW, out=low)
     np.add(low, _PACK, out=weight)
-    packed = np.bincount(key, weights=weight)  # as long as the largest key: shorter for most tensors
-    top = packed.size
+    # Bins from the smallest key on only: a tensor spans a few dozen binades, not all 256 exponents.
+    k0 = int(key.min()) if n else 0
+    if k0:
+        np.subtract(key, np.uint32(k0), out=key)
+    packed = np.bincount(key, weights=weight)  # bins k0 ... the largest key
+    top = k0 + packed.size
+    acc.key_lo, acc.key_hi = min(acc.key_lo, k0), max(acc.key_hi, top)
     count = packed * (1 / _PACK)
     np.floor(count, out=count)
-    acc.fine_count[:top] += count  # float64 totals: exact integers below 2**53
+    acc.fine_count[k0:top] += count  # float64 totals: exact integers below 2**53
     zero_bin, inf_bin = 0, 255 * _FINE_PER_BINADE
     # Bin 0 holds |bits| < 2**12 and the first exponent-255 bin holds [inf, inf + 2**12): where their low bits
     # add up to 0 they hold only zeros, only infinities; otherwise count those exactly (tiny subnormals, NaNs).
-    c0, l0 = int(count[zero_bin]), packed[zero_bin] - count[zero_bin] * _PACK
-    zeros = c0 if l0 == 0 else int(np.count_nonzero((bits & _ABS) == 0))
-    infs = 0
-    if top > inf_bin:
-        c_inf, l_inf = int(count[inf_bin]), packed[inf_bin] - count[inf_bin] * _PACK
+    zeros = infs = 0
+    if k0 == zero_bin:
+        c0, l0 = int(count[0]), packed[0] - count[0] * _PACK
+        zeros = c0 if l0 == 0 else int(np.count_nonzero((bits & _ABS) == 0))
+    if k0 <= inf_bin < top:
+        i = inf_bin - k0
+        c_inf, l_inf = int(count[i]), packed[i] - count[i] * _PACK
         infs = c_inf if l_inf == 0 else int(np.count_nonzero((bits & _ABS) == _INF_BITS))
     acc.zeros += zeros
     acc.infs += infs
-    subnormals = int(count[:_FINE_PER_BINADE].sum()) - zeros
+    subnormals = int(count[: max(0, _FINE_PER_BINADE - k0)].sum()) - zeros
     count *= _PACK
     packed -= count  # now the sums of the low bits
-    acc.fine_low_sum[:top] += packed
+    acc.fine_low_sum[k0:top] += packed
     # The exact F of the unaligned edges: a cheap test lets through those values (and zeros, and a few more).
     candidates = (bits & _candidate_mask(unaligned)) == 0
     if np.count_nonzero(candidates) > zeros:
@@ -504,15 +514,23 @@ def summarize(x: ArrayLike) -> TensorStats:
     edges = np.array(_edges(), np.int64)
     unaligned = _unaligned()
 
-    # The fine bins of all finite non-zero values, one row per binade -149 ... 127.
-    normal = slice(_FINE_PER_BINADE, 255 * _FINE_PER_BINADE)  # exponent fields 1 ... 254
-    fine = np.concatenate([acc.sub_count, acc.fine_count[normal].astype(np.int64)])
-    fine = fine.reshape(N_BINADES, _FINE_PER_BINADE)
-    low_sum = np.concatenate([acc.sub_low_sum, acc.fine_low_sum[normal]]).reshape(N_BINADES, _FINE_PER_BINADE)
-    exact_at = np.concatenate([acc.sub_exact_at, acc.exact_at[:, 1:255]], axis=1)  # (n_unaligned, 277)
+    # The fine bins of the finite non-zero values, one row per binade: rows row0 ... of binades -149 ... 127,
+    # only as many as the values reach (binade -149 + row0 is the first row; the rest are all empty).
+    has_sub = bool(acc.sub_count.any())
+    e_lo = 1 if has_sub else min(max(1, acc.key_lo // _FINE_PER_BINADE), 255)  # exponent fields e_lo ... e_hi - 1
+    e_hi = max(e_lo, min(255, -(-acc.key_hi // _FINE_PER_BINADE)))
+    row0 = 0 if has_sub else e_lo - 1 + _N_SUBNORMAL_BINADES
+    normal = slice(e_lo * _FINE_PER_BINADE, e_hi * _FINE_PER_BINADE)
+    sub = slice(0, _N_SUBNORMAL_BINADES * _FINE_PER_BINADE if has_sub else 0)
+    fine = np.concatenate([acc.sub_count[sub], acc.fine_count[normal].astype(np.int64)])
+    fine = fine.reshape(-1, _FINE_PER_BINADE)
+    low_sum = np.concatenate([acc.sub_low_sum[sub], acc.fine_low_sum[normal]]).reshape(-1, _FINE_PER_BINADE)
+    sub_exact = acc.sub_exact_at if has_sub else acc.sub_exact_at[:, :0]
+    exact_at = np.concatenate([sub_exact, acc.exact_at[:, e_lo:e_hi]], axis=1)  # (n_unaligned, rows)
+    n_rows = fine.shape[0]
 
     # Number of values with F below each edge, per binade; the unaligned edges add the values exactly at F - 1.
-    below = np.zeros((N_BINADES, _FINE_PER_BINADE + 1), np.int64)
+    below = np.zeros((n_rows, _FINE_PER_BINADE + 1), np.int64)
     np.cumsum(fine, axis=1, out=below[:, 1:])
     under = below[:, edges >> _FINE_BITS]
     for i, f_exact in enumerate(unaligned):
@@ -527,19 +545,23 @@ def summarize(x: ArrayLike) -> TensorStats:
         exact_zero=acc.zeros,
         inf=acc.infs,
         nan=nan,
-        binade_lo=BINADE_MIN + lo,
+        binade_lo=BINADE_MIN + (row0 + lo if occupied.size else 0),
         table=table[lo:hi],
-        rel_error_sum=_relative_error_sums(fine, low_sum),
+        rel_error_sum=_relative_error_sums(fine, low_sum, row0),
     )
 
 
-def _relative_error_sums(fine: NDArray[np.int64], low_sum: NDArray[np.float64]) -> tuple[float, ...]:
-    """Sum of |stored - x| / |x| per summary format, from the fine bins (see the module notes for the bound)."""
-    idx = np.flatnonzero(fine)
-    if not idx.size:
+def _relative_error_sums(fine: NDArray[np.int64], low_sum: NDArray[np.float64], row0: int = 0) -> tuple[float, ...]:
+    """Sum of |stored - x| / |x| per summary format, from the fine bins (see the module notes for the bound).
+
+    ``fine`` and ``low_sum`` hold the rows of binades -149 + row0 ... (one per binade, 2**11 bins each).
+    """
+    local = np.flatnonzero(fine)
+    if not local.size:
         return (0.0,) * len(SUMMARY_FORMATS)
-    count = fine.reshape(-1)[idx].astype(np.float64)
-    lows = low_sum.reshape(-1)[idx]
+    count = fine.reshape(-1)[local].astype(np.float64)
+    lows = low_sum.reshape(-1)[local]
+    idx = local + row0 * _FINE_PER_BINADE  # into the full grid of binades -149 ... 127
     # x = (d0 + low) * 2**(binade - 23), with d0 the bin's lower edge in those units.
     d0 = ((1 << _FRAC_BITS) + ((idx % _FINE_PER_BINADE) << _FINE_BITS)).astype(np.float64)
     mean_abs = d0 + lows / count

@@ -1,0 +1,235 @@
+"""lensa.live.capture.Recorder against summaries of tensors computed by hand, and GradScaler's real behaviour."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lensa import runstats as R
+from tests.conftest import requires_torch
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = requires_torch
+
+
+def test_import_lensa_live_does_not_import_torch():
+    code = "import sys, lensa.live\nassert 'torch' not in sys.modules, 'lensa.live pulled in torch'\nprint('clean')"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "clean"
+
+
+def test_log_spaced_steps():
+    from lensa.live.capture import log_spaced_steps
+
+    s = log_spaced_steps(300)
+    assert s[0] == 1 and s[-1] == 300 and list(s) == sorted(set(s))
+    assert 10 <= len(s) <= 13
+    assert all(b / a <= 2.0 for a, b in itertools.pairwise(s[1:]))  # spread in log scale
+    assert log_spaced_steps(1) == (1,)
+    assert log_spaced_steps(3) == (1, 2, 3)
+    with pytest.raises(ValueError):
+        log_spaced_steps(0)
+
+
+def _tiny(seed: int = 0):
+    import torch
+
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    x = torch.randn(32, 6)
+    y = torch.randint(0, 3, (32,))
+    return model, x, y
+
+
+def _np(t) -> np.ndarray:
+    return t.detach().float().cpu().numpy()
+
+
+def test_fp32_summaries_equal_summaries_of_tensors_computed_by_hand():
+    import torch
+
+    from lensa.live.capture import Recorder
+
+    model, x, y = _tiny()
+    twin, _, _ = _tiny()  # the same weights, trained by hand beside it
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    twin_opt = torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9)
+    recorded = {1, 3}
+    expected: dict[tuple[str, str, int], R.TensorStats] = {}
+    losses = {}
+    with Recorder(model, opt, steps=recorded) as rec:
+        for step in range(1, 5):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            rec.step(loss=loss)
+
+            # By hand: every intermediate kept with retain_grad().
+            twin_opt.zero_grad()
+            weights = {n: _np(p).copy() for n, p in twin.named_parameters()}
+            h0 = twin[0](x)
+            h1 = twin[1](h0)
+            h2 = twin[2](h1)
+            for h in (h0, h1, h2):
+                h.retain_grad()
+            twin_loss = torch.nn.functional.cross_entropy(h2, y)
+            twin_loss.backward()
+            twin_opt.step()
+            losses[step] = float(twin_loss.detach())
+            if step in recorded:
+                for n, p in twin.named_parameters():
+                    expected["weight", n, step] = R.summarize(weights[n])
+                    expected["weight_grad", n, step] = R.summarize(_np(p.grad))
+                    expected["update", n, step] = R.summarize_update(weights[n], _np(p))
+                for name, h in zip(("0", "1", "2"), (h0, h1, h2), strict=True):
+                    expected["activation", name, step] = R.summarize(_np(h))
+                    expected["activation_grad", name, step] = R.summarize(_np(h.grad))
+    run = rec.stats()
+    assert run.kinds() == list(R.KINDS)
+    assert run.names("weight") == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert run.names("activation") == ["0", "1", "2"]
+    assert {k: run.steps(k) for k in run.kinds()} == {k: [1, 3] for k in R.KINDS}
+    assert len(run) == len(expected)
+    for (kind, name, step), want in expected.items():
+        assert run.get(kind, name, step) == want, (kind, name, step)
+    assert run.get("update", "0.weight", 3).lost_counts is not None
+    assert run.losses() == pytest.approx(losses, abs=0)  # the same loss, bit for bit
+    assert run.loss_scales() == {} and run.skipped_steps() == []
+
+
+def test_kinds_modules_and_default_schedule():
+    import torch
+
+    from lensa.live.capture import Recorder
+
+    model, x, y = _tiny()
+    with Recorder(model, kinds=("activation", "weight_grad"), modules=["1"]) as rec:
+        assert rec.recorded_steps is None
+        for _ in range(5):
+            model.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            with torch.no_grad():
+                model(x)  # an evaluation pass: not recorded
+            rec.step()
+    run = rec.stats()
+    assert run.kinds() == ["weight_grad", "activation"]
+    assert run.names("activation") == ["1"]
+    assert run.steps("activation") == [1, 2, 4]  # powers of two
+    assert np.isnan(run.losses()[5])
+    with pytest.raises(ValueError, match="optimizer"):
+        Recorder(model, kinds=("update",))
+    with pytest.raises(ValueError, match="no modules"):
+        Recorder(model, kinds=("activation",), modules=["nope"])
+
+
+def _fp16_step(model, opt, scaler, x, y, spike: float = 1.0):
+    import torch
+
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = torch.nn.functional.cross_entropy(model(x).float(), y)
+    scaler.scale(loss * spike).backward()
+    scaler.step(opt)
+    scaler.update()
+    return loss
+
+
+def test_gradscaler_true_gradients_scale_history_and_skipped_step():
+    import torch
+
+    from lensa.live.capture import Recorder
+
+    model, x, y = _tiny()
+    twin, _, _ = _tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    twin_opt = torch.optim.SGD(twin.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
+    twin_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
+    spike_at = 3  # a loss times 1e30 overflows FP16 gradients: the step is skipped and the scale halves
+    with Recorder(model, opt, steps=range(1, 6), scaler=scaler) as rec:
+        for step in range(1, 6):
+            spike = 1e30 if step == spike_at else 1.0
+            loss = _fp16_step(model, opt, scaler, x, y, spike)
+            rec.step(loss=loss)
+
+            # By hand: the true gradients are the scaled ones divided by the scale.
+            twin_opt.zero_grad(set_to_none=True)
+            scale = twin_scaler.get_scale()
+            with torch.autocast("cpu", dtype=torch.float16):
+                h0 = twin[0](x)
+                h1 = twin[1](h0)
+                h2 = twin[2](h1)
+                for h in (h0, h1, h2):
+                    h.retain_grad()
+                twin_loss = torch.nn.functional.cross_entropy(h2.float(), y)
+            twin_scaler.scale(twin_loss * spike).backward()
+            grads = {n: _np(p.grad) / np.float32(scale) for n, p in twin.named_parameters()}
+            acts = {n: _np(h) for n, h in zip("012", (h0, h1, h2), strict=True)}
+            act_grads = {n: _np(h.grad) / np.float32(scale) for n, h in zip("012", (h0, h1, h2), strict=True)}
+            twin_scaler.step(twin_opt)
+            twin_scaler.update()
+            run = rec.stats()
+            for n, g in grads.items():
+                assert run.get("weight_grad", n, step) == R.summarize(g), (n, step)
+            for n in "012":
+                assert run.get("activation", n, step) == R.summarize(acts[n]), (n, step)
+                assert run.get("activation_grad", n, step) == R.summarize(act_grads[n]), (n, step)
+
+    run = rec.stats()
+    # growth_interval=2: two clean steps double the scale; the overflow halves it and resets the count.
+    assert run.loss_scales() == {1: 2.0**10, 2: 2.0**10, 3: 2.0**11, 4: 2.0**10, 5: 2.0**10}
+    assert run.skipped_steps() == [spike_at]
+    overflowed = run.get("weight_grad", "2.weight", spike_at)
+    assert overflowed.inf + overflowed.nan > 0  # recorded as it was
+    assert run.steps("update") == [1, 2, 4, 5]  # a skipped step changes no weight
+    assert run.get("weight_grad", "2.weight", 1).finite_nonzero > 1
+
+
+def test_skip_detected_from_the_scale_without_the_optimizer():
+    import torch
+
+    from lensa.live.capture import Recorder
+
+    model, x, y = _tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    with Recorder(model, steps=[1], scaler=scaler, kinds=("weight_grad",)) as rec:
+        for step in range(1, 4):
+            rec.step(loss=_fp16_step(model, opt, scaler, x, y, 1e30 if step == 2 else 1.0))
+    assert rec.stats().skipped_steps() == [2]
+    assert rec.stats().loss_scales() == {1: 2.0**10, 2: 2.0**10, 3: 2.0**9}
+
+
+def test_close_removes_every_hook_and_memory_stays_summaries(tmp_path):
+    import torch
+
+    from lensa.live.capture import Recorder
+
+    model, x, y = _tiny()
+    opt = torch.optim.Adam(model.parameters())
+
+    def hook_count() -> int:
+        n = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+        return n + len(opt._optimizer_step_pre_hooks) + len(opt._optimizer_step_post_hooks)
+
+    assert hook_count() == 0
+    rec = Recorder(model, opt, steps=2)
+    assert hook_count() > 0
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        rec.step(loss=1.0)
+    rec.close()
+    assert hook_count() == 0
+    kept = [v for v in vars(rec).values() if isinstance(v, torch.Tensor)]
+    assert kept == [] and rec._before is None  # no tensor outlives its step
+    rec.save(tmp_path / "run.npz")
+    assert R.load(tmp_path / "run.npz") == rec.stats()
