@@ -1,16 +1,15 @@
 """Steps 2-5 with measured data through AppTest: every step × every data source × both languages, the URL
 controls of a recorded run, falling back with a notice, uploads good and bad, and the session's lab slot.
 
-Until ``lensa.reference`` ships, the reference run is the synthetic one of tests/runfixtures.py, put in
-its place for these tests only.
+``data=reference`` reads the shipped reference run (lensa/data); the lab run and the uploads are the
+synthetic runs of tests/runfixtures.py.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import math
 import sys
-import types
 
 import plotly.graph_objects as go
 import pytest
@@ -18,6 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 from streamlit.testing.v1 import AppTest
 
+from lensa import measured
+from lensa.reference import load_reference
 from lensa.ui import i18n
 from lensa.ui import measured as view
 from lensa.ui.site import MEASURED_ONLY, PAGES_BY_KEY
@@ -27,19 +28,10 @@ from tests.test_fuzz_links import _last, _plain_number, link_value
 
 DATA_STEPS = ("fp16_range", "loss_scaling", "master_weights", "bf16")
 SOURCES = ("illustration", "reference", "lab", "upload")
-HAS_REFERENCE = importlib.util.find_spec("lensa.reference") is not None
 
 
 @pytest.fixture(autouse=True)
-def reference(monkeypatch):
-    """The reference run: the shipped one where it exists, else the synthetic one in its place."""
-    if not HAS_REFERENCE:
-        module = types.ModuleType("lensa.reference")
-        module.load_reference = reference_arms
-        monkeypatch.setitem(sys.modules, "lensa.reference", module)
-        import lensa
-
-        monkeypatch.setattr(lensa, "reference", module, raising=False)
+def fresh_reference_cache():
     view._load_reference.clear()
     yield
     view._load_reference.clear()
@@ -110,22 +102,20 @@ def test_every_step_with_every_data_source(key, data, lang):
 
 @pytest.mark.parametrize("lang", i18n.LANGUAGES)
 def test_step3_names_the_two_loss_scales_and_replays_the_scaler(lang):
+    fp32, fp16 = load_reference()
+    bounds = measured.scale_bounds(measured.select(fp32, "weight_grad", "all", fp32.steps("weight_grad")[-1]))
+    keep, safe = f"2^{bounds.keep_k}", f"2^{bounds.safe_k}"
     at = visit("loss_scaling", lang, data="reference")
     text = "\n".join(m.value for m in at.markdown)
-    assert "**S = 2^" in text
-    m = metrics(at)
-    keep, safe = (
-        m[i18n.text(lang, "loss_scaling_data.metric_keep")],
-        m[i18n.text(lang, "loss_scaling_data.metric_safe")],
-    )
-    assert keep.startswith("2^") and safe.startswith("2^")
     assert f"**S = {keep}**" in text and f"**S = {safe}**" in text
-    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    run = specs[-1]  # the replayed GradScaler history
-    if not HAS_REFERENCE:
-        assert run["data"][0]["y"][0] == 16
-        assert run["data"][1]["x"] == [3, 4, 17]  # the recorded skipped steps
-        assert (keep, safe) == ("2^11", "2^18")
+    m = metrics(at)
+    assert m[i18n.text(lang, "loss_scaling_data.metric_keep")] == keep
+    assert m[i18n.text(lang, "loss_scaling_data.metric_safe")] == safe
+    run = json.loads(at.get("plotly_chart")[-1].proto.spec)  # the replayed GradScaler history
+    scales = fp16.loss_scales()
+    assert run["data"][0]["x"] == list(scales) and run["data"][0]["y"][0] == math.log2(scales[1])
+    assert run["data"][1]["x"] == fp16.skipped_steps() and fp16.skipped_steps()  # the real skipped steps, marked ×
+    assert i18n.text(lang, "data.recipe_title") in [e.label for e in at.expander]  # its recipe, one click away
 
 
 def test_step3_scale_slider_moves_the_real_shares():
