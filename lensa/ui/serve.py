@@ -64,12 +64,17 @@ THIRD_PARTY = (
 
 
 def lensa_modules() -> list[str]:
-    """Every module of the ``lensa`` package (``lensa.live`` imports torch only when a run starts)."""
+    """Every module of the ``lensa`` package but the torch ones.
+
+    ``lensa.live`` itself imports torch only when a run starts; its submodules (the recorder, the reference
+    run) import torch and run in the lab's worker process or in a learner's own training loop, never here.
+    """
     package = ROOT / "lensa"
-    return sorted(
+    names = (
         ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         for path in package.rglob("*.py")
     )
+    return sorted(name for name in names if not name.startswith("lensa.live."))
 
 
 def preload() -> list[str]:
