@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from websockets.sync.client import connect
@@ -43,7 +44,11 @@ def test_the_cookie_pins_the_page_and_its_websocket_to_one_replica(cluster):
 
 
 def test_stopping_a_replica_moves_only_its_sessions_and_they_get_their_page_back(cluster):
-    result = asyncio.run(failover(cluster, learners=8, think_s=1.0, seconds=14, stop_after_s=5, timeout_s=20))
+    # In a thread of its own: the browser tests' Playwright (sync API) keeps an event loop running in this one.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        result = pool.submit(
+            asyncio.run, failover(cluster, learners=8, think_s=1.0, seconds=14, stop_after_s=5, timeout_s=20)
+        ).result()
     everyone = result.affected + result.others
     assert all(p.replicas for p in everyone), "every learner connected, and the 101 named its replica"
     assert all(p.move_ms for p in everyone), "every learner moved a slider"
