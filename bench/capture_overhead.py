@@ -10,9 +10,9 @@ A step is the whole training step (forward, backward, clipping, AdamW) with the 
 Timed in CPU seconds of the process with torch on one thread. On the shared 2-core machine a step's wall
 time swings ten-fold with the neighbours' load while its CPU time stays put, and with one thread the CPU
 time is the work the step does (torch's idle threads would otherwise count their spinning). The recorder's
-summaries run on one thread anyway. The ratios are medians over the bare step's median; the last row is
-a whole run of the recipe (its steps, about 12 of them recorded). The target is at most 1.3x at recorded
-steps.
+summaries (torch integer work, then numpy per non-empty bin) run on that same thread. The ratios are
+medians over the bare step's median; the last row is a whole run of the recipe (its steps, about 12 of
+them recorded). The target is at most 1.3x at recorded steps.
 """
 
 from __future__ import annotations

@@ -511,69 +511,152 @@ def summarize(x: ArrayLike) -> TensorStats:
     """
     bits = _as_float32(x).view(np.uint32)
     acc = _count(bits)
-    edges = np.array(_edges(), np.int64)
-    unaligned = _unaligned()
 
-    # The fine bins of the finite non-zero values, one row per binade: rows row0 ... of binades -149 ... 127,
-    # only as many as the values reach (binade -149 + row0 is the first row; the rest are all empty).
-    has_sub = bool(acc.sub_count.any())
-    e_lo = 1 if has_sub else min(max(1, acc.key_lo // _FINE_PER_BINADE), 255)  # exponent fields e_lo ... e_hi - 1
+    # The fine bins of the finite non-zero values, on the grid of binades -149 ... 127 (2**11 bins each):
+    # float32 subnormals by their own binade (rows 0 ... 22), then exponent fields 1 ... 254 (rows 23 ... 276).
+    # Only the keys the values reached (exponent fields e_lo ... e_hi - 1): a tensor spans a few dozen binades.
+    e_lo = min(max(1, acc.key_lo // _FINE_PER_BINADE), 255)
     e_hi = max(e_lo, min(255, -(-acc.key_hi // _FINE_PER_BINADE)))
-    row0 = 0 if has_sub else e_lo - 1 + _N_SUBNORMAL_BINADES
     normal = slice(e_lo * _FINE_PER_BINADE, e_hi * _FINE_PER_BINADE)
-    sub = slice(0, _N_SUBNORMAL_BINADES * _FINE_PER_BINADE if has_sub else 0)
-    fine = np.concatenate([acc.sub_count[sub], acc.fine_count[normal].astype(np.int64)])
-    fine = fine.reshape(-1, _FINE_PER_BINADE)
-    low_sum = np.concatenate([acc.sub_low_sum[sub], acc.fine_low_sum[normal]]).reshape(-1, _FINE_PER_BINADE)
-    sub_exact = acc.sub_exact_at if has_sub else acc.sub_exact_at[:, :0]
-    exact_at = np.concatenate([sub_exact, acc.exact_at[:, e_lo:e_hi]], axis=1)  # (n_unaligned, rows)
-    n_rows = fine.shape[0]
-
-    # Number of values with F below each edge, per binade; the unaligned edges add the values exactly at F - 1.
-    below = np.zeros((n_rows, _FINE_PER_BINADE + 1), np.int64)
-    np.cumsum(fine, axis=1, out=below[:, 1:])
-    under = below[:, edges >> _FINE_BITS]
-    for i, f_exact in enumerate(unaligned):
-        under[:, int(np.searchsorted(edges, int(f_exact) + 1))] += exact_at[i]
-    table = np.diff(np.concatenate([under, below[:, -1:]], axis=1), axis=1)
-
-    nan = int(acc.fine_count[255 * _FINE_PER_BINADE :].sum()) - acc.infs
-    occupied = np.flatnonzero(below[:, -1])
-    lo, hi = (int(occupied[0]), int(occupied[-1]) + 1) if occupied.size else (0, 0)
-    return TensorStats(
+    sub_bins = np.flatnonzero(acc.sub_count)
+    normal_bins = np.flatnonzero(acc.fine_count[normal])
+    bins = np.concatenate([sub_bins, normal_bins + (_N_SUBNORMAL_BINADES + e_lo - 1) * _FINE_PER_BINADE])
+    fine_count = np.concatenate([acc.sub_count[sub_bins], acc.fine_count[normal][normal_bins].astype(np.int64)])
+    fine_low_sum = np.concatenate([acc.sub_low_sum[sub_bins], acc.fine_low_sum[normal][normal_bins]])
+    return from_histograms(
         size=int(bits.size),
         exact_zero=acc.zeros,
         inf=acc.infs,
-        nan=nan,
-        binade_lo=BINADE_MIN + (row0 + lo if occupied.size else 0),
-        table=table[lo:hi],
-        rel_error_sum=_relative_error_sums(fine, low_sum, row0),
+        nan=int(acc.fine_count[255 * _FINE_PER_BINADE :].sum()) - acc.infs,
+        bins=bins,
+        fine_count=fine_count,
+        fine_low_sum=fine_low_sum,
+        exact_at=np.concatenate([acc.sub_exact_at, acc.exact_at[:, 1:255]], axis=1),
     )
 
 
-def _relative_error_sums(fine: NDArray[np.int64], low_sum: NDArray[np.float64], row0: int = 0) -> tuple[float, ...]:
+def exact_fractions() -> tuple[int, ...]:
+    """The fraction values F (0 <= F < 2**23) whose values :func:`from_histograms` needs counted exactly.
+
+    One below each significand edge that is not a multiple of 2**12 (a fine-bin edge): the fine bins alone
+    cannot tell those values from the rest of their bin. Ascending.
+    """
+    return _unaligned()
+
+
+def from_histograms(
+    *,
+    size: int,
+    exact_zero: int,
+    inf: int,
+    nan: int,
+    bins: ArrayLike,
+    fine_count: ArrayLike,
+    fine_low_sum: ArrayLike,
+    exact_at: ArrayLike,
+    lost_counts: tuple[int, ...] | None = None,
+) -> TensorStats:
+    """The summary of a float32 tensor, from its fine histograms: what a summary is, whoever did the binning.
+
+    :func:`summarize` bins with numpy and ends here; :mod:`lensa.live.capture` bins with torch and ends here
+    too, so both give equal records from equal histograms. The fine bins of the finite non-zero values lie on
+    a grid of 277 binades (-149 ... 127; |x| in [2**b, 2**(b+1)), float32 subnormals by their own binade)
+    times 2**11 columns (the top 11 of the 23 fraction bits F of the value normalised to 1.F): bin
+    ``(b + 149) * 2048 + (F >> 12)``. Only the bins that hold values are given:
+
+    - ``bins``: their grid indices, strictly ascending (int);
+    - ``fine_count``: the number of values in each (int, > 0);
+    - ``fine_low_sum``: the sum of those values' low 12 fraction bits, ``F & 4095`` (float64 holding integers);
+    - ``exact_at`` (len(:func:`exact_fractions`), 277): per binade, the number of values whose F equals
+      ``exact_fractions()[k]`` (int).
+
+    ``size`` is the number of values, ``exact_zero`` / ``inf`` / ``nan`` the numbers of ±0, ±inf and NaN.
+    Raises ValueError for shapes that do not fit, bins out of order or off the grid, and counts that do not
+    add up to ``size``.
+    """
+    edges = _edges()
+    n_cols = len(edges)
+    idx = np.asarray(bins)
+    count = np.asarray(fine_count)
+    lows = np.asarray(fine_low_sum, np.float64)
+    exact = np.asarray(exact_at)
+    if idx.dtype.kind not in "iu" or count.dtype.kind not in "iu" or exact.dtype.kind not in "iu":
+        raise ValueError("bins, fine_count and exact_at must hold integers")
+    if idx.ndim != 1 or count.shape != idx.shape or lows.shape != idx.shape:
+        raise ValueError(f"need one count and one low sum per bin; got {idx.shape}, {count.shape}, {lows.shape}")
+    if exact.shape != (len(_unaligned()), N_BINADES):
+        raise ValueError(f"exact_at must have shape {(len(_unaligned()), N_BINADES)}, not {exact.shape}")
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size and (idx[0] < 0 or idx[-1] >= N_BINADES * _FINE_PER_BINADE or np.any(np.diff(idx) <= 0)):
+        raise ValueError("bins must be strictly ascending indices into the grid of 277 * 2048 fine bins")
+    if idx.size and count.min() <= 0:
+        raise ValueError("every bin given must hold values (count > 0)")
+
+    # Each fine bin lies in one significand interval, but for an unaligned edge e (one past a fine-bin edge):
+    # its bin goes to the interval from e on, and the values with F == e - 1 (exact_at) move back one.
+    row = idx // _FINE_PER_BINADE
+    lo, hi = (int(row[0]), int(row[-1]) + 1) if idx.size else (0, 0)
+    cell = (row - lo) * n_cols + _interval_of_column()[idx % _FINE_PER_BINADE]
+    table = np.bincount(cell, weights=count, minlength=(hi - lo) * n_cols)  # exact: integers below 2**53
+    table = table.astype(np.int64).reshape(hi - lo, n_cols)
+    for i, f_exact in enumerate(_unaligned()):
+        j = int(np.searchsorted(edges, int(f_exact) + 1))
+        table[:, j] -= exact[i, lo:hi]
+        table[:, j - 1] += exact[i, lo:hi]
+    return TensorStats(
+        size=int(size),
+        exact_zero=int(exact_zero),
+        inf=int(inf),
+        nan=int(nan),
+        binade_lo=BINADE_MIN + lo,
+        table=table,
+        rel_error_sum=_relative_error_sums(idx, count, lows),
+        lost_counts=lost_counts,
+    )
+
+
+@cache
+def _interval_of_column() -> NDArray[np.int64]:
+    """Per fine-bin column (F >> 12): the significand interval its values are in (the later one at an unaligned
+    edge's bin)."""
+    starts = np.array(_edges(), np.int64) >> _FINE_BITS
+    return np.searchsorted(starts, np.arange(_FINE_PER_BINADE), side="right") - 1
+
+
+def _relative_error_sums(
+    idx: NDArray[np.int64], fine_count: NDArray[np.integer], lows: NDArray[np.float64]
+) -> tuple[float, ...]:
     """Sum of |stored - x| / |x| per summary format, from the fine bins (see the module notes for the bound).
 
-    ``fine`` and ``low_sum`` hold the rows of binades -149 + row0 ... (one per binade, 2**11 bins each).
+    ``idx``: the non-empty bins' indices into the grid of binades -149 ... 127 (2**11 bins each), ascending;
+    ``fine_count`` and ``lows``: their counts and sums of low bits. The sums run over the bins in that order.
     """
-    local = np.flatnonzero(fine)
-    if not local.size:
+    if not idx.size:
         return (0.0,) * len(SUMMARY_FORMATS)
-    count = fine.reshape(-1)[local].astype(np.float64)
-    lows = low_sum.reshape(-1)[local]
-    idx = local + row0 * _FINE_PER_BINADE  # into the full grid of binades -149 ... 127
+    count = fine_count.astype(np.float64)
     # x = (d0 + low) * 2**(binade - 23), with d0 the bin's lower edge in those units.
     d0 = ((1 << _FRAC_BITS) + ((idx % _FINE_PER_BINADE) << _FINE_BITS)).astype(np.float64)
     mean_abs = d0 + lows / count
-    sums = []
-    with np.errstate(invalid="ignore", over="ignore"):
-        for name in SUMMARY_FORMATS:
-            stored = _stored_in_fine_bins(name).reshape(-1)[idx]
-            # The sign of x - stored is the same across a bin, so the bin's sum of |x - stored| is exact.
-            abs_err = np.abs(count * (d0 - stored) + lows)
-            abs_err = np.where(np.isinf(stored), np.inf, abs_err)
-            sums.append(float(np.sum(abs_err / mean_abs)))
-    return tuple(sums)
+    # The sign of x - stored is the same across a bin, so the bin's sum of |x - stored| is exact; where the
+    # format overflows to inf, d0 - stored is -inf and so is the sum (|.| makes it inf).
+    terms = np.take(_bin_offsets(), idx, axis=1)  # (formats, bins): d0 - stored
+    terms *= count
+    terms += lows
+    np.abs(terms, out=terms)
+    terms /= mean_abs
+    return tuple(float(np.sum(row)) for row in terms)
+
+
+@cache
+def _bin_offsets() -> NDArray[np.float64]:
+    """(formats, all fine bins of binades -149 ... 127): the bin's lower edge minus its stored value, in units of
+    2**(binade - 23); -inf where the format overflows to inf. Read only."""
+    d0 = (1 << _FRAC_BITS) + (np.arange(_FINE_PER_BINADE, dtype=np.int64) << _FINE_BITS)
+    d0 = np.tile(d0, N_BINADES).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        out = np.stack([d0 - _stored_in_fine_bins(name).reshape(-1) for name in SUMMARY_FORMATS])
+    out.setflags(write=False)
+    return out
 
 
 def summarize_update(w_before: ArrayLike, w_after: ArrayLike) -> TensorStats:

@@ -233,3 +233,127 @@ def test_close_removes_every_hook_and_memory_stays_summaries(tmp_path):
     assert kept == [] and rec._before is None  # no tensor outlives its step
     rec.save(tmp_path / "run.npz")
     assert R.load(tmp_path / "run.npz") == rec.stats()
+
+
+# --- the torch path: equal to lensa.runstats bit for bit ------------------------------------------------------
+
+
+def _edge_arrays() -> dict[str, np.ndarray]:
+    from tests.test_runstats import boundary_values, random_bits
+
+    tiny = np.float32(2.0**-149)
+    with np.errstate(invalid="ignore"):
+        rand = random_bits(200_000, seed=7)
+    return {
+        "empty": np.zeros(0, np.float32),
+        "zeros": np.array([0.0, -0.0, 0.0], np.float32),
+        "specials": np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1.0, -2.0], np.float32),
+        "only inf and nan": np.array([np.inf, np.nan, -np.inf], np.float32),
+        "subnormals": np.concatenate([tiny * np.arange(-300, 300, dtype=np.float32), [np.float32(2.0**-126)]]),
+        "powers of two": np.ldexp(np.float32(1), np.arange(-149, 128)).astype(np.float32),
+        "boundaries ± 1 ulp": boundary_values(),
+        "random bit patterns": rand,
+        "more than one chunk": np.concatenate([rand] * 6),  # 1.2 M values: two bincounts merged
+    }
+
+
+def test_summarize_tensor_equals_summarize_on_edge_arrays():
+    import torch
+
+    from lensa.live.capture import summarize_tensor
+
+    for label, x in _edge_arrays().items():
+        with np.errstate(invalid="ignore"):
+            want = R.summarize(x)
+        assert summarize_tensor(torch.from_numpy(x)) == want, label
+        assert summarize_tensor(torch.from_numpy(np.stack([x, x], 1))[:, 0]) == want, label  # strided
+    x = np.random.default_rng(3).standard_normal(5000).astype(np.float32) * 1e-3
+    for dtype in (torch.float16, torch.bfloat16, torch.float64):
+        t = torch.from_numpy(x).to(dtype)
+        assert summarize_tensor(t) == R.summarize(t.float().numpy()), dtype
+
+
+def test_summarize_update_tensors_equals_summarize_update():
+    import torch
+
+    from lensa.live.capture import summarize_update_tensors
+    from tests.test_runstats import boundary_values, random_bits
+
+    with np.errstate(invalid="ignore"):
+        pairs = [(random_bits(50_000, seed=8), random_bits(50_000, seed=9))]
+    b = boundary_values()
+    pairs.append((b, b + np.float32(1e-3) * b))  # updates near the rounding points of every format
+    pairs.append((b, np.nextafter(b, np.float32(np.inf))))  # one ulp of float32: lost everywhere
+    for before, after in pairs:
+        with np.errstate(invalid="ignore", over="ignore"):
+            want = R.summarize_update(before, after)
+        got = summarize_update_tensors(torch.from_numpy(before), torch.from_numpy(after))
+        assert got == want and got.lost_counts == want.lost_counts
+    with pytest.raises(ValueError, match="shape"):
+        summarize_update_tensors(torch.zeros(3), torch.zeros(4))
+
+
+def test_torch_path_equals_summarize_on_the_reference_models_tensors():
+    import torch
+
+    from lensa.live.capture import summarize_tensor, summarize_update_tensors
+    from lensa.live.reference import Recipe, setup
+
+    r = Recipe()
+    model, opt, data = setup(r)
+    outputs: dict[str, torch.Tensor] = {}
+
+    def keep(name):
+        def hook(module, args, out):
+            out.retain_grad()
+            outputs[name] = out
+
+        return hook
+
+    handles = [m.register_forward_hook(keep(n)) for n, m in model.named_modules() if n and not list(m.children())]
+    x, y = next(data)
+    loss = torch.nn.functional.cross_entropy(model(x).view(-1, r.vocab_size), y.reshape(-1))
+    loss.backward()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt.step()
+    for h in handles:
+        h.remove()
+    tensors = [p.detach() for p in before.values()] + [p.grad for p in model.parameters()]
+    tensors += [o.detach() for o in outputs.values()] + [o.grad for o in outputs.values()]
+    assert len(tensors) == 2 * 28 + 2 * 18
+    for t in tensors:
+        assert summarize_tensor(t) == R.summarize(t.numpy())
+    for n, p in model.named_parameters():
+        want = R.summarize_update(before[n].numpy(), p.detach().numpy())
+        assert summarize_update_tensors(before[n], p) == want, n
+
+
+def test_unscaling_divides_like_numpy():
+    import torch
+
+    from lensa.live.capture import _unscaled
+
+    x = np.random.default_rng(4).standard_normal(10_000).astype(np.float32) * np.float32(1e-30)
+    x = np.concatenate([x, [0.0, np.inf, np.nan, 2.0**-149, 3e38]]).astype(np.float32)
+    for scale in (2.0**16, 2.0**-3, 3.0, 1000.0, 2.0**127):
+        with np.errstate(over="ignore"):
+            want = x / np.float32(scale)
+        got = _unscaled(torch.from_numpy(x), scale).numpy()
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32), equal_nan=False), scale
+
+
+def test_from_histograms_refuses_what_does_not_fit():
+    n_exact = len(R.exact_fractions())
+    ok = dict(size=1, exact_zero=0, inf=0, nan=0, bins=[5], fine_count=[1], fine_low_sum=[0.0])
+    assert R.from_histograms(**ok, exact_at=np.zeros((n_exact, R.N_BINADES), int)).finite_nonzero == 1
+    bad = [
+        dict(ok, exact_at=np.zeros((n_exact, 3), int)),
+        dict(ok, bins=[R.N_BINADES * 2048], exact_at=np.zeros((n_exact, R.N_BINADES), int)),
+        dict(ok, bins=[5, 5], fine_count=[1, 1], fine_low_sum=[0.0, 0.0], exact_at=np.zeros((n_exact, 277), int)),
+        dict(ok, fine_count=[0], exact_at=np.zeros((n_exact, R.N_BINADES), int)),
+        dict(ok, fine_count=[1.0], exact_at=np.zeros((n_exact, R.N_BINADES), int)),
+        dict(ok, size=2, exact_at=np.zeros((n_exact, R.N_BINADES), int)),
+    ]
+    for kwargs in bad:
+        with pytest.raises(ValueError):
+            R.from_histograms(**kwargs)
