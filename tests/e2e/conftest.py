@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from bench.replicas import nginx_missing_reason
 from tests.e2e.harness import Server, browser, chromium_missing_reason
 
-_REASON = chromium_missing_reason()
+# On a developer's machine a test whose browser or balancer is missing is skipped, with the reason. In CI
+# (CI=true, as .ci/run runs) it fails instead: .ci/run installs both, so a missing one is a broken CI.
+IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
-def pytest_collection_modifyitems(config, items):
-    if _REASON:
-        for item in items:
-            # Only the tests that open a browser need chromium (the replica test speaks the websocket itself).
-            if item.get_closest_marker("e2e") and "chromium" in getattr(item, "fixturenames", ()):
-                item.add_marker(pytest.mark.skip(reason=_REASON))
+def missing_requirement(item: pytest.Item) -> str | None:
+    """Why this test cannot run here (chromium for the browser tests, nginx for the replica tests), or None."""
+    if "chromium" in getattr(item, "fixturenames", ()):
+        return chromium_missing_reason()
+    if item.get_closest_marker("nginx"):
+        return nginx_missing_reason()
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    reason = missing_requirement(item)
+    if reason and IN_CI:
+        pytest.fail(f"CI must run this test, but {reason}", pytrace=False)
+    if reason:
+        pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
