@@ -288,7 +288,7 @@ def test_out_of_memory_becomes_kind_oom_and_frees_the_slot(monkeypatch):
     def explode(*_args):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 TiB")
 
-    monkeypatch.setattr(live, "_build_mlp", explode)
+    monkeypatch.setattr("lensa.live.arms._build_mlp", explode)  # where the comparison reads it
     with pytest.raises(live.LiveError) as info:
         live.compare(TINY)
     assert info.value.kind == "oom" and "freed" in info.value.message
@@ -449,9 +449,9 @@ def test_cuda_gradscaler_trace_matches_simulation():
 @requires_torch
 def test_a_mode_too_slow_for_the_budget_is_measured_smaller(monkeypatch):
     """An emulated format (FP16 on a CPU without FP16 matrix units) must not keep a learner waiting for minutes."""
-    monkeypatch.setattr(live, "MATMUL_PRODUCT_BUDGET_S", 1e-9)  # every mode now counts as too slow
+    monkeypatch.setattr("lensa.live.matmul.MATMUL_PRODUCT_BUDGET_S", 1e-9)  # every mode now counts as too slow
     rows = live.matmul_benchmark(size=1024, modes=("fp32", "bf16"), repeats=1, warmup=0, device="cpu")
     assert [r["size"] for r in rows] == [256, 256]
     assert all(r["tflops"] and r["tflops"] > 0 for r in rows)
-    monkeypatch.setattr(live, "MATMUL_PRODUCT_BUDGET_S", 1e9)  # nothing is too slow: the asked size is kept
+    monkeypatch.setattr("lensa.live.matmul.MATMUL_PRODUCT_BUDGET_S", 1e9)  # nothing is too slow: the asked size is kept
     assert live.matmul_benchmark(size=512, modes=("fp32",), repeats=1, warmup=0, device="cpu")[0]["size"] == 512
