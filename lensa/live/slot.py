@@ -10,30 +10,21 @@ from collections.abc import Iterator
 
 from lensa.live.errors import LiveError
 
+_LOCK = threading.Lock()
+"""The run slot itself: held by one thread at a time, across a whole run."""
+_HELD = threading.local()
+"""Per thread: how deeply it has nested :func:`run_slot` (``depth``), so a holder can re-enter without waiting.
 
-class _RunSlot:
-    """A process-wide lock that its holder may re-enter (the page may hold it around several calls)."""
+A plain lock with a per-thread count, not an ``RLock``: Python 3.11's ``RLock`` cannot say whether anyone holds
+it, which :func:`is_busy` must.
+"""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._owner: int | None = None
-        self._depth = 0
 
-    def locked(self) -> bool:
-        return self._lock.locked()
-
-    @contextlib.contextmanager
-    def hold(self, wait_s: float) -> Iterator[None]:
-        me = threading.get_ident()
-        # Only this thread ever sets _owner to its own id, so reading it unlocked is safe.
-        if self._owner == me:
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
-            return
-        got = self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(blocking=False)
+@contextlib.contextmanager
+def _hold(wait_s: float) -> Iterator[None]:
+    depth = getattr(_HELD, "depth", 0)
+    if depth == 0:
+        got = _LOCK.acquire(timeout=wait_s) if wait_s > 0 else _LOCK.acquire(blocking=False)
         if not got:
             waited = f" after waiting {wait_s:g} s" if wait_s > 0 else ""
             raise LiveError(
@@ -41,20 +32,18 @@ class _RunSlot:
                 f"Another live run is in progress{waited}. Runs go one at a time, because two at once would "
                 "share the processor and distort each other's timings. Try again when it has finished.",
             )
-        self._owner, self._depth = me, 1
-        try:
-            yield
-        finally:
-            self._owner, self._depth = None, 0
-            self._lock.release()
-
-
-_SLOT = _RunSlot()
+    _HELD.depth = depth + 1
+    try:
+        yield
+    finally:
+        _HELD.depth = depth
+        if depth == 0:
+            _LOCK.release()
 
 
 def is_busy() -> bool:
     """True while any thread of this process holds the run slot (never blocks)."""
-    return _SLOT.locked()
+    return _LOCK.locked()
 
 
 def run_slot(wait_s: float = 0.0) -> contextlib.AbstractContextManager[None]:
@@ -66,4 +55,4 @@ def run_slot(wait_s: float = 0.0) -> contextlib.AbstractContextManager[None]:
     """
     if not (isinstance(wait_s, int | float) and math.isfinite(wait_s) and wait_s >= 0):
         raise LiveError("invalid", f"wait_s must be a number of seconds >= 0 (got {wait_s!r}).")
-    return _SLOT.hold(float(wait_s))
+    return _hold(float(wait_s))
