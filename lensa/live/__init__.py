@@ -35,7 +35,8 @@ Modules (one per concern; this package re-exports their public names):
 :mod:`~lensa.live.errors` (:class:`LiveError`), :mod:`~lensa.live.config` (the settings and their time
 model), :mod:`~lensa.live.device`, :mod:`~lensa.live.slot` (one run at a time),
 :mod:`~lensa.live.torch_utils`, :mod:`~lensa.live.task` (the MLP and its data), :mod:`~lensa.live.arms`
-(the comparison), :mod:`~lensa.live.rows`, :mod:`~lensa.live.matmul`, :mod:`~lensa.live.trace`; and,
+(the comparison), :mod:`~lensa.live.rows`, :mod:`~lensa.live.matmul`, :mod:`~lensa.live.trace`,
+:mod:`~lensa.live.schedule` (which steps a Recorder summarises); and,
 importing torch at once and so never imported from here, :mod:`~lensa.live.capture` (the Recorder) and
 :mod:`~lensa.live.reference` (the reference run). A module-level setting such as
 ``MATMUL_PRODUCT_BUDGET_S`` is read where it is defined (:mod:`lensa.live.matmul`): change it there.

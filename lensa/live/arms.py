@@ -7,7 +7,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from lensa.live.config import ARM_LABELS, ARMS, Progress, RunConfig, ShouldStop, _check_arms
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
     import torch
 
+    from lensa.runstats import RunStats
+
 
 @dataclass(frozen=True)
 class ArmResult:
@@ -31,9 +33,17 @@ class ArmResult:
     step's backward pass; None for arms without a scaler), ``skipped`` (the
     optimizer step was skipped because a gradient was inf or NaN; GradScaler
     then halves the scale, which is how it is detected without slowing the
-    loop). ``time_s`` covers only the recorded steps, after
+    loop). ``time_s`` covers only the measured steps, after
     ``warmup_steps`` untimed warm-up steps, with the device synchronised
     before each clock read; progress callbacks are outside it.
+    ``timed_steps``: the steps on the clock. With ``RunConfig.record`` the
+    ``recorded_steps`` (where the Recorder summarised tensors) run off the
+    clock, ``time_per_step_s`` is the mean of the other steps and ``time_s``
+    is that times all the steps; only when every step was recorded are they
+    timed, recording included. ``recording``: the arm's
+    :class:`~lensa.runstats.RunStats` (summaries only, tens of kilobytes per
+    recorded step; every step's loss, and for FP16 its loss scale and
+    skipped steps), None without ``record``.
     ``peak_memory_bytes``: CUDA ``max_memory_allocated`` over the timed
     steps (data, weights and optimizer state included); None on CPU.
     ``saved_for_backward_bytes``: bytes of the distinct tensors autograd kept
@@ -63,6 +73,9 @@ class ArmResult:
     loss_dtype: str
     skipped_steps: int
     warmup_steps: int
+    timed_steps: int
+    recorded_steps: tuple[int, ...] = ()
+    recording: RunStats | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +101,10 @@ class Comparison:
     def arm(self, name: str) -> ArmResult | None:
         """The finished arm called ``name``, or None."""
         return self.arms.get(name)
+
+    def recordings(self) -> dict[str, RunStats]:
+        """Each finished arm's recorded statistics, by arm (empty without ``RunConfig.record``)."""
+        return {name: a.recording for name, a in self.arms.items() if a.recording is not None}
 
 
 class _Cancelled(Exception):
@@ -191,31 +208,64 @@ def _train_arm(
     scaled = scaler.is_enabled()
 
     n = cfg.steps
+    recorded = cfg.recorded_steps()
+    recorder = None
+    if recorded:
+        from lensa.live.capture import Recorder  # imports torch at once, so only here
+
+        meta = {"arm": arm, "source": "lab", "config": asdict(cfg)}
+        recorder = Recorder(model, opt, steps=recorded, scaler=scaler if scaled else None, meta=meta)
+    # Recorded steps summarise their tensors on the CPU: keep that off the clock and out of the peak, unless
+    # every step is recorded (then there is nothing else to time).
+    off_clock = frozenset(recorded) if len(recorded) < n else frozenset()
     losses = torch.empty(n, device=device)
     scale_used = torch.empty(n, device=device)
     scale_after = torch.empty(n, device=device)
+
+    def run_step(i: int) -> None:
+        # Device-side copies, read once at the end: .item() per step would stall the GPU.
+        if scaled:
+            scale_used[i] = scaler.scale(one)
+        losses[i] = step(i).detach()
+        if scaled:
+            scale_after[i] = scaler.scale(one)
+        if recorder is not None:
+            recorder.step()  # the step's loss is filled in after the run, without a read per step
+
     if device == "cuda":
         _free_memory(device)
         torch.cuda.reset_peak_memory_stats()
     chunk = max(1, math.ceil(n / 20))
     elapsed = 0.0
+    peak_before = 0
     done = 0
-    while done < n:
-        _sync(device)
-        t0 = time.perf_counter()
-        for i in range(done, min(n, done + chunk)):
-            # Device-side copies, read once at the end: .item() per step would stall the GPU.
-            if scaled:
-                scale_used[i] = scaler.scale(one)
-            losses[i] = step(i).detach()
-            if scaled:
-                scale_after[i] = scaler.scale(one)
-        _sync(device)
-        elapsed += time.perf_counter() - t0
-        advanced = min(n, done + chunk) - done
-        done += advanced
-        tick(advanced, f"{arm}: step {done}/{n}")
-    peak = int(torch.cuda.max_memory_allocated()) if device == "cuda" else None
+    try:
+        while done < n:
+            _sync(device)
+            t0 = time.perf_counter()
+            for i in range(done, min(n, done + chunk)):
+                if i + 1 not in off_clock:
+                    run_step(i)
+                    continue
+                _sync(device)
+                elapsed += time.perf_counter() - t0
+                if device == "cuda":
+                    peak_before = max(peak_before, int(torch.cuda.max_memory_allocated()))
+                run_step(i)
+                _sync(device)
+                if device == "cuda":
+                    torch.cuda.reset_peak_memory_stats()
+                t0 = time.perf_counter()
+            _sync(device)
+            elapsed += time.perf_counter() - t0
+            advanced = min(n, done + chunk) - done
+            done += advanced
+            tick(advanced, f"{arm}: step {done}/{n}")
+    finally:
+        if recorder is not None:
+            recorder.close()
+    peak = max(peak_before, int(torch.cuda.max_memory_allocated())) if device == "cuda" else None
+    timed = n - len(off_clock)
 
     with torch.no_grad():
         logits = model(x_eval)
@@ -231,6 +281,11 @@ def _train_arm(
     else:
         skipped = [False] * n
         scales = [None] * n
+    recording = None
+    if recorder is not None:
+        recording = recorder.stats()
+        for i, (loss, scale, skip) in enumerate(zip(loss_list, scales, skipped, strict=True), start=1):
+            recording.record_step(i, loss, scale, skip)
     return ArmResult(
         arm=arm,
         label=ARM_LABELS[arm],
@@ -238,8 +293,8 @@ def _train_arm(
         losses=tuple(loss_list),
         loss_scales=tuple(scales),
         skipped=tuple(skipped),
-        time_s=elapsed,
-        time_per_step_s=elapsed / n,
+        time_s=elapsed if timed == n else elapsed / timed * n,
+        time_per_step_s=elapsed / timed,
         final_loss=loss_list[-1],
         eval_loss=eval_loss,
         accuracy=accuracy,
@@ -252,6 +307,9 @@ def _train_arm(
         loss_dtype=loss_dtype,
         skipped_steps=sum(skipped),
         warmup_steps=cfg.warmup_steps,
+        timed_steps=timed,
+        recorded_steps=recorded,
+        recording=recording,
     )
 
 
@@ -299,6 +357,14 @@ def _compare(
     notes: list[str] = []
     if device == "cpu":
         notes.append(f"CPU run with {torch.get_num_threads()} threads; peak memory is not measured on CPU.")
+    recorded = cfg.recorded_steps()
+    if recorded and len(recorded) < cfg.steps:
+        notes.append(
+            f"Recorded {len(recorded)} of the {cfg.steps} steps; they ran off the clock, and each arm's time counts "
+            "them at the pace of its other steps."
+        )
+    elif recorded:
+        notes.append("Every step was recorded, so the times include the recording.")
 
     gen = torch.Generator().manual_seed(cfg.seed)
     pool = cfg.train_batches(device)

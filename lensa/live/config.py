@@ -9,6 +9,7 @@ from typing import Any
 
 from lensa.live.device import DEVICES, resolve_device
 from lensa.live.errors import LiveError
+from lensa.live.schedule import log_spaced_steps
 
 Progress = Callable[[float, str], None]
 ShouldStop = Callable[[], bool]
@@ -54,6 +55,9 @@ class CostModel:
     zero_grad, clipping: memory-bound work that dominates small batches),
     plus ``step_s`` + ``layer_step_s`` per Linear layer (Python and kernel
     launches). Per arm: the FP32 evaluation pass and ``arm_s`` of set-up.
+    With :attr:`RunConfig.record`, per recorded step: ``record_value_s`` per
+    value the :class:`~lensa.live.capture.Recorder` summarises (CPU work, on
+    any device) plus ``record_tensor_s`` per tensor it summarises.
     """
 
     flop_per_s: dict[str, float]
@@ -61,15 +65,19 @@ class CostModel:
     step_s: float
     layer_step_s: float
     arm_s: float
+    record_value_s: float = 0.0
+    record_tensor_s: float = 0.0
 
 
 COST_MODELS: dict[str, CostModel] = {
     # Measured on the reference 2-core Xeon with AMX (torch 2.13, CPU): training reaches ~0.2 TFLOP/s in FP32
     # and FP16, ~0.6 in BF16; 6-10 ns per parameter per step; ~0.5 ms + 0.1 ms per layer of overhead. Rates are
     # set below those, and BF16 is costed like FP32 because CPUs without AMX run it no faster.
-    "cpu": CostModel({"fp32": 1.4e11, "fp16": 1.4e11, "bf16": 1.4e11}, 1.2e-8, 5.0e-4, 1.5e-4, 0.2),
+    # Recording: ~30 ns per value summarised and ~0.5 ms per tensor on one core (numpy), measured on this MLP.
+    "cpu": CostModel({"fp32": 1.4e11, "fp16": 1.4e11, "bf16": 1.4e11}, 1.2e-8, 5.0e-4, 1.5e-4, 0.2, 4.0e-8, 1.0e-3),
     # An A100-class GPU: ~15 TFLOP/s reached in FP32 (no TF32), ~100 in FP16/BF16 on tensor cores.
-    "cuda": CostModel({"fp32": 1.5e13, "fp16": 1.0e14, "bf16": 1.0e14}, 2.0e-11, 3.0e-4, 5.0e-5, 0.5),
+    # Recording copies each tensor to the host and summarises it there, as on a CPU.
+    "cuda": CostModel({"fp32": 1.5e13, "fp16": 1.0e14, "bf16": 1.0e14}, 2.0e-11, 3.0e-4, 5.0e-5, 0.5, 4.0e-8, 1.0e-3),
 }
 """The :class:`CostModel` per device kind behind :meth:`RunConfig.estimate_seconds`."""
 
@@ -89,7 +97,11 @@ class RunConfig:
     once (:meth:`train_batches` batches, so usually every step sees new
     samples and the model cannot just memorise one batch); accuracy is
     measured on ``eval_size`` further samples. Warm-up steps run before the
-    clock starts and are not part of the recorded steps.
+    clock starts and are not part of the measured steps.
+    ``record``: attach a :class:`~lensa.live.capture.Recorder` to each arm, at
+    :meth:`recorded_steps` (about 12, log-spaced), so the comparison returns
+    each arm's :class:`~lensa.runstats.RunStats`; its cost is in
+    :meth:`estimate_seconds`, and the recorded steps run off the clock.
     The defaults are sized for a CPU: a few seconds for all three arms, with a
     clear BF16 speed-up where the CPU has bf16 matrix units (AMX).
     """
@@ -105,6 +117,7 @@ class RunConfig:
     eval_size: int = 4096
     seed: int = 0
     device: str = "auto"
+    record: bool = False
 
     def matmul_macs_per_sample(self) -> int:
         """Multiply-adds of one sample's forward pass through the Linear layers."""
@@ -123,6 +136,23 @@ class RunConfig:
         """
         return 6.0 * self.matmul_macs_per_sample() * self.batch_size * (self.steps + self.warmup_steps)
 
+    def recorded_steps(self) -> tuple[int, ...]:
+        """The measured steps (1-based) the Recorder summarises when ``record`` is on; () when it is off."""
+        return log_spaced_steps(self.steps) if self.record else ()
+
+    def recorded_values(self) -> int:
+        """Values the Recorder summarises at one recorded step of one arm.
+
+        Every parameter three times (weight, gradient, update) and, for the
+        output of every Linear and ReLU, the output and its gradient.
+        """
+        outputs = self.batch_size * (2 * self.depth * self.width + 1)
+        return 3 * self.parameters() + 2 * outputs
+
+    def recorded_tensors(self) -> int:
+        """Tensors the Recorder summarises at one recorded step of one arm (see :meth:`recorded_values`)."""
+        return 3 * 2 * (self.depth + 1) + 2 * (2 * self.depth + 1)
+
     def train_batches(self, device_kind: str = "cpu") -> int:
         """Distinct training batches: one per step, up to :data:`TRAIN_SET_BYTES` of data (then reused in epochs)."""
         per_batch = self.batch_size * (self.features + 1) * 4
@@ -133,16 +163,22 @@ class RunConfig:
 
         From :data:`COST_MODELS`; real runs on the reference CPU take about
         half to two thirds of it. ``device_kind`` None resolves ``self.device``.
+        With ``record``, each arm's recorded steps also cost what summarising
+        their tensors does.
         """
         arms = _check_arms(arms)
         model = COST_MODELS[_device_kind(device_kind, self.device)]
         per_step_fixed = self.parameters() * model.param_step_s + model.step_s + model.layer_step_s * (self.depth + 1)
         step_flop = 6.0 * self.matmul_macs_per_sample() * self.batch_size
         eval_s = 2.0 * self.matmul_macs_per_sample() * self.eval_size / model.flop_per_s["fp32"]
+        per_recorded_step = (
+            self.recorded_values() * model.record_value_s + self.recorded_tensors() * model.record_tensor_s
+        )
+        record_s = len(self.recorded_steps()) * per_recorded_step
         total = 0.0
         for arm in arms:
             per_step = step_flop / model.flop_per_s[arm] + per_step_fixed
-            total += (self.steps + self.warmup_steps) * per_step + eval_s + model.arm_s
+            total += (self.steps + self.warmup_steps) * per_step + eval_s + model.arm_s + record_s
         return total
 
     def validate(self, device_kind: str | None = None, arms: Sequence[str] = ARMS) -> RunConfig:
@@ -189,7 +225,8 @@ class RunConfig:
         out = replace(self, **changes)
         kind = _device_kind(device_kind, out.device)
         limit = MAX_RUN_SECONDS[kind]
-        # The estimate is affine in steps: solve for the most steps that fit.
+        # The estimate is affine in steps (with recording, at most that line, as at most every step is recorded):
+        # solve for the most steps that fit.
         at_one = replace(out, steps=1).estimate_seconds(kind, arms)
         per_step = replace(out, steps=2).estimate_seconds(kind, arms) - at_one
         if at_one > limit:
@@ -214,6 +251,8 @@ def _field_problems(cfg: RunConfig) -> list[str]:
     out = []
     if cfg.device not in DEVICES:
         out.append(f"device must be one of {', '.join(DEVICES)} (got {cfg.device!r}).")
+    if not isinstance(cfg.record, bool):
+        out.append(f"record must be True or False (got {cfg.record!r}).")
     for name, (lo, hi) in LIMITS.items():
         value = getattr(cfg, name)
         if name == "clip_grad_norm" and value is None:
