@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from lensa.ui import figures, jobs, live_view, widgets
+from lensa.ui import figures, jobs, live_view, measured, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
 from lensa.ui.jobs import Job
@@ -84,7 +84,8 @@ with settings_area:
         if info.device == "cpu":
             st.caption(page.t("cpu_fast" if info.bf16_matrix_units else "cpu_slow"))
 
-    config = live.RunConfig(width=width, depth=depth, batch_size=batch, steps=steps, lr=lr, device=device)
+    # Always recorded, for the lesson's measured data: a dozen steps, costed in the estimate and kept off the clock.
+    config = live.RunConfig(width=width, depth=depth, batch_size=batch, steps=steps, lr=lr, device=device, record=True)
     problem = None
     if kind is not None:
         estimate = config.estimate_seconds(kind)
@@ -167,6 +168,10 @@ with results_area:
                 )
             )
             st.caption(page.t("noisy"))
+            first = next(iter(arms.values()))
+            if first.recorded_steps and first.timed_steps < comparison.config.steps:
+                n_recorded, n_steps = len(first.recorded_steps), comparison.config.steps
+                st.caption(page.t("recorded_note", n=page.num(n_recorded), steps=page.num(n_steps)))
             st.markdown(f"**{page.t('memory_title')}**")
             st.dataframe(live_view.memory_table(page, comparison), hide_index=True, width="stretch")
             st.caption(page.t("memory_caption"))
@@ -198,6 +203,14 @@ with results_area:
                 mime="text/csv",
                 icon=":material/download:",
             )
+            recordings = comparison.recordings()
+            if recordings and st.button(
+                page.t("show_in_lesson"),
+                key="lab.show_in_lesson",
+                help=page.t("show_in_lesson_help"),
+                icon=":material/school:",
+            ):
+                measured.show_lab_run(page.lang, recordings)
 
 # --- a real GradScaler, provoked ---------------------------------------------------------------------
 with trace_result_area:

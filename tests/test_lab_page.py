@@ -7,6 +7,8 @@ import json
 import pytest
 
 from lensa.scaling import dynamic_run
+from lensa.ui import i18n
+from lensa.ui import measured as view
 from tests.conftest import requires_torch
 from tests.pagetools import metrics, open_page
 
@@ -41,6 +43,34 @@ def test_lab_runs_a_tiny_comparison_and_keeps_the_results():
     # the results stay when another control moves
     at.select_slider(key="w.lab.lr").set_value(3e-3).run(timeout=120)
     assert at.dataframe and at.dataframe[0].value["Arm"].iloc[0] == "FP32 baseline"
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_a_finished_run_can_be_shown_in_the_lesson(lang):
+    at = open_page("lab", lang=lang, timeout=120, **TINY)
+    assert not [b for b in at.button if b.key == "lab.show_in_lesson"]  # nothing to show before a run
+    at.button(key="lab.run").click().run(timeout=120)
+    assert not at.exception and not at.error
+    note = i18n.text(lang, "lab.recorded_note", n="8", steps="10")
+    assert any(c.value == note for c in at.caption)  # 8 of the 10 steps recorded, off the clock
+    button = at.button(key="lab.show_in_lesson")
+    assert button.label == i18n.text(lang, "lab.show_in_lesson")
+    button.click().run(timeout=60)
+    assert not at.exception, at.exception
+    # Step 2, with this run: its caption names the lab run and the URL says data=lab, in the same language.
+    assert at.query_params["data"] in ("lab", ["lab"]) and at.query_params["lang"] in (lang, [lang])
+    assert at.selectbox(key="w.fp16_range.kind").value == "weight_grad"
+    line = i18n.text(lang, "data.line_lab").split("(")[0]
+    assert any(line in c.value for c in at.caption), [c.value for c in at.caption]
+    _ident, lab = at.session_state[view.LAB_RUN]
+    assert sorted(lab) == ["bf16", "fp16", "fp32"]
+    assert all(run.meta["source"] == "lab" for run in lab.values())
+    # Step 3 replays the FP16 arm's loss scale from the same run.
+    at.switch_page("pages/loss_scaling.py")
+    at.query_params.update({"lang": lang, "data": "lab"})
+    at.run(timeout=60)
+    assert not at.exception, at.exception
+    assert any(i18n.text(lang, "data.scaler_lab") in c.value for c in at.caption), [c.value for c in at.caption]
 
 
 def test_lab_refuses_a_run_that_would_take_too_long():

@@ -43,6 +43,7 @@ def test_import_does_not_import_torch():
     code = (
         "import sys, lensa.live as L\n"
         "L.RunConfig().validate('cpu'); L.RunConfig(width=10).clamped('cpu'); L.is_busy()\n"
+        "L.RunConfig(record=True).validate('cpu')\n"
         "assert 'torch' not in sys.modules, 'lensa.live pulled in torch'\n"
         "print('clean')\n"
     )
@@ -65,6 +66,7 @@ def test_import_does_not_import_torch():
         {"batch_size": True},
         {"clip_grad_norm": -1.0},
         {"device": "tpu"},
+        {"record": "yes"},
     ],
 )
 def test_out_of_range_config_is_invalid(change):
@@ -104,6 +106,21 @@ def test_clamped_moves_every_field_into_limits_and_fits_the_time_limit():
     with pytest.raises(live.LiveError) as info:
         live.RunConfig(width=4096, depth=8, batch_size=16384).clamped("cpu")
     assert info.value.kind == "invalid"
+
+
+def test_recording_is_costed_per_recorded_value_and_tensor():
+    cfg = live.RunConfig(width=10, depth=2, batch_size=4, features=5, steps=60)
+    recorded = replace(cfg, record=True)
+    assert cfg.recorded_steps() == () and recorded.recorded_steps() == (1, 2, 3, 5, 8, 12, 18, 26, 40, 60)
+    # weight, gradient and update of every parameter; output and output gradient of 2 x (Linear, ReLU) + Linear
+    assert recorded.recorded_values() == 3 * cfg.parameters() + 2 * 4 * (2 * 2 * 10 + 1)
+    assert recorded.recorded_tensors() == 3 * 6 + 2 * 5
+    model = live.COST_MODELS["cpu"]
+    per_arm = 10 * (recorded.recorded_values() * model.record_value_s + 28 * model.record_tensor_s)
+    extra = recorded.estimate_seconds("cpu") - cfg.estimate_seconds("cpu")
+    assert extra == pytest.approx(3 * per_arm)
+    # The lab's default run, recorded, still fits the CPU's limit.
+    assert live.RunConfig(record=True).estimate_seconds("cpu") < live.MAX_RUN_SECONDS["cpu"]
 
 
 def test_train_flop_follows_six_times_macs_times_samples():
@@ -219,6 +236,29 @@ def test_rows_and_csv_follow_the_article_table(tiny_run):
 
 
 @requires_torch
+def test_recording_leaves_the_training_alone_and_its_steps_off_the_clock(tiny_run):
+    plain, _ = tiny_run
+    c = live.compare(replace(TINY, record=True))
+    recorded = replace(TINY, record=True).recorded_steps()
+    assert 0 < len(recorded) < TINY.steps
+    assert any("off the clock" in note for note in c.notes)
+    for name, arm in c.arms.items():
+        assert arm.losses == plain.arms[name].losses  # the hooks only read
+        assert arm.loss_scales == plain.arms[name].loss_scales
+        assert arm.timed_steps == TINY.steps - len(recorded) and arm.recorded_steps == recorded
+        assert arm.time_per_step_s == pytest.approx(arm.time_s / TINY.steps)
+        assert arm.recording is not None and arm.recording.meta["arm"] == name
+    assert all(
+        a.recording is None and a.timed_steps == TINY.steps and not a.recorded_steps for a in plain.arms.values()
+    )
+    assert plain.recordings() == {}
+    # Every step recorded: nothing else to time, so the clock counts them, recording included.
+    short = live.compare(replace(TINY, steps=3, record=True), arms=("fp32",))
+    assert short.arms["fp32"].timed_steps == 3 and short.arms["fp32"].recorded_steps == (1, 2, 3)
+    assert any("include the recording" in note for note in short.notes)
+
+
+@requires_torch
 def test_cancelling_keeps_the_finished_arms():
     state = {"stop": False}
 
@@ -288,7 +328,7 @@ def test_out_of_memory_becomes_kind_oom_and_frees_the_slot(monkeypatch):
     def explode(*_args):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 TiB")
 
-    monkeypatch.setattr(live, "_build_mlp", explode)
+    monkeypatch.setattr("lensa.live.arms._build_mlp", explode)  # where the comparison reads it
     with pytest.raises(live.LiveError) as info:
         live.compare(TINY)
     assert info.value.kind == "oom" and "freed" in info.value.message
@@ -449,9 +489,9 @@ def test_cuda_gradscaler_trace_matches_simulation():
 @requires_torch
 def test_a_mode_too_slow_for_the_budget_is_measured_smaller(monkeypatch):
     """An emulated format (FP16 on a CPU without FP16 matrix units) must not keep a learner waiting for minutes."""
-    monkeypatch.setattr(live, "MATMUL_PRODUCT_BUDGET_S", 1e-9)  # every mode now counts as too slow
+    monkeypatch.setattr("lensa.live.matmul.MATMUL_PRODUCT_BUDGET_S", 1e-9)  # every mode now counts as too slow
     rows = live.matmul_benchmark(size=1024, modes=("fp32", "bf16"), repeats=1, warmup=0, device="cpu")
     assert [r["size"] for r in rows] == [256, 256]
     assert all(r["tflops"] and r["tflops"] > 0 for r in rows)
-    monkeypatch.setattr(live, "MATMUL_PRODUCT_BUDGET_S", 1e9)  # nothing is too slow: the asked size is kept
+    monkeypatch.setattr("lensa.live.matmul.MATMUL_PRODUCT_BUDGET_S", 1e9)  # nothing is too slow: the asked size is kept
     assert live.matmul_benchmark(size=512, modes=("fp32",), repeats=1, warmup=0, device="cpu")[0]["size"] == 512

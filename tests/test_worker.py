@@ -71,6 +71,39 @@ def test_worker_runs_the_same_numbers_as_an_in_process_run(worker):
     assert job.fraction == 1.0
 
 
+def test_a_recorded_comparison_brings_back_each_arms_statistics(worker):
+    import pickle
+
+    from lensa.runstats import KINDS, RunStats
+
+    cfg = replace(TINY, record=True)
+    job = worker.submit("compare", config=cfg)
+    _wait(job)
+    assert job.error is None
+    c = job.result
+    runs = c.recordings()
+    assert list(runs) == ["fp32", "fp16", "bf16"]
+    recorded = list(cfg.recorded_steps())
+    for arm, run in runs.items():
+        assert isinstance(run, RunStats)
+        assert run.meta == {"arm": arm, "source": "lab", "config": run.meta["config"]}
+        assert run.meta["config"]["width"] == TINY.width and run.meta["config"]["record"] is True
+        assert run.kinds() == list(KINDS)
+        assert all(run.steps(kind) == recorded for kind in KINDS)
+        assert run.names("weight_grad") == ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]
+        assert run.names("activation") == ["0", "1", "2", "3", "4"]  # every Linear and ReLU output
+        assert list(run.losses().values()) == list(c.arms[arm].losses)  # every step's loss, not only recorded ones
+        assert c.arms[arm].recorded_steps == tuple(recorded)
+        assert c.arms[arm].timed_steps == TINY.steps - len(recorded)
+    fp16 = runs["fp16"]
+    assert list(fp16.loss_scales().values()) == list(c.arms["fp16"].loss_scales)  # step 3 replays this history
+    assert fp16.loss_scales()[1] == 2.0**16
+    assert fp16.skipped_steps() == [i for i, s in enumerate(c.arms["fp16"].skipped, start=1) if s]
+    assert not runs["fp32"].loss_scales() and not runs["bf16"].loss_scales()
+    # Summaries only: under a megabyte for the whole comparison (the pickle the worker sends).
+    assert len(pickle.dumps(c)) < 1_000_000
+
+
 def test_trace_and_matmul_run_in_the_worker(worker):
     trace = worker.submit("trace", steps=6, init_scale=2.0**30, spike_steps=(), device="cpu")
     bench = worker.submit("matmul", size=64, repeats=1, modes=("fp32", "bf16"), device="cpu")

@@ -71,23 +71,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from lensa.live.schedule import DEFAULT_RECORDED_STEPS as DEFAULT_RECORDED_STEPS
+from lensa.live.schedule import log_spaced_steps
 from lensa.runstats import BINADE_MIN, KINDS, N_BINADES, RunStats, TensorStats, exact_fractions, from_histograms
-
-DEFAULT_RECORDED_STEPS = 12
-
-
-def log_spaced_steps(total_steps: int, n: int = DEFAULT_RECORDED_STEPS) -> tuple[int, ...]:
-    """About ``n`` steps spread evenly in log scale over 1 ... ``total_steps``, always with the first and the last.
-
-    Fewer than ``n`` when ``total_steps`` is small (rounding makes neighbours equal); ``total_steps`` < 1
-    raises ValueError.
-    """
-    if total_steps < 1:
-        raise ValueError(f"a run has at least one step, not {total_steps}")
-    if n < 2 or total_steps == 1:
-        return (int(total_steps),)
-    grid = np.rint(np.exp(np.linspace(0.0, math.log(total_steps), n - 1))).astype(int)
-    return tuple(sorted({*grid.tolist(), 1, int(total_steps)}))
 
 
 def _first_tensor(out: Any) -> torch.Tensor | None:

@@ -19,7 +19,7 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import streamlit as st
@@ -29,8 +29,8 @@ from lensa.formats import FORMATS
 from lensa.runstats import MAX_FILE_BYTES, RunStats, RunStatsError, TensorStats, load
 from lensa.ui import widgets
 from lensa.ui.controls import ChoiceControl, NumberControl
-from lensa.ui.frame import Page, remembered
-from lensa.ui.site import DATA, PAGES
+from lensa.ui.frame import Page, link_params, remembered
+from lensa.ui.site import DATA, PAGES, PAGES_BY_KEY
 
 LOG = logging.getLogger(__name__)
 LAB_RUN = "lensa.data.lab"  # this session's last live-lab run, as {arm: RunStats}
@@ -80,6 +80,18 @@ def set_lab_run(runs: RunStats | Mapping[str, RunStats] | Sequence[RunStats]) ->
     """
     arms = _arms(runs)
     st.session_state[LAB_RUN] = (f"lab-{uuid.uuid4().hex}", arms)
+
+
+def show_lab_run(lang: str, runs: RunStats | Mapping[str, RunStats] | Sequence[RunStats]) -> NoReturn:
+    """Offer ``runs`` to the lesson (:func:`set_lab_run`), then open step 2 with ``data=lab`` in ``lang``.
+
+    The link carries step 2's other remembered values, but not the kind, layer and step chosen for another
+    run: this one starts from their defaults.
+    """
+    set_lab_run(runs)
+    target = PAGES_BY_KEY[DATA_PAGES[0]]
+    params = {k: v for k, v in link_params(target.key, lang).items() if k not in ("kind", "layer", "step")}
+    st.switch_page(target.file, query_params={**params, "data": "lab"})
 
 
 def lab_run() -> tuple[str, dict[str, RunStats]] | None:

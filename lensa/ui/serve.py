@@ -66,8 +66,9 @@ THIRD_PARTY = (
 def lensa_modules() -> list[str]:
     """Every module of the ``lensa`` package but the torch ones.
 
-    ``lensa.live`` itself imports torch only when a run starts; its submodules (the recorder, the reference
-    run) import torch and run in the lab's worker process or in a learner's own training loop, never here.
+    ``lensa.live`` imports torch only when a run starts, and importing it brings the submodules it re-exports
+    (settings, devices, the comparison ...). Its other submodules (the recorder, the reference run) import torch
+    and run in the lab's worker process or in a learner's own training loop, never here.
     """
     package = ROOT / "lensa"
     names = (

@@ -1,0 +1,413 @@
+"""The comparison: the same model on the same data trained once per arm (FP32, FP16 + GradScaler, BF16), each
+measured. Torch is imported inside the functions."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from lensa.live.config import ARM_LABELS, ARMS, Progress, RunConfig, ShouldStop, _check_arms
+from lensa.live.device import device_info, resolve_device
+from lensa.live.slot import run_slot
+from lensa.live.task import _build_mlp, _initial_state, _make_data
+from lensa.live.torch_utils import _DTYPE_NAMES, _dtype, _fp32_matmul_precision, _free_memory, _oom_as_live_error, _sync
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import torch
+
+    from lensa.runstats import RunStats
+
+
+@dataclass(frozen=True)
+class ArmResult:
+    """One arm of a :class:`Comparison`.
+
+    Per step (``steps`` entries each): ``losses`` (the training loss the arm
+    computed, in FP32), ``loss_scales`` (the GradScaler scale used for that
+    step's backward pass; None for arms without a scaler), ``skipped`` (the
+    optimizer step was skipped because a gradient was inf or NaN; GradScaler
+    then halves the scale, which is how it is detected without slowing the
+    loop). ``time_s`` covers only the measured steps, after
+    ``warmup_steps`` untimed warm-up steps, with the device synchronised
+    before each clock read; progress callbacks are outside it.
+    ``timed_steps``: the steps on the clock. With ``RunConfig.record`` the
+    ``recorded_steps`` (where the Recorder summarised tensors) run off the
+    clock, ``time_per_step_s`` is the mean of the other steps and ``time_s``
+    is that times all the steps; only when every step was recorded are they
+    timed, recording included. ``recording``: the arm's
+    :class:`~lensa.runstats.RunStats` (summaries only, tens of kilobytes per
+    recorded step; every step's loss, and for FP16 its loss scale and
+    skipped steps), None without ``record``.
+    ``peak_memory_bytes``: CUDA ``max_memory_allocated`` over the timed
+    steps (data, weights and optimizer state included); None on CPU.
+    ``saved_for_backward_bytes``: bytes of the distinct tensors autograd kept
+    for the backward pass in one step (activations and 16-bit weight copies,
+    not the FP32 parameters), measured on every device.
+    ``layer_output_dtypes``: the dtype each Linear layer produced inside the
+    arm's autocast context, in layer order; ``loss_dtype``: the loss's dtype.
+    ``accuracy`` (0..1) and ``eval_loss`` are measured in FP32 on held-out
+    samples after training.
+    """
+
+    arm: str
+    label: str
+    compute_dtype: str
+    losses: tuple[float, ...]
+    loss_scales: tuple[float | None, ...]
+    skipped: tuple[bool, ...]
+    time_s: float
+    time_per_step_s: float
+    final_loss: float
+    eval_loss: float
+    accuracy: float
+    peak_memory_bytes: int | None
+    memory_note: str
+    saved_for_backward_bytes: int
+    layer_output_dtypes: tuple[str, ...]
+    loss_dtype: str
+    skipped_steps: int
+    warmup_steps: int
+    timed_steps: int
+    recorded_steps: tuple[int, ...] = ()
+    recording: RunStats | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The result of :func:`compare`.
+
+    ``arms`` holds the finished arms in run order. ``not_run`` maps an arm
+    that was asked for but not run to the reason (e.g. no BF16 on this GPU).
+    ``cancelled`` is True when ``should_stop`` ended the run early: finished
+    arms are kept, the interrupted one is left out (see ``notes``).
+    ``wall_s`` is the whole call, data and warm-up included.
+    """
+
+    config: RunConfig
+    device: str
+    device_name: str
+    arms: dict[str, ArmResult]
+    not_run: dict[str, str] = field(default_factory=dict)
+    cancelled: bool = False
+    notes: tuple[str, ...] = ()
+    wall_s: float = 0.0
+
+    def arm(self, name: str) -> ArmResult | None:
+        """The finished arm called ``name``, or None."""
+        return self.arms.get(name)
+
+    def recordings(self) -> dict[str, RunStats]:
+        """Each finished arm's recorded statistics, by arm (empty without ``RunConfig.record``)."""
+        return {name: a.recording for name, a in self.arms.items() if a.recording is not None}
+
+
+class _Cancelled(Exception):
+    """Unwinds the arm in progress when ``should_stop()`` says so; never leaves :func:`compare`."""
+
+
+def _arm_skip_reason(arm: str, device: str) -> str | None:
+    import torch
+
+    if arm == "bf16" and device == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+        major, minor = torch.cuda.get_device_capability()
+        return (
+            f"{torch.cuda.get_device_name()} (compute capability {major}.{minor}) has no native BF16; that needs "
+            "Ampere (8.0) or newer. It could only be emulated, slowly, so the BF16 arm is not run."
+        )
+    return None
+
+
+def _probe_step(model: torch.nn.Module, step: Callable[[], torch.Tensor]) -> tuple[list[str], str, int]:
+    """Run one step with hooks: Linear output dtypes, loss dtype, bytes saved for backward."""
+    import torch
+
+    seen: list[str] = []
+    hooks = [
+        m.register_forward_hook(lambda _m, _i, out: seen.append(str(out.dtype).removeprefix("torch.")))
+        for m in model.modules()
+        if isinstance(m, torch.nn.Linear)
+    ]
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        # Count the saved view, not its whole storage: a batch is a view into the training set.
+        if t.untyped_storage().data_ptr() not in params:
+            saved[t.data_ptr()] = max(saved.get(t.data_ptr(), 0), t.numel() * t.element_size())
+        return t
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = step()
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen, str(loss.dtype).removeprefix("torch."), sum(saved.values())
+
+
+def _train_arm(
+    arm: str,
+    cfg: RunConfig,
+    device: str,
+    data: tuple[torch.Tensor, ...],
+    init_state: dict[str, torch.Tensor],
+    tick: Callable[[int, str], None],
+) -> ArmResult:
+    import torch
+
+    x, y, x_eval, y_eval = data
+    pool = x.shape[0]
+    dtype = _dtype(arm)
+    model = _build_mlp(cfg.features, cfg.width, cfg.depth)
+    model.load_state_dict(init_state)
+    model.to(device)
+    criterion = torch.nn.BCEWithLogitsLoss()
+    ctx = contextlib.nullcontext() if arm == "fp32" else torch.autocast(device_type=device, dtype=dtype)
+    one = torch.ones((), device=device)
+
+    def fresh() -> tuple[torch.optim.Optimizer, torch.amp.GradScaler]:
+        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        # Only FP16 needs loss scaling; a disabled scaler passes everything through.
+        return opt, torch.amp.GradScaler(device, enabled=dtype is torch.float16)
+
+    def make_step(opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> Callable[[int], torch.Tensor]:
+        def step(i: int) -> torch.Tensor:
+            opt.zero_grad(set_to_none=True)
+            with ctx:
+                loss = criterion(model(x[i % pool]), y[i % pool])
+            scaler.scale(loss).backward()
+            if cfg.clip_grad_norm is not None:
+                scaler.unscale_(opt)  # clip the true gradients, not the scaled ones
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad_norm)
+            scaler.step(opt)
+            scaler.update()
+            return loss
+
+        return step
+
+    # Warm-up: allocator, kernel choice and AMX/cuBLAS set-up happen here, off the clock.
+    opt, scaler = fresh()
+    step = make_step(opt, scaler)
+    tick(0, f"{arm}: warm-up")
+    layer_dtypes, loss_dtype, saved_bytes = _probe_step(model, lambda: step(0))
+    tick(1, f"{arm}: warm-up")
+    for i in range(1, cfg.warmup_steps):
+        step(i)
+        tick(1, f"{arm}: warm-up {i + 1}/{cfg.warmup_steps}")
+    # Start the measured run from the same initial weights and a fresh optimizer and scaler.
+    model.load_state_dict(init_state)
+    del opt, scaler, step
+    opt, scaler = fresh()
+    step = make_step(opt, scaler)
+    scaled = scaler.is_enabled()
+
+    n = cfg.steps
+    recorded = cfg.recorded_steps()
+    recorder = None
+    if recorded:
+        from lensa.live.capture import Recorder  # imports torch at once, so only here
+
+        meta = {"arm": arm, "source": "lab", "config": asdict(cfg)}
+        recorder = Recorder(model, opt, steps=recorded, scaler=scaler if scaled else None, meta=meta)
+    # Recorded steps summarise their tensors on the CPU: keep that off the clock and out of the peak, unless
+    # every step is recorded (then there is nothing else to time).
+    off_clock = frozenset(recorded) if len(recorded) < n else frozenset()
+    losses = torch.empty(n, device=device)
+    scale_used = torch.empty(n, device=device)
+    scale_after = torch.empty(n, device=device)
+
+    def run_step(i: int) -> None:
+        # Device-side copies, read once at the end: .item() per step would stall the GPU.
+        if scaled:
+            scale_used[i] = scaler.scale(one)
+        losses[i] = step(i).detach()
+        if scaled:
+            scale_after[i] = scaler.scale(one)
+        if recorder is not None:
+            recorder.step()  # the step's loss is filled in after the run, without a read per step
+
+    if device == "cuda":
+        _free_memory(device)
+        torch.cuda.reset_peak_memory_stats()
+    chunk = max(1, math.ceil(n / 20))
+    elapsed = 0.0
+    peak_before = 0
+    done = 0
+    try:
+        while done < n:
+            _sync(device)
+            t0 = time.perf_counter()
+            for i in range(done, min(n, done + chunk)):
+                if i + 1 not in off_clock:
+                    run_step(i)
+                    continue
+                _sync(device)
+                elapsed += time.perf_counter() - t0
+                if device == "cuda":
+                    peak_before = max(peak_before, int(torch.cuda.max_memory_allocated()))
+                run_step(i)
+                _sync(device)
+                if device == "cuda":
+                    torch.cuda.reset_peak_memory_stats()
+                t0 = time.perf_counter()
+            _sync(device)
+            elapsed += time.perf_counter() - t0
+            advanced = min(n, done + chunk) - done
+            done += advanced
+            tick(advanced, f"{arm}: step {done}/{n}")
+    finally:
+        if recorder is not None:
+            recorder.close()
+    peak = max(peak_before, int(torch.cuda.max_memory_allocated())) if device == "cuda" else None
+    timed = n - len(off_clock)
+
+    with torch.no_grad():
+        logits = model(x_eval)
+        eval_loss = float(criterion(logits, y_eval))
+        accuracy = float(((logits > 0).float() == y_eval).float().mean())
+    loss_list = [float(v) for v in losses.tolist()]
+    if scaled:
+        used = [float(v) for v in scale_used.tolist()]
+        after = scale_after.tolist()
+        # GradScaler multiplies the scale by backoff_factor (< 1) exactly when it skips a step.
+        skipped = [a < u for u, a in zip(used, after, strict=True)]
+        scales: list[float | None] = list(used)
+    else:
+        skipped = [False] * n
+        scales = [None] * n
+    recording = None
+    if recorder is not None:
+        recording = recorder.stats()
+        for i, (loss, scale, skip) in enumerate(zip(loss_list, scales, skipped, strict=True), start=1):
+            recording.record_step(i, loss, scale, skip)
+    return ArmResult(
+        arm=arm,
+        label=ARM_LABELS[arm],
+        compute_dtype=_DTYPE_NAMES[arm],
+        losses=tuple(loss_list),
+        loss_scales=tuple(scales),
+        skipped=tuple(skipped),
+        time_s=elapsed if timed == n else elapsed / timed * n,
+        time_per_step_s=elapsed / timed,
+        final_loss=loss_list[-1],
+        eval_loss=eval_loss,
+        accuracy=accuracy,
+        peak_memory_bytes=peak,
+        memory_note="torch.cuda.max_memory_allocated over the timed steps"
+        if peak is not None
+        else "not measured on CPU (PyTorch keeps no peak statistics for CPU memory)",
+        saved_for_backward_bytes=saved_bytes,
+        layer_output_dtypes=tuple(layer_dtypes),
+        loss_dtype=loss_dtype,
+        skipped_steps=sum(skipped),
+        warmup_steps=cfg.warmup_steps,
+        timed_steps=timed,
+        recorded_steps=recorded,
+        recording=recording,
+    )
+
+
+def compare(
+    config: RunConfig | None = None,
+    arms: Sequence[str] = ARMS,
+    progress: Progress | None = None,
+    should_stop: ShouldStop | None = None,
+) -> Comparison:
+    """Train the same model on the same data once per arm and measure each.
+
+    Arms: ``"fp32"`` (baseline, no autocast; TF32 is off for the whole call
+    so FP32 means FP32), ``"fp16"`` (autocast + GradScaler), ``"bf16"``
+    (autocast, no scaler). An arm the device cannot run is listed in
+    ``Comparison.not_run`` with the reason. ``progress(fraction, message)``
+    is called with 0..1 as work proceeds (outside the timed region).
+    ``should_stop()`` is polled between chunks of steps; when it returns
+    True the call returns a Comparison with ``cancelled=True`` and the arms
+    finished so far. Holds the run slot (``LiveError(kind="busy")`` if taken).
+
+    Raises ``LiveError`` with kind ``"invalid"`` (config or arms),
+    ``"no_cuda"`` or ``"oom"``.
+    """
+    cfg = config or RunConfig()
+    arms = _check_arms(arms)
+    device = resolve_device(cfg.device)
+    cfg.validate(device, arms)
+    with run_slot(), _oom_as_live_error(device, "the comparison"), _fp32_matmul_precision(device, "highest"):
+        return _compare(cfg, arms, device, progress, should_stop)
+
+
+def _compare(
+    cfg: RunConfig,
+    arms: tuple[str, ...],
+    device: str,
+    progress: Progress | None,
+    should_stop: ShouldStop | None,
+) -> Comparison:
+    import torch
+
+    start = time.perf_counter()
+    device_name = torch.cuda.get_device_name() if device == "cuda" else device_info("cpu").name
+    not_run = {a: r for a in arms if (r := _arm_skip_reason(a, device))}
+    to_run = [a for a in arms if a not in not_run]
+    notes: list[str] = []
+    if device == "cpu":
+        notes.append(f"CPU run with {torch.get_num_threads()} threads; peak memory is not measured on CPU.")
+    recorded = cfg.recorded_steps()
+    if recorded and len(recorded) < cfg.steps:
+        notes.append(
+            f"Recorded {len(recorded)} of the {cfg.steps} steps; they ran off the clock, and each arm's time counts "
+            "them at the pace of its other steps."
+        )
+    elif recorded:
+        notes.append("Every step was recorded, so the times include the recording.")
+
+    gen = torch.Generator().manual_seed(cfg.seed)
+    pool = cfg.train_batches(device)
+    x, y = _make_data(pool * cfg.batch_size, cfg.features, gen)
+    x, y = x.view(pool, cfg.batch_size, cfg.features), y.view(pool, cfg.batch_size, 1)
+    x_eval, y_eval = _make_data(cfg.eval_size, cfg.features, gen)
+    data = tuple(t.to(device) for t in (x, y, x_eval, y_eval))
+    init_state = _initial_state(cfg)
+
+    total = max(1, len(to_run) * (cfg.steps + cfg.warmup_steps))
+    units = 0
+
+    def tick(advance: int, message: str) -> None:
+        nonlocal units
+        units += advance
+        if progress is not None:
+            progress(min(1.0, units / total), message)
+        if should_stop is not None and should_stop():
+            raise _Cancelled
+
+    results: dict[str, ArmResult] = {}
+    cancelled = False
+    try:
+        if should_stop is not None and should_stop():
+            raise _Cancelled
+        for arm in to_run:
+            results[arm] = _train_arm(arm, cfg, device, data, init_state, tick)
+            _free_memory(device)
+    except _Cancelled:
+        cancelled = True
+        left = [a for a in to_run if a not in results]
+        if left:
+            notes.append(f"Cancelled during the {left[0]} arm; it and any later arms ({', '.join(left)}) are left out.")
+        _free_memory(device)
+    if progress is not None:
+        progress(units / total if cancelled else 1.0, "cancelled" if cancelled else "done")
+    return Comparison(
+        config=cfg,
+        device=device,
+        device_name=device_name,
+        arms=results,
+        not_run=not_run,
+        cancelled=cancelled,
+        notes=tuple(notes),
+        wall_s=time.perf_counter() - start,
+    )

@@ -1,0 +1,297 @@
+"""A live comparison's settings: :class:`RunConfig`, its limits, its time model and its one validator."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from lensa.live.device import DEVICES, resolve_device
+from lensa.live.errors import LiveError
+from lensa.live.schedule import log_spaced_steps
+
+Progress = Callable[[float, str], None]
+ShouldStop = Callable[[], bool]
+
+ARMS: tuple[str, ...] = ("fp32", "fp16", "bf16")
+ARM_LABELS: dict[str, str] = {
+    "fp32": "FP32 baseline",
+    "fp16": "FP16 autocast + GradScaler",
+    "bf16": "BF16 autocast",
+}
+
+
+LIMITS: dict[str, tuple[float, float]] = {
+    "width": (8, 4096),
+    "depth": (1, 8),
+    "batch_size": (8, 16384),
+    "features": (2, 2048),
+    "steps": (1, 1000),
+    "warmup_steps": (1, 50),
+    "lr": (1e-5, 1.0),
+    "clip_grad_norm": (0.01, 100.0),
+    "eval_size": (64, 16384),
+    "seed": (0, 2**31 - 1),
+}
+"""Inclusive (min, max) of every numeric :class:`RunConfig` field.
+
+``clip_grad_norm`` may also be None (no clipping). On their own these ranges
+do not bound the run time (the largest width times the largest batch is a
+lot of work), so :meth:`RunConfig.validate` also refuses a run whose
+:meth:`RunConfig.estimate_seconds` is over :data:`MAX_RUN_SECONDS`.
+"""
+
+MAX_RUN_SECONDS: dict[str, float] = {"cpu": 30.0, "cuda": 60.0}
+"""Longest estimated run, all arms together (seconds), per device kind."""
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """A deliberately pessimistic time model of one training arm.
+
+    Per step: matmul FLOP / ``flop_per_s`` of the arm's precision, plus
+    ``param_step_s`` per parameter (optimizer, 16-bit weight casts,
+    zero_grad, clipping: memory-bound work that dominates small batches),
+    plus ``step_s`` + ``layer_step_s`` per Linear layer (Python and kernel
+    launches). Per arm: the FP32 evaluation pass and ``arm_s`` of set-up.
+    With :attr:`RunConfig.record`, per recorded step: ``record_value_s`` per
+    value the :class:`~lensa.live.capture.Recorder` summarises (CPU work, on
+    any device) plus ``record_tensor_s`` per tensor it summarises.
+    """
+
+    flop_per_s: dict[str, float]
+    param_step_s: float
+    step_s: float
+    layer_step_s: float
+    arm_s: float
+    record_value_s: float = 0.0
+    record_tensor_s: float = 0.0
+
+
+COST_MODELS: dict[str, CostModel] = {
+    # Measured on the reference 2-core Xeon with AMX (torch 2.13, CPU): training reaches ~0.2 TFLOP/s in FP32
+    # and FP16, ~0.6 in BF16; 6-10 ns per parameter per step; ~0.5 ms + 0.1 ms per layer of overhead. Rates are
+    # set below those, and BF16 is costed like FP32 because CPUs without AMX run it no faster.
+    # Recording: ~30 ns per value summarised and ~0.5 ms per tensor on one core (numpy), measured on this MLP.
+    "cpu": CostModel({"fp32": 1.4e11, "fp16": 1.4e11, "bf16": 1.4e11}, 1.2e-8, 5.0e-4, 1.5e-4, 0.2, 4.0e-8, 1.0e-3),
+    # An A100-class GPU: ~15 TFLOP/s reached in FP32 (no TF32), ~100 in FP16/BF16 on tensor cores.
+    # Recording copies each tensor to the host and summarises it there, as on a CPU.
+    "cuda": CostModel({"fp32": 1.5e13, "fp16": 1.0e14, "bf16": 1.0e14}, 2.0e-11, 3.0e-4, 5.0e-5, 0.5, 4.0e-8, 1.0e-3),
+}
+"""The :class:`CostModel` per device kind behind :meth:`RunConfig.estimate_seconds`."""
+
+TRAIN_SET_BYTES: dict[str, int] = {"cpu": 64 * 2**20, "cuda": 2**30}
+"""Cap on the pre-generated training set per device (FP32 inputs and labels, bytes); past it, batches repeat."""
+
+_INT_FIELDS = ("width", "depth", "batch_size", "features", "steps", "warmup_steps", "eval_size", "seed")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One live comparison's settings.
+
+    The model is an MLP: ``features`` inputs, ``depth`` hidden layers of
+    ``width`` units (Linear + ReLU each), one output logit. Each training step
+    takes the next batch of ``batch_size`` samples from a training set drawn
+    once (:meth:`train_batches` batches, so usually every step sees new
+    samples and the model cannot just memorise one batch); accuracy is
+    measured on ``eval_size`` further samples. Warm-up steps run before the
+    clock starts and are not part of the measured steps.
+    ``record``: attach a :class:`~lensa.live.capture.Recorder` to each arm, at
+    :meth:`recorded_steps` (about 12, log-spaced), so the comparison returns
+    each arm's :class:`~lensa.runstats.RunStats`; its cost is in
+    :meth:`estimate_seconds`, and the recorded steps run off the clock.
+    The defaults are sized for a CPU: a few seconds for all three arms, with a
+    clear BF16 speed-up where the CPU has bf16 matrix units (AMX).
+    """
+
+    width: int = 512
+    depth: int = 3
+    batch_size: int = 1024
+    features: int = 64
+    steps: int = 60
+    warmup_steps: int = 3
+    lr: float = 1e-3
+    clip_grad_norm: float | None = 1.0
+    eval_size: int = 4096
+    seed: int = 0
+    device: str = "auto"
+    record: bool = False
+
+    def matmul_macs_per_sample(self) -> int:
+        """Multiply-adds of one sample's forward pass through the Linear layers."""
+        return self.features * self.width + (self.depth - 1) * self.width * self.width + self.width
+
+    def parameters(self) -> int:
+        """Number of trainable parameters (weights and biases)."""
+        return self.matmul_macs_per_sample() + self.depth * self.width + 1
+
+    def train_flop(self) -> float:
+        """FLOP of one arm's training, warm-up included: 6 x multiply-adds x samples x steps.
+
+        2 FLOP per multiply-add forward and 4 backward, the usual estimate
+        (see :mod:`lensa.speed`); elementwise work and the optimizer are left
+        out, so real runs do a little more.
+        """
+        return 6.0 * self.matmul_macs_per_sample() * self.batch_size * (self.steps + self.warmup_steps)
+
+    def recorded_steps(self) -> tuple[int, ...]:
+        """The measured steps (1-based) the Recorder summarises when ``record`` is on; () when it is off."""
+        return log_spaced_steps(self.steps) if self.record else ()
+
+    def recorded_values(self) -> int:
+        """Values the Recorder summarises at one recorded step of one arm.
+
+        Every parameter three times (weight, gradient, update) and, for the
+        output of every Linear and ReLU, the output and its gradient.
+        """
+        outputs = self.batch_size * (2 * self.depth * self.width + 1)
+        return 3 * self.parameters() + 2 * outputs
+
+    def recorded_tensors(self) -> int:
+        """Tensors the Recorder summarises at one recorded step of one arm (see :meth:`recorded_values`)."""
+        return 3 * 2 * (self.depth + 1) + 2 * (2 * self.depth + 1)
+
+    def train_batches(self, device_kind: str = "cpu") -> int:
+        """Distinct training batches: one per step, up to :data:`TRAIN_SET_BYTES` of data (then reused in epochs)."""
+        per_batch = self.batch_size * (self.features + 1) * 4
+        return max(1, min(self.steps, TRAIN_SET_BYTES[device_kind] // per_batch))
+
+    def estimate_seconds(self, device_kind: str | None = None, arms: Sequence[str] = ARMS) -> float:
+        """Pessimistic estimate (seconds) of a :func:`compare` call over ``arms``, warm-up and evaluation included.
+
+        From :data:`COST_MODELS`; real runs on the reference CPU take about
+        half to two thirds of it. ``device_kind`` None resolves ``self.device``.
+        With ``record``, each arm's recorded steps also cost what summarising
+        their tensors does.
+        """
+        arms = _check_arms(arms)
+        model = COST_MODELS[_device_kind(device_kind, self.device)]
+        per_step_fixed = self.parameters() * model.param_step_s + model.step_s + model.layer_step_s * (self.depth + 1)
+        step_flop = 6.0 * self.matmul_macs_per_sample() * self.batch_size
+        eval_s = 2.0 * self.matmul_macs_per_sample() * self.eval_size / model.flop_per_s["fp32"]
+        per_recorded_step = (
+            self.recorded_values() * model.record_value_s + self.recorded_tensors() * model.record_tensor_s
+        )
+        record_s = len(self.recorded_steps()) * per_recorded_step
+        total = 0.0
+        for arm in arms:
+            per_step = step_flop / model.flop_per_s[arm] + per_step_fixed
+            total += (self.steps + self.warmup_steps) * per_step + eval_s + model.arm_s + record_s
+        return total
+
+    def validate(self, device_kind: str | None = None, arms: Sequence[str] = ARMS) -> RunConfig:
+        """Return ``self`` when every field is in :data:`LIMITS` and the run fits :data:`MAX_RUN_SECONDS`.
+
+        ``device_kind`` ("cpu" or "cuda") chooses the time model; None
+        resolves ``self.device`` (which imports torch for ``"auto"``). Raises
+        ``LiveError(kind="invalid")`` naming the first field out of range or
+        the estimated time, or ``kind="no_cuda"`` for ``device="cuda"``
+        without CUDA. Needs no torch when ``device_kind`` is given.
+        """
+        problems = _field_problems(self)
+        if problems:
+            raise LiveError("invalid", problems[0])
+        kind = _device_kind(device_kind, self.device)
+        need, limit = self.estimate_seconds(kind, arms), MAX_RUN_SECONDS[kind]
+        if need > limit:
+            raise LiveError(
+                "invalid",
+                f"This run would take about {need:.0f} s on the {kind.upper()}, more than the {limit:.0f} s allowed. "
+                "Lower the width, depth, batch size or number of steps.",
+            )
+        return self
+
+    def clamped(self, device_kind: str | None = None, arms: Sequence[str] = ARMS) -> RunConfig:
+        """A copy with every numeric field moved into :data:`LIMITS`, then steps cut to fit :data:`MAX_RUN_SECONDS`.
+
+        Non-integers in integer fields are rounded. Raises
+        ``LiveError(kind="invalid")`` for an unknown device or a non-number,
+        and when even one step is over the time limit (then width, depth or
+        batch size must come down, which this helper does not guess).
+        """
+        if self.device not in DEVICES:
+            raise LiveError("invalid", f"device must be one of {', '.join(DEVICES)} (got {self.device!r}).")
+        changes: dict[str, Any] = {}
+        for name, (lo, hi) in LIMITS.items():
+            value = getattr(self, name)
+            if value is None and name == "clip_grad_norm":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+                raise LiveError("invalid", f"{name} must be a number (got {value!r}).")
+            clipped = min(max(value, lo), hi)
+            changes[name] = round(clipped) if name in _INT_FIELDS else float(clipped)
+        out = replace(self, **changes)
+        kind = _device_kind(device_kind, out.device)
+        limit = MAX_RUN_SECONDS[kind]
+        # The estimate is affine in steps (with recording, at most that line, as at most every step is recorded):
+        # solve for the most steps that fit.
+        at_one = replace(out, steps=1).estimate_seconds(kind, arms)
+        per_step = replace(out, steps=2).estimate_seconds(kind, arms) - at_one
+        if at_one > limit:
+            raise LiveError(
+                "invalid",
+                "Even one training step of this model is over the time limit. Lower the width, depth, batch size, "
+                "evaluation samples or warm-up steps.",
+            )
+        fit = 1 + int((limit - at_one) // per_step)
+        return replace(out, steps=min(out.steps, fit))
+
+
+def _device_kind(device_kind: str | None, device: str) -> str:
+    if device_kind is None:
+        return resolve_device(device)
+    if device_kind not in COST_MODELS:
+        raise LiveError("invalid", f"device_kind must be 'cpu' or 'cuda' (got {device_kind!r}).")
+    return device_kind
+
+
+def _field_problems(cfg: RunConfig) -> list[str]:
+    out = []
+    if cfg.device not in DEVICES:
+        out.append(f"device must be one of {', '.join(DEVICES)} (got {cfg.device!r}).")
+    if not isinstance(cfg.record, bool):
+        out.append(f"record must be True or False (got {cfg.record!r}).")
+    for name, (lo, hi) in LIMITS.items():
+        value = getattr(cfg, name)
+        if name == "clip_grad_norm" and value is None:
+            continue
+        if name in _INT_FIELDS:
+            if isinstance(value, bool) or not isinstance(value, int):
+                out.append(f"{name} must be a whole number (got {value!r}).")
+                continue
+        elif isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            out.append(f"{name} must be a finite number (got {value!r}).")
+            continue
+        if not lo <= value <= hi:
+            out.append(f"{name} must be between {lo:g} and {hi:g} (got {value:g}).")
+    return out
+
+
+GPU_CONFIG = RunConfig(width=4096, depth=4, batch_size=8192, features=256, steps=100, warmup_steps=5, lr=1e-4)
+"""A comparison sized for a data-centre GPU: 2.5 TFLOP per step, seconds per arm on an A100/H100-class GPU."""
+
+
+def suggested_config(device_kind: str) -> RunConfig:
+    """The default :class:`RunConfig` for ``"cpu"`` (a few seconds) or :data:`GPU_CONFIG` for ``"cuda"``."""
+    if device_kind == "cuda":
+        return replace(GPU_CONFIG, device="cuda")
+    return RunConfig(device="cpu")
+
+
+def _check_arms(arms: Sequence[str]) -> tuple[str, ...]:
+    arms = tuple(arms)
+    if not arms:
+        raise LiveError("invalid", "Choose at least one arm (fp32, fp16 or bf16).")
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        raise LiveError("invalid", f"Unknown arm {unknown[0]!r}; choose from {', '.join(ARMS)}.")
+    if len(set(arms)) != len(arms):
+        raise LiveError("invalid", "Each arm may be asked for only once.")
+    return arms
+
+
+def config_fields() -> list[str]:
+    """Names of the :class:`RunConfig` fields, in order (for building a form)."""
+    return [f.name for f in fields(RunConfig)]

@@ -1,0 +1,30 @@
+"""The one error a live run raises on purpose, and its kinds."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+ErrorKind = Literal["busy", "no_cuda", "oom", "cancelled", "invalid", "crashed"]
+
+
+class LiveError(Exception):
+    """The one error a live run raises on purpose.
+
+    ``kind`` is one of ``"busy"`` (another run holds the slot), ``"no_cuda"``
+    (CUDA asked for but absent), ``"oom"`` (the device ran out of memory;
+    memory was freed before raising), ``"cancelled"`` (``should_stop`` asked a
+    benchmark or trace to stop; :func:`compare` returns a cancelled
+    :class:`Comparison` instead), ``"invalid"`` (a setting out of range) and
+    ``"crashed"`` (raised by :mod:`lensa.worker` when the process running
+    the call died). The app's pages also get ``"busy"`` from the worker's
+    queue when it is full or a job waited too long.
+    ``message`` is plain English, fit to show a learner as it is.
+    """
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind: ErrorKind = kind
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"LiveError(kind={self.kind!r}, message={self.message!r})"

@@ -1,0 +1,75 @@
+"""Results as rows: the article-style comparison table, the speed-up, the GradScaler trace, and CSV text."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    from lensa.live.arms import Comparison
+    from lensa.live.matmul import MatmulRow
+    from lensa.live.trace import TraceStep
+
+
+def speedup(comparison: Comparison, arm: str) -> float | None:
+    """FP32 arm's time / ``arm``'s time (>1 means faster than FP32); None when either is missing."""
+    base, other = comparison.arms.get("fp32"), comparison.arms.get(arm)
+    if base is None or other is None or other.time_s <= 0:
+        return None
+    return base.time_s / other.time_s
+
+
+class ComparisonRow(TypedDict):
+    """One row of the article-style table; None where a value was not measured."""
+
+    arm: str
+    label: str
+    time_s: float
+    time_per_step_ms: float
+    final_loss: float
+    accuracy: float
+    peak_memory_mb: float | None
+    saved_for_backward_mb: float
+    skipped_steps: int
+    speedup_vs_fp32: float | None
+
+
+def comparison_rows(comparison: Comparison) -> list[ComparisonRow]:
+    """One row per finished arm: time (s), ms per step, final loss, accuracy, memory (MB = 10**6 bytes), speed-up."""
+    rows: list[ComparisonRow] = []
+    for name, a in comparison.arms.items():
+        rows.append(
+            ComparisonRow(
+                arm=name,
+                label=a.label,
+                time_s=a.time_s,
+                time_per_step_ms=a.time_per_step_s * 1e3,
+                final_loss=a.final_loss,
+                accuracy=a.accuracy,
+                peak_memory_mb=None if a.peak_memory_bytes is None else a.peak_memory_bytes / 1e6,
+                saved_for_backward_mb=a.saved_for_backward_bytes / 1e6,
+                skipped_steps=a.skipped_steps,
+                speedup_vs_fp32=speedup(comparison, name),
+            )
+        )
+    return rows
+
+
+def rows_to_csv(rows: Sequence[dict[str, Any]] | Sequence[ComparisonRow] | Sequence[MatmulRow]) -> str:
+    """CSV text (header from the first row's keys; None becomes an empty cell). Empty string for no rows."""
+    if not rows:
+        return ""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0].keys()), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    return buf.getvalue()
+
+
+def trace_rows(trace: Sequence[TraceStep]) -> list[dict[str, Any]]:
+    """The trace as plain dicts (one per step), e.g. for a table or :func:`rows_to_csv`."""
+    return [asdict(s) for s in trace]
