@@ -45,7 +45,7 @@ def run_figure(lang: str, real: tuple[float, ...] | None):
         pause=t("pause"),
     )
     overlay = None if real is None else (t("real_line"), live_view.log2(real))
-    return figures.scaler_run(steps, log2_scales, skipped, labels, overlay=overlay)
+    return figures.scaler_run(steps, log2_scales, skipped, labels, overlay=overlay, lang=lang)
 
 
 page = setup("loss_scaling")
@@ -60,11 +60,23 @@ widgets.chart(
     compare.fp16_histogram(page, scaled),
     page.t("figure_title"),
     page.t("caption"),
+    alt=page.t("alt", s=power_of_two(k), zero=page.pct(shares["zero"]), over=page.pct(shares["overflow"])),
 )
 
 steps, log2_scales, skipped = illustrative_run()
 real = st.session_state.get(REAL_RUN)
-widgets.chart(run_figure(page.lang, None if real is None else tuple(s.scale for s in real)), page.t("run_title"))
+widgets.chart(
+    run_figure(page.lang, None if real is None else tuple(s.scale for s in real)),
+    page.t("run_title"),
+    alt=page.t(
+        "run_alt",
+        n=page.num(len(steps)),
+        start=power_of_two(int(log2_scales[0])),
+        interval=page.num(SPIKES.growth_interval),
+        skipped=page.num(sum(skipped)),
+        end=power_of_two(int(log2_scales[-1])),
+    ),
+)
 with st.expander(page.t("real_title"), icon=":material/science:", expanded=real is not None):
     overflow_steps = [n for n, s in zip(steps, skipped, strict=True) if s]
     st.markdown(page.t("real_intro", interval=page.num(SPIKES.growth_interval), steps=_list(page, overflow_steps)))

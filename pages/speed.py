@@ -58,6 +58,12 @@ widgets.chart(
     ),
     page.t("time_title", gpu=gpu.name),
     page.t("time_subtitle", mfu=page.pct(mfu)),
+    alt=page.t(
+        "time_alt",
+        gpu=gpu.name,
+        mfu=page.pct(mfu),
+        bars="; ".join(f"{n} {page.sec(t)}" for n, t in zip(names, times, strict=True)),
+    ),
 )
 widgets.chart(
     figures.labelled_bars(
@@ -83,6 +89,12 @@ widgets.chart(
         lang=page.lang,
     ),
     page.t("memory_title"),
+    alt=page.t(
+        "memory_alt",
+        bars="; ".join(f"{n} {page.gb(m.total)}" for n, m in zip(names, memories, strict=False)),
+        gpu=gpu.name,
+        gb=page.num(gpu.memory_gb),
+    ),
 )
 
 fp32_time, mixed_time = times[0], times[modes.index(mixed)]
