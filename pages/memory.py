@@ -149,7 +149,7 @@ with st.expander(page.t("others_title"), icon=":material/calculate:"):
         widgets.markdown_table(
             [page.t("others_col_tool"), page.t("others_col_gb"), page.t("others_col_gib")],
             [
-                [page.t(f"others_{row.key}"), page.gb(row.bytes), f"{page.num(row.gib, 2)} GiB"]
+                [page.t(f"others_{row.key}"), page.gb(row.bytes), page.t("common.gib", n=page.num(row.gib, 2))]
                 for row in comparison.rows
             ],
         )

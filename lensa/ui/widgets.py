@@ -199,8 +199,9 @@ def check_yourself(page: Page, count: int) -> None:
     """Predict-then-reveal questions: pick an answer, then see whether it holds and why.
 
     Catalogue keys per question n: ``quiz.<page>_q<n>`` (the question),
-    ``..._a``, ``..._b``, ``..._c`` (answers), ``..._right`` (the letter of
-    the right one) and ``..._why`` (the explanation).
+    ``..._a``, ``..._b``, ``..._c`` (answers) and ``..._why`` (the
+    explanation). The letter of the right answer is the same in every
+    language, so it is kept once, in ``lensa/text/answers.toml``.
     """
     st.subheader(page.t("common.check_title"))
     for n in range(1, count + 1):
@@ -215,7 +216,7 @@ def check_yourself(page: Page, count: int) -> None:
         )
         if picked is None:
             continue
-        right = page.t(f"{base}_right")
+        right = i18n.answers()[base.removeprefix("quiz.")]
         verdict = page.t("common.check_right" if picked == right else "common.check_wrong")
         (st.success if picked == right else st.warning)(f"**{verdict}** {page.t(base + '_why')}")
 
@@ -245,11 +246,15 @@ _PAGE_SCRIPT = """<script>
 })();
 </script>"""
 # A visible focus ring on everything the keyboard reaches (3:1 or more on both themes' backgrounds);
-# with reduced motion, the loss-scale run shows its final state and offers no animation.
+# a primary button keeps white on the light theme's accent in both themes (the dark theme's light accent
+# under white text is 2:1); with reduced motion, the loss-scale run shows its final state, no animation.
 _PAGE_STYLE = """<style>
 :is(a, button, input, select, textarea, summary, [role="slider"], [role="button"], [tabindex]):focus-visible,
-label:has(> input:focus-visible), [data-baseweb="checkbox"]:has(input:focus-visible) {
+label:has(input:focus-visible), div:has(> input[type="range"]:focus-visible) {
     outline: 3px solid #3b82f6 !important; outline-offset: 2px !important;
+}
+[data-testid="stBaseButton-primary"], [data-testid="stBaseButton-primary"]:hover {
+    background-color: #a3212f !important; border-color: #a3212f !important; color: #ffffff !important;
 }
 @media (prefers-reduced-motion: reduce) {
     .js-plotly-plot .updatemenu-container { display: none !important; }
