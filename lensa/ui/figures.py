@@ -50,9 +50,10 @@ FORMAT_COLOURS = {
     "fp32": "#0072B2",  # blue
     "bf16": "#56B4E9",  # sky blue
     "fp16": "#E69F00",  # orange
-    # Tol's olive and rose: distinct from the seven above for the common colour blindnesses,
+    # Tol's purple and rose: distinct from the three above for the common colour blindnesses
+    # (tests/test_palette.py; Tol's olive was too close to the orange for protanopes),
     # and mid tones that read on light and dark backgrounds.
-    "fp8_e4m3": "#999933",  # olive
+    "fp8_e4m3": "#AA3377",  # purple
     "fp8_e5m2": "#CC6677",  # rose
 }
 # The same zones told apart without colour (plotly pattern shapes; normal, the common case, is plain).
