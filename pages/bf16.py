@@ -136,14 +136,26 @@ widgets.chart(
     ),
     page.t("range_title"),
     page.t("common.illustration"),
-)
-widgets.chart(
-    figures.precision_ticks(
-        [(key, FORMATS[key].label, representable_between(1.0, 1.0625, key)) for key in ("fp16", "bf16")],
-        page.lang,
+    alt=page.t(
+        "range_alt",
+        ranges="; ".join(f"{r.label} {page.sci(r.smallest_subnormal)} … {page.sci(r.max)}" for r in ranges),
+        grad=page.sci(grad),
+        z16=page.pct(category_shares(sample, "fp16")["zero"]),
+        zbf=page.pct(category_shares(sample, "bf16")["zero"]),
     ),
+)
+grids = {key: representable_between(1.0, 1.0625, key) for key in ("fp16", "bf16")}
+widgets.chart(
+    figures.precision_ticks([(key, FORMATS[key].label, grid) for key, grid in grids.items()], page.lang),
     page.t("precision_title"),
     page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3)),
+    alt=page.t(
+        "precision_alt",
+        n16=page.num(len(grids["fp16"])),
+        nbf=page.num(len(grids["bf16"])),
+        fp16=page.sci(FORMATS["fp16"].eps, 3),
+        bf16=page.sci(FORMATS["bf16"].eps, 3),
+    ),
 )
 
 s16, sbf = category_shares(sample, "fp16"), category_shares(sample, "bf16")

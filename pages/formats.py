@@ -41,7 +41,7 @@ st.caption(page.t("typed", value=safe_echo(parsed.text, 60)))
 
 
 def category(report: inspect.FormatReport) -> str:
-    return page.t(f"category.{report.category}") if report.category != "nan" else "NaN"
+    return page.t(f"category.{report.category}") if report.category != "nan" else page.t("common.nan")
 
 
 def decimal(text: str) -> str:
@@ -73,7 +73,7 @@ st.markdown(page.t("flip_hint"))
 
 for r in reports:
     with st.container(border=True):
-        st.markdown(f"**{r.label}** · {r.fmt.bits} bit · {category(r)}")
+        st.markdown(f"**{r.label}** · {page.t('common.bits', n=r.fmt.bits)} · {category(r)}")
         st.markdown(
             f"`{decimal(r.stored_exact)}`  \n"
             f":violet[{r.sign_str}] :blue[{r.exponent_str}] :orange[{r.significand_str}] · {r.code_hex}"

@@ -85,6 +85,15 @@ widgets.chart(
     )
     + " "
     + page.t("common.illustration"),
+    alt=page.t(
+        "alt",
+        grad=page.sci(grad),
+        zero=page.pct(shares["zero"]),
+        sub=page.pct(shares["subnormal"]),
+        normal=page.pct(shares["normal"]),
+        over=page.pct(shares["overflow"]),
+        largest=page.sci(float(sample.max())),
+    ),
 )
 
 widgets.metric_row(

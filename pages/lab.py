@@ -193,6 +193,7 @@ with results_area:
                         list(fp16.skipped),
                         scale_labels(page.t("arm_fp16")),
                         animate=False,
+                        lang=page.lang,
                     ),
                     page.t("scale_title"),
                 )
@@ -247,6 +248,7 @@ with trace_result_area:
                 scale_labels(page.t("trace_real")),
                 animate=False,
                 overlay=(page.t("trace_predicted"), live_view.log2([s.scale for s in predicted])),
+                lang=page.lang,
             ),
             page.t("trace_chart"),
         )

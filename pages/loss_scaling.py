@@ -37,7 +37,7 @@ def run_figure(lang: str, real: tuple[float, ...] | None):
     """The animated run (40 frames) depends only on the language and a real overlay: build it once for each."""
     steps, log2_scales, skipped = illustrative_run()
     overlay = None if real is None else (i18n.text(lang, "loss_scaling.real_line"), live_view.log2(real))
-    return figures.scaler_run(steps, log2_scales, skipped, _run_labels(lang), overlay=overlay)
+    return figures.scaler_run(steps, log2_scales, skipped, _run_labels(lang), overlay=overlay, lang=lang)
 
 
 def _run_labels(lang: str) -> figures.RunLabels:
@@ -57,7 +57,7 @@ def _run_labels(lang: str) -> figures.RunLabels:
 @st.cache_resource(max_entries=8)
 def recorded_run_figure(lang: str, steps: tuple[int, ...], log2_scales: tuple[float, ...], skipped: tuple[bool, ...]):
     """A recorded GradScaler history, animated (at most 40 frames): built once per run and language."""
-    return figures.scaler_run(steps, log2_scales, skipped, _run_labels(lang), max_frames=40)
+    return figures.scaler_run(steps, log2_scales, skipped, _run_labels(lang), max_frames=40, lang=lang)
 
 
 def _scale(k: int | None) -> str:
@@ -190,11 +190,23 @@ widgets.chart(
     compare.fp16_histogram(page, scaled),
     page.t("figure_title"),
     page.t("caption") + " " + page.t("common.illustration"),
+    alt=page.t("alt", s=power_of_two(k), zero=page.pct(shares["zero"]), over=page.pct(shares["overflow"])),
 )
 
 steps, log2_scales, skipped = illustrative_run()
 real = st.session_state.get(REAL_RUN)
-widgets.chart(run_figure(page.lang, None if real is None else tuple(s.scale for s in real)), page.t("run_title"))
+widgets.chart(
+    run_figure(page.lang, None if real is None else tuple(s.scale for s in real)),
+    page.t("run_title"),
+    alt=page.t(
+        "run_alt",
+        n=page.num(len(steps)),
+        start=power_of_two(int(log2_scales[0])),
+        interval=page.num(SPIKES.growth_interval),
+        skipped=page.num(sum(skipped)),
+        end=power_of_two(int(log2_scales[-1])),
+    ),
+)
 with st.expander(page.t("real_title"), icon=":material/science:", expanded=real is not None):
     overflow_steps = [n for n, s in zip(steps, skipped, strict=True) if s]
     st.markdown(page.t("real_intro", interval=page.num(SPIKES.growth_interval), steps=_list(page, overflow_steps)))

@@ -145,6 +145,13 @@ widgets.chart(
         page.lang,
     ),
     page.t("figure_title", spacing=page.sci(gap, 3)),
+    alt=page.t(
+        "alt",
+        w=page.plain(w),
+        spacing=page.sci(gap, 3),
+        ratio=page.sci(update / gap),
+        stored=figures.exact(stored, page.lang),
+    ),
 )
 widgets.chart(
     figures.labelled_bars(
@@ -161,6 +168,13 @@ widgets.chart(
         x_max=max(exact, change32, change16) * 1.3,
     ),
     page.t("bars_title", steps=page.num(STEPS)),
+    alt=page.t(
+        "bars_alt",
+        steps=page.num(STEPS),
+        exact=page.sci(exact, 3),
+        master=page.sci(change32, 3),
+        fp16=page.sci(change16, 3),
+    ),
 )
 
 ratio = update / gap

@@ -78,6 +78,14 @@ widgets.chart(
     figures.stacked_memory(parts, gpu_gb, page.t("gpu_line", gb=page.num(gpu_gb)), page.t("axis"), page.lang),
     page.t("figure_title", model=page.t(f"model_{model_key.replace('-', '_')}")),
     page.t("caption", formula=formula, states=page.gb(per_gpu_states)),
+    alt=page.t(
+        "alt",
+        model=page.t(f"model_{model_key.replace('-', '_')}"),
+        states=page.gb(memory.model_states),
+        act=page.gb(memory.activations),
+        total=page.gb(memory.total),
+        gpu=page.t("gpu_line", gb=page.num(gpu_gb)),
+    ),
 )
 
 widgets.metric_row(
@@ -141,7 +149,7 @@ with st.expander(page.t("others_title"), icon=":material/calculate:"):
         widgets.markdown_table(
             [page.t("others_col_tool"), page.t("others_col_gb"), page.t("others_col_gib")],
             [
-                [page.t(f"others_{row.key}"), page.gb(row.bytes), f"{page.num(row.gib, 2)} GiB"]
+                [page.t(f"others_{row.key}"), page.gb(row.bytes), page.t("common.gib", n=page.num(row.gib, 2))]
                 for row in comparison.rows
             ],
         )

@@ -60,6 +60,12 @@ widgets.chart(
     ),
     page.t("time_title", gpu=gpu.name),
     page.t("time_subtitle", mfu=page.pct(mfu)),
+    alt=page.t(
+        "time_alt",
+        gpu=gpu.name,
+        mfu=page.pct(mfu),
+        bars="; ".join(f"{n} {page.sec(t)}" for n, t in zip(names, times, strict=True)),
+    ),
 )
 widgets.chart(
     figures.labelled_bars(
@@ -85,6 +91,12 @@ widgets.chart(
         lang=page.lang,
     ),
     page.t("memory_title"),
+    alt=page.t(
+        "memory_alt",
+        bars="; ".join(f"{n} {page.gb(m.total)}" for n, m in zip(names, memories, strict=False)),
+        gpu=gpu.name,
+        gb=page.num(gpu.memory_gb),
+    ),
 )
 
 fp32_time, mixed_time = times[0], times[modes.index(mixed)]
@@ -176,6 +188,8 @@ with st.expander(page.t("measure_title"), icon=":material/speed:", expanded=MEAS
                 )
             )
         st.caption(page.t("lab.noisy"))
-widgets.notes(page, page.t("notes"), [page.t("refs.kaplan"), f"{gpu.name}: {gpu.source}", page.t("refs.fp8")])
+widgets.notes(
+    page, page.t("notes"), [page.t("refs.kaplan"), f"{gpu.name}: {page.t(f'source_{gpu_key}')}", page.t("refs.fp8")]
+)
 widgets.check_yourself(page, 2)
 widgets.step_footer(page)

@@ -116,3 +116,61 @@ def test_halves_round_up_as_people_expect():
     assert i18n.percent(0.0425, "en") == "4.3%"  # 4.25 -> 4.3, not banker's 4.2
     assert i18n.percent(0.675, "en") == "68%"
     assert i18n.sci(1.25e-6, "en") == "1.3e-6"
+
+
+# --- check-yourself answers -----------------------------------------------------------------
+
+
+def _questions(lang: str) -> set[str]:
+    return {k.removeprefix("quiz.") for k in i18n.catalogue(lang) if re.fullmatch(r"quiz\.\w+_q\d+", k)}
+
+
+def test_the_right_answer_is_stored_once_for_every_language():
+    answers = i18n.answers()
+    assert _questions("en") == _questions("id") == set(answers)
+    for lang in i18n.LANGUAGES:
+        per_language = [k for k in i18n.catalogue(lang) if re.fullmatch(r"quiz\.\w+_right", k)]
+        assert per_language == [], "the answer lives in answers.toml"
+        for question in answers:
+            for part in ("a", "b", "c", "why"):
+                assert i18n.has_text(lang, f"quiz.{question}_{part}")
+    assert set(answers.values()) <= {"a", "b", "c"}
+
+
+def test_right_answers_are_spread_over_the_positions():
+    counts = {letter: list(i18n.answers().values()).count(letter) for letter in "abc"}
+    assert min(counts.values()) >= len(i18n.answers()) // 4, counts
+
+
+# --- Indonesian as a careful technical writer would write it (see lensa/text/README.md) -------------
+
+# Words a read-through found, and what to write instead.
+_NOT_IN_INDONESIAN = {
+    r"\bterbulatkan\b": "dibulatkan: rounding is something a format does",
+    r"\b[Ii]nspektur\b": "pemeriksa: an inspektur is an official",
+    r"\bseri ke genap\b": "say what happens at a tie",
+    r"\b[Ss]ebuah (angka|gradient|overflow|weight|loss scale|tes)\b": "no article before a countable term",
+    r"\bsecepat\b": "lebih cepat daripada, or … kecepatan FP32",
+    r"\bberpisah dari\b": "menyimpang dari",
+    r"\bbesaran\b": "a physical quantity; write nilai or nilai mutlak",
+    r"\b(?<![Nn]ilai )berhingga terbesar\b": "nilai berhingga terbesar",
+    r"\b[Tt]raining\b": "pelatihan (translated, see the README)",
+    r"\b[Qq]uantization\b": "kuantisasi (translated, see the README)",
+    r"\b[A-Za-z]*[A-Za-z]-nya\b": "no Indonesian suffix on an English term: ini, itu, tersebut",
+}
+
+
+@pytest.mark.parametrize("pattern", list(_NOT_IN_INDONESIAN))
+def test_indonesian_follows_the_house_style(pattern):
+    # refs are citations (English titles); code spans are code.
+    texts = {k: re.sub(r"`[^`]*`", "", v) for k, v in i18n.catalogue("id").items() if not k.startswith("refs.")}
+    found = {k: re.search(pattern, v).group(0) for k, v in texts.items() if re.search(pattern, v)}
+    assert found == {}, _NOT_IN_INDONESIAN[pattern]
+
+
+def test_every_gpu_source_is_written_in_both_languages():
+    from lensa.speed import GPUS
+
+    for lang in i18n.LANGUAGES:
+        assert all(i18n.has_text(lang, f"speed.source_{key}") for key in GPUS)
+    assert i18n.text("en", "speed.source_a100") == GPUS["a100"].source

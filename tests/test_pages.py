@@ -293,7 +293,7 @@ def test_check_yourself_reveals_the_answer(key):
     at = open_page(key, lang="id")
     radios = [r for r in at.radio if r.key and r.key.startswith(f"quiz.{key}.")]
     assert len(radios) == 2 and all(r.value is None for r in radios)
-    right = i18n.text("id", f"quiz.{key}_q1_right")
+    right = i18n.answers()[f"{key}_q1"]
     wrong = next(letter for letter in "abc" if letter != right)
     radios[0].set_value(wrong).run()
     assert any(w.value.startswith("**Belum tepat.**") for w in at.warning)

@@ -19,6 +19,12 @@ for the same reason; text is left to the theme.
 
 Axes over many decades plot log10 of the value with ticks labelled ``1e-8``,
 so bars can be drawn as exact bins and hover text can say exact values.
+
+Colour never carries a meaning alone: the zones of a histogram also differ by
+hatching, lines by dashes, and every figure carries the values it plots as a
+:class:`DataTable` (``fig.table``), which the page shows under the chart for
+screen readers and anyone who wants the numbers, plus a short text
+alternative (``fig.alt``) that a page may replace with its own.
 """
 
 from __future__ import annotations
@@ -44,11 +50,14 @@ FORMAT_COLOURS = {
     "fp32": "#0072B2",  # blue
     "bf16": "#56B4E9",  # sky blue
     "fp16": "#E69F00",  # orange
-    # Tol's olive and rose: distinct from the seven above for the common colour blindnesses,
+    # Tol's purple and rose: distinct from the three above for the common colour blindnesses
+    # (tests/test_palette.py; Tol's olive was too close to the orange for protanopes),
     # and mid tones that read on light and dark backgrounds.
-    "fp8_e4m3": "#999933",  # olive
+    "fp8_e4m3": "#AA3377",  # purple
     "fp8_e5m2": "#CC6677",  # rose
 }
+# The same zones told apart without colour (plotly pattern shapes; normal, the common case, is plain).
+CATEGORY_PATTERNS = {"zero": "x", "subnormal": ".", "normal": "", "overflow": "/"}
 ARM_DASHES = {"fp32": "solid", "fp16": "dash", "bf16": "dot"}
 NEUTRAL = "rgba(128,128,128,0.85)"
 OUTLINE = "rgba(60,60,60,0.55)"  # keeps the yellow legible on white
@@ -57,6 +66,15 @@ ACTIVATION_PATTERN = "x"
 
 FONT = {"size": 13}
 HIDE_TRACE_NAME = "<extra></extra>"
+
+
+@dataclass(frozen=True)
+class DataTable:
+    """The values a figure plots, as text cells already written for the page's language."""
+
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    lang: str = "en"
 
 
 class SpecFigure(go.Figure):
@@ -69,19 +87,39 @@ class SpecFigure(go.Figure):
     read the spec through ``to_dict()``.
     """
 
-    def __init__(self, spec: dict) -> None:
+    # Declared on the class: plotly's figures refuse to set attributes they do not know.
+    table: DataTable | None = None
+    alt: str = ""
+
+    def __init__(self, spec: dict, table: DataTable | None = None, alt: str = "") -> None:
         super().__init__()
         self._lensa_spec = spec
+        self.table = table
+        self.alt = alt
 
     def to_dict(self) -> dict:
         return self._lensa_spec
 
 
-def _figure(data: list[dict], layout: dict, frames: list[dict] | None = None) -> go.Figure:
+def _figure(
+    data: list[dict],
+    layout: dict,
+    frames: list[dict] | None = None,
+    table: DataTable | None = None,
+    alt: str = "",
+) -> SpecFigure:
     spec: dict = {"data": data, "layout": layout}
     if frames:
         spec["frames"] = frames
-    return SpecFigure(spec)
+    return SpecFigure(spec, table, alt)
+
+
+def _table(lang: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> DataTable:
+    return DataTable(tuple(str(h) for h in headers), tuple(tuple(str(c) for c in row) for row in rows), lang)
+
+
+def _words(lang: str, key: str, **values: object) -> str:
+    return i18n.text(lang, f"figure.{key}", **values)
 
 
 def _layout(height: int, lang: str = "en", **extra: object) -> dict:
@@ -105,11 +143,11 @@ def _layout(height: int, lang: str = "en", **extra: object) -> dict:
     return layout
 
 
-def _hatch(shape: str) -> dict:
-    """White hatching drawn over the bar's own colour (or none)."""
+def _hatch(shape: str, fgcolor: str = "rgba(255,255,255,0.8)") -> dict:
+    """Hatching drawn over the bar's own colour (or none): white by default, dark on light colours."""
     if not shape:
         return {"shape": ""}
-    return {"shape": shape, "fillmode": "overlay", "fgcolor": "rgba(255,255,255,0.8)", "size": 9, "solidity": 0.3}
+    return {"shape": shape, "fillmode": "overlay", "fgcolor": fgcolor, "size": 9, "solidity": 0.3}
 
 
 def _vline(x: float, dash: str = "dot", width: float = 1.5) -> dict:
@@ -226,7 +264,11 @@ def stacked_memory(parts: Sequence[BarPart], gpu_gb: float, gpu_label: str, axis
         xaxis={"range": [-0.3, 1.9], "visible": False, "fixedrange": True},
         yaxis={"range": [0, top], "title": {"text": axis_title}, "fixedrange": True, "separatethousands": True},
     )
-    return _figure(data, layout)
+    rows = [(part.label, i18n.number(part.gb, lang, 1)) for part in parts]
+    rows += [(_words(lang, "total"), i18n.number(bottom, lang, 1)), (gpu_label, i18n.number(gpu_gb, lang, 1))]
+    table = _table(lang, (_words(lang, "col_part"), axis_title), rows)
+    alt = _words(lang, "alt_stack", n=len(parts), total=i18n.number(bottom, lang, 1), line=gpu_label)
+    return _figure(data, layout, table=table, alt=alt)
 
 
 # --- steps 2, 3 -------------------------------------------------------------------
@@ -255,12 +297,13 @@ def category_histogram(
     index = np.digitize(logs, edges) - 1
     centres = (edges[:-1] + edges[1:]) / 2
     bounds = [i18n.sci(10**e, lang) for e in edges]
-    data = []
+    data, columns = [], {}
     for cat, colour in CATEGORY_COLOURS.items():
         counts = np.bincount(index[categories == cat], minlength=len(centres))
         used = np.flatnonzero(counts)
         if not used.size:
             continue
+        columns[cat] = counts
         data.append(
             {
                 "type": "bar",
@@ -268,7 +311,11 @@ def category_histogram(
                 "y": [int(counts[i]) for i in used],
                 "width": 1 / BINS_PER_DECADE,
                 "name": labels[cat],
-                "marker": {"color": colour, "line": {"color": OUTLINE, "width": 0.5}},
+                "marker": {
+                    "color": colour,
+                    "line": {"color": OUTLINE, "width": 0.5},
+                    "pattern": _hatch(CATEGORY_PATTERNS[cat], "rgba(0,0,0,0.5)"),
+                },
                 "hovertext": [
                     hover.format(lo=bounds[i], hi=bounds[i + 1], n=int(counts[i]), category=labels[cat]) for i in used
                 ],
@@ -301,7 +348,18 @@ def category_histogram(
         xaxis={"title": {"text": axis_title}, **decade_ticks(HIST_LO, HIST_HI), "fixedrange": True},
         yaxis={"title": {"text": count_title}, "fixedrange": True, "rangemode": "tozero"},
     )
-    return _figure(data, layout)
+    occupied = [i for i in range(len(centres)) if any(c[i] for c in columns.values())]
+    table = _table(
+        lang,
+        (axis_title, *(labels[c] for c in columns)),
+        [(f"{bounds[i]} … {bounds[i + 1]}", *(int(c[i]) for c in columns.values())) for i in occupied],
+    )
+    total = max(len(categories), 1)
+    shares = ", ".join(
+        f"{labels[c]} {i18n.percent(float(np.count_nonzero(categories == c)) / total, lang)}" for c in CATEGORY_COLOURS
+    )
+    alt = _words(lang, "alt_histogram", n=i18n.number(len(categories), lang), axis=axis_title, shares=shares)
+    return _figure(data, layout, table=table, alt=alt)
 
 
 @dataclass(frozen=True)
@@ -327,6 +385,7 @@ def scaler_run(
     overlay: tuple[str, Sequence[float]] | None = None,
     colour: str = FORMAT_COLOURS["fp16"],
     max_frames: int | None = None,
+    lang: str = "en",
 ) -> go.Figure:
     """log2 S per step, skipped steps marked ×.
 
@@ -335,6 +394,7 @@ def scaler_run(
     dashed, such as a real GradScaler over the illustration. ``max_frames``
     caps the animation of a long recorded run: the frames then advance
     several steps at a time (the last frame is always the whole run).
+    ``lang`` is the language of the data table and the text alternative.
     """
     steps = [int(s) for s in steps]
     ys = _list(log2_scales)
@@ -375,10 +435,16 @@ def scaler_run(
 
     data = traces(len(steps))
     all_ys = list(ys)
+    scale = lambda y: i18n.power_of_two(round(y))  # noqa: E731
+    headers = [labels.axis_step, f"{labels.clean}: S", labels.skipped]
+    rows = [[st, scale(y), _words(lang, "yes" if s else "no")] for st, y, s in zip(steps, ys, skipped, strict=True)]
     if overlay is not None:
         name, other = overlay
         other = _list(other)
         all_ys += other
+        headers.append(f"{name}: S")
+        for row, y in zip(rows, other, strict=False):
+            row.append(scale(y))
         data.append(
             {
                 "type": "scatter",
@@ -441,7 +507,16 @@ def scaler_run(
             }
         ]
         layout["margin"] = {"l": 8, "r": 8, "t": 36, "b": 90}
-    return _figure(data, layout, frames)
+    alt = _words(
+        lang,
+        "alt_run",
+        name=labels.clean,
+        n=i18n.number(len(steps), lang),
+        start=scale(ys[0]) if ys else "",
+        end=scale(ys[-1]) if ys else "",
+        skipped=i18n.number(sum(bool(s) for s in skipped), lang),
+    )
+    return _figure(data, layout, frames, table=_table(lang, headers, rows), alt=alt)
 
 
 def loss_curves(
@@ -467,7 +542,16 @@ def loss_curves(
         xaxis={"title": {"text": axis_step}, "fixedrange": True},
         yaxis={"title": {"text": axis_loss}, "fixedrange": True, "rangemode": "tozero"},
     )
-    return _figure(data, layout)
+    longest = max((len(losses) for _, _, losses in series), default=0)
+    cell = lambda losses, i: i18n.number(float(losses[i]), lang, 4) if i < len(losses) else "—"  # noqa: E731
+    table = _table(
+        lang,
+        (axis_step, *(label for _, label, _ in series)),
+        [(i + 1, *(cell(losses, i) for _, _, losses in series)) for i in range(longest)],
+    )
+    last = ", ".join(f"{label} {cell(losses, len(losses) - 1)}" for _, label, losses in series if len(losses))
+    alt = _words(lang, "alt_lines", y=axis_loss, x=axis_step, n=i18n.number(longest, lang), last=last)
+    return _figure(data, layout, table=table, alt=alt)
 
 
 # --- step 4 ----------------------------------------------------------------------
@@ -564,7 +648,20 @@ def number_line(
         },
         yaxis={"visible": False, "range": [-1, 1], "fixedrange": True},
     )
-    return _figure(data, layout)
+    rows = [(label, exact(value, lang)) for _, value, label, *_ in marks]
+    rows += [("FP16", exact(float(v), lang)) for v in grid]
+    table = _table(lang, (_words(lang, "col_point"), _words(lang, "col_value")), rows)
+    alt = _words(
+        lang,
+        "alt_number_line",
+        w=exact(w, lang),
+        exact_label=labels["exact"],
+        exact=exact(w + update, lang),
+        stored_label=labels["stored"],
+        stored=exact(stored, lang),
+        spacing=i18n.sci(spacing, lang, 3),
+    )
+    return _figure(data, layout, table=table, alt=alt)
 
 
 def labelled_bars(
@@ -638,7 +735,12 @@ def labelled_bars(
             "showgrid": False,
         },
     )
-    return _figure(data, layout)
+    rows = [(name, text) for name, text in zip(names, texts, strict=True)]
+    if line is not None:
+        rows.append((line[1], i18n.plain(line[0], lang)))
+    table = _table(lang, (_words(lang, "col_item"), axis_title or _words(lang, "col_value")), rows)
+    alt = _words(lang, "alt_bars", bars="; ".join(f"{name}: {text}" for name, text in rows))
+    return _figure(data, layout, table=table, alt=alt)
 
 
 # --- step 5 -------------------------------------------------------------------------
@@ -717,7 +819,10 @@ def format_ranges(
         },
         xaxis={**decade_ticks(RANGE_LO, RANGE_HI, every=10), "fixedrange": True},
     )
-    return _figure(data, layout)
+    rows = [(r.label, *(i18n.sci(v, lang) for v in (r.smallest_subnormal, r.smallest_normal, r.max))) for r in ranges]
+    headers = (_words(lang, "col_format"), *(_words(lang, k) for k in ("col_subnormal", "col_normal", "col_max")))
+    alt = _words(lang, "alt_ranges", ranges="; ".join(f"{r[0]}: {r[1]} … {r[3]}" for r in rows))
+    return _figure(data, layout, table=_table(lang, headers, rows), alt=alt)
 
 
 def precision_ticks(grids: Sequence[tuple[str, str, np.ndarray]], lang: str) -> go.Figure:
@@ -748,7 +853,13 @@ def precision_ticks(grids: Sequence[tuple[str, str, np.ndarray]], lang: str) -> 
         },
         xaxis={"fixedrange": True},
     )
-    return _figure(data, layout)
+    rows = [
+        (label, i18n.number(len(values), lang), ", ".join(exact(float(v), lang) for v in values))
+        for _, label, values in grids
+    ]
+    headers = (_words(lang, "col_format"), _words(lang, "col_count"), _words(lang, "col_values"))
+    alt = _words(lang, "alt_ticks", rows="; ".join(_words(lang, "alt_ticks_row", fmt=r[0], n=r[1]) for r in rows))
+    return _figure(data, layout, table=_table(lang, headers, rows), alt=alt)
 
 
 # --- measured runs (steps 2-5 with data) ------------------------------------------------------

@@ -71,6 +71,13 @@ def has_text(lang: str, key: str) -> bool:
     return key in catalogue(lang)
 
 
+@cache
+def answers() -> dict[str, str]:
+    """The right letter of each check-yourself question (``"memory_q1": "a"``), the same in every language."""
+    with open(TEXT_DIR / "answers.toml", "rb") as fh:
+        return dict(tomllib.load(fh))
+
+
 # --- choosing the language ---------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ Nothing here imports torch: the runs happen in the worker process
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +15,8 @@ import numpy as np
 
 from lensa.scaling import simulate
 from lensa.ui.frame import Page
+
+_LOG = logging.getLogger(__name__)
 
 
 def torch_available() -> bool:
@@ -26,7 +29,8 @@ def error_text(page: Page, exc: BaseException) -> str:
 
     if isinstance(exc, live.LiveError):
         if exc.kind == "invalid":
-            return page.t("live.error_invalid", detail=exc.message)
+            # The core's detail is English and names code fields; it goes to the log, not the page.
+            _LOG.warning("live run refused: %s", exc.message)
         return page.t(f"live.error_{exc.kind}")
     # An exception inside the worker process arrives as a RemoteError that keeps its original class name.
     return page.t("live.error_unexpected", detail=getattr(exc, "type_name", type(exc).__name__))

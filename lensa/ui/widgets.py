@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 import streamlit as st
 
+from lensa.ui import i18n
 from lensa.ui.controls import ChoiceControl, Control, NumberControl, TextControl
 from lensa.ui.frame import Page, draw_navigation, link_params, page_label, remembered, safe_echo, seen_urls, step_of
 from lensa.ui.site import STEP_COUNT
@@ -114,15 +115,23 @@ def _value_to_url(page: Page, control: Control, value: object) -> None:
         memory[control.name] = canonical
 
 
+def _help(help: str | None) -> None:
+    """A control's help as a caption under it: Streamlit's help tooltip opens only on hover."""
+    if help:
+        st.caption(help)
+
+
 def _bound(
     page: Page,
     name: str,
     label: str,
     show: Callable[[object], str],
     draw: Callable[..., object],
+    *,
     control: Control | None = None,
+    help: str | None = None,
 ) -> object:
-    """Read a control from the URL, draw its widget with ``draw(key)``, write the value back.
+    """Read a control from the URL, draw its widget with ``draw(key)`` and its help, write the value back.
 
     ``control`` replaces the page's declared one for this run: a control whose positions are only known
     once the data is loaded (a run's layers and steps).
@@ -130,6 +139,7 @@ def _bound(
     control = control or page.info.control(name)
     _value_from_url(page, control, label, show)
     value = draw(widget_key(page, name))
+    _help(help)
     _value_to_url(page, control, value)
     return value
 
@@ -150,8 +160,9 @@ def slider(
         name,
         label,
         show,
-        lambda key: st.select_slider(label, options=stops, format_func=show, key=key, help=help),
-        control,
+        lambda key: st.select_slider(label, options=stops, format_func=show, key=key),
+        control=control,
+        help=help,
     )
 
 
@@ -163,7 +174,8 @@ def choice(page: Page, name: str, label: str, show: Callable[[object], str], hel
         name,
         label,
         show,
-        lambda key: st.segmented_control(label, options, format_func=show, key=key, required=True, help=help),
+        lambda key: st.segmented_control(label, options, format_func=show, key=key, required=True),
+        help=help,
     )
 
 
@@ -183,8 +195,9 @@ def select(
         name,
         label,
         show,
-        lambda key: st.selectbox(label, options, format_func=show, key=key, help=help),
-        control,
+        lambda key: st.selectbox(label, options, format_func=show, key=key),
+        control=control,
+        help=help,
     )
 
 
@@ -211,7 +224,8 @@ def text(page: Page, name: str, label: str, help: str | None = None, placeholder
     control = page.info.control(name)
     assert isinstance(control, TextControl)
     _value_from_url(page, control, label, str)
-    value = st.text_input(label, key=widget_key(page, name), help=help, placeholder=placeholder, max_chars=100)
+    value = st.text_input(label, key=widget_key(page, name), placeholder=placeholder, max_chars=100)
+    _help(help)
     if control.read(value).problem is None:
         _value_to_url(page, control, value.strip())
     return value
@@ -229,7 +243,8 @@ def toggle(page: Page, name: str, label: str, help: str | None = None) -> bool:
         to_widget=lambda v: v == "on",
         from_widget=lambda b: ("on" if b else "off") if isinstance(b, bool) else None,
     )
-    on = st.toggle(label, key=widget_key(page, name), help=help)
+    on = st.toggle(label, key=widget_key(page, name))
+    _help(help)
     _value_to_url(page, control, "on" if on else "off")
     return on
 
@@ -238,8 +253,9 @@ def check_yourself(page: Page, count: int) -> None:
     """Predict-then-reveal questions: pick an answer, then see whether it holds and why.
 
     Catalogue keys per question n: ``quiz.<page>_q<n>`` (the question),
-    ``..._a``, ``..._b``, ``..._c`` (answers), ``..._right`` (the letter of
-    the right one) and ``..._why`` (the explanation).
+    ``..._a``, ``..._b``, ``..._c`` (answers) and ``..._why`` (the
+    explanation). The letter of the right answer is the same in every
+    language, so it is kept once, in ``lensa/text/answers.toml``.
     """
     st.subheader(page.t("common.check_title"))
     for n in range(1, count + 1):
@@ -254,13 +270,55 @@ def check_yourself(page: Page, count: int) -> None:
         )
         if picked is None:
             continue
-        right = page.t(f"{base}_right")
+        right = i18n.answers()[base.removeprefix("quiz.")]
         verdict = page.t("common.check_right" if picked == right else "common.check_wrong")
         (st.success if picked == right else st.warning)(f"**{verdict}** {page.t(base + '_why')}")
 
 
+# Runs in the page itself (st.html is not an iframe). It sets the document's language, which
+# Streamlit has no API for, on every run, so a switch of language updates it without a reload.
+# It also makes plotly's animation buttons (step 3's Play and Pause, drawn as SVG) reachable with
+# Tab and pressable with Enter or Space, and names them for screen readers.
+_PAGE_SCRIPT = """<script>
+(() => {
+  document.documentElement.lang = "%(lang)s";
+  if (window.lensaKeyboardButtons) return;
+  window.lensaKeyboardButtons = true;
+  const press = (button) => button.dispatchEvent(new MouseEvent("click", {bubbles: true}));
+  const enable = () => {
+    for (const button of document.querySelectorAll(".js-plotly-plot .updatemenu-button:not([tabindex])")) {
+      button.setAttribute("tabindex", "0");
+      button.setAttribute("role", "button");
+      button.setAttribute("aria-label", button.textContent.replace(/[^\\p{L}\\p{N} ]/gu, "").trim());
+      button.addEventListener("keydown", (event) => {
+        if (event.key === "Enter" || event.key === " ") { event.preventDefault(); press(button); }
+      });
+    }
+  };
+  new MutationObserver(enable).observe(document.body, {childList: true, subtree: true});
+  enable();
+})();
+</script>"""
+# A visible focus ring on everything the keyboard reaches (3:1 or more on both themes' backgrounds);
+# a primary button keeps white on the light theme's accent in both themes (the dark theme's light accent
+# under white text is 2:1); with reduced motion, the loss-scale run shows its final state, no animation.
+_PAGE_STYLE = """<style>
+:is(a, button, input, select, textarea, summary, [role="slider"], [role="button"], [tabindex]):focus-visible,
+label:has(input:focus-visible), div:has(> input[type="range"]:focus-visible) {
+    outline: 3px solid #3b82f6 !important; outline-offset: 2px !important;
+}
+[data-testid="stBaseButton-primary"], [data-testid="stBaseButton-primary"]:hover {
+    background-color: #a3212f !important; border-color: #a3212f !important; color: #ffffff !important;
+}
+@media (prefers-reduced-motion: reduce) {
+    .js-plotly-plot .updatemenu-container { display: none !important; }
+}
+</style>"""
+
+
 def after_controls(page: Page) -> None:
     """Once a page has read its controls: draw the navigation and say what became of bad link values."""
+    st.html(_PAGE_STYLE + _PAGE_SCRIPT % {"lang": page.lang}, unsafe_allow_javascript=True)
     draw_navigation(page)
     if not page.notices:
         return
@@ -276,14 +334,21 @@ def step_header(page: Page) -> None:
 
 
 def chart(fig: object, title: str, caption: str | None = None, alt: str | None = None) -> None:
-    """A figure with its heading above it and, when given, a caption that decodes it below.
+    """A figure with its heading above it, a caption that decodes it below, and its data as a table.
 
-    ``alt`` is the text alternative a screen reader announces for the chart (the title without one).
+    ``alt`` is the text alternative a screen reader announces for the chart: a
+    sentence built from the same numbers as the page's metrics. Without it the
+    figure's own summary (``fig.alt``) is used. The values it plots
+    (``fig.table``) follow in a closed section, as a real table.
     """
     st.markdown(f"**{title}**")
-    st.plotly_chart(fig, config={"displayModeBar": False}, alt=alt or title)
+    st.plotly_chart(fig, config={"displayModeBar": False}, alt=alt or getattr(fig, "alt", None) or title)
     if caption:
         st.caption(caption)
+    table = getattr(fig, "table", None)
+    if table is not None and table.rows:
+        with st.expander(i18n.text(table.lang, "figure.table"), icon=":material/table:"):
+            st.markdown(markdown_table(table.headers, table.rows))
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -294,11 +359,11 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str
     return "\n".join(lines)
 
 
-def metric_row(items: Sequence[tuple[str, str]], help_texts: Sequence[str | None] | None = None) -> None:
+def metric_row(items: Sequence[tuple[str, str]]) -> None:
     """A row of metric cards: (label, formatted value) pairs."""
     columns = st.columns(len(items), border=True)
-    for i, (column, (label, value)) in enumerate(zip(columns, items, strict=True)):
-        column.metric(label, value, help=help_texts[i] if help_texts else None)
+    for column, (label, value) in zip(columns, items, strict=True):
+        column.metric(label, value)
 
 
 def explain(page: Page, paragraph: str, try_this: str) -> None:
