@@ -944,7 +944,15 @@ def binade_zones(
         xaxis={"title": {"text": axis_title}, **decade_ticks(lo, hi, every), "fixedrange": True},
         yaxis={"title": {"text": count_title}, "fixedrange": True, "rangemode": "tozero", "separatethousands": True},
     )
-    return _figure(data, layout)
+    zones = [cat for cat in CATEGORY_COLOURS if np.asarray(counts.get(cat, ()), dtype=np.int64).any()]
+    rows = [
+        (
+            f"{i18n.power_of_two(int(exps[i]))} … {i18n.power_of_two(int(exps[i]) + 1)}",
+            *(i18n.number(int(np.asarray(counts[cat], dtype=np.int64)[i]), lang) for cat in zones),
+        )
+        for i in np.flatnonzero(used_all)
+    ]
+    return _figure(data, layout, table=_table(lang, (axis_title, *(labels[cat] for cat in zones)), rows))
 
 
 @dataclass(frozen=True)
@@ -1052,7 +1060,11 @@ def scale_sweep(
             "fixedrange": True,
         },
     )
-    return _figure(data, layout)
+    rows = [
+        (i18n.power_of_two(k), i18n.percent(float(z), lang), i18n.percent(float(o), lang))
+        for k, z, o in zip(xs, zero, overflow, strict=True)
+    ]
+    return _figure(data, layout, table=_table(lang, (labels.axis_scale, labels.zero, labels.overflow), rows))
 
 
 def share_lines(
@@ -1084,7 +1096,11 @@ def share_lines(
         xaxis={"title": {"text": axis_step}, "fixedrange": True},
         yaxis={"title": {"text": axis_share}, "tickformat": ".0%", "range": [-0.02, 1.02], "fixedrange": True},
     )
-    return _figure(data, layout)
+    rows = [
+        (i18n.number(step, lang), *(i18n.percent(float(values[i]), lang) for _, _, values, _ in series))
+        for i, step in enumerate(xs)
+    ]
+    return _figure(data, layout, table=_table(lang, (axis_step, *(label for _, label, _, _ in series)), rows))
 
 
 def grouped_share_bars(
@@ -1129,4 +1145,6 @@ def grouped_share_bars(
             "automargin": True,
         },
     )
-    return _figure(data, layout)
+    rows = [(name, *(texts[i] for _, _, _, texts in series)) for i, name in enumerate(names)]
+    headers = (_words(lang, "col_item"), *(label for _, label, _, _ in series))
+    return _figure(data, layout, table=_table(lang, headers, rows))
