@@ -58,6 +58,8 @@ FORMAT_COLOURS = {
 }
 # The same zones told apart without colour (plotly pattern shapes; normal, the common case, is plain).
 CATEGORY_PATTERNS = {"zero": "x", "subnormal": ".", "normal": "", "overflow": "/"}
+# Formats side by side in one bar chart (FP16 against BF16 and FP8 on a recorded run), told apart the same way.
+FORMAT_PATTERNS = {"fp16": "", "bf16": "/", "fp8_e4m3": "x", "fp8_e5m2": ".", "fp32": "-"}
 ARM_DASHES = {"fp32": "solid", "fp16": "dash", "bf16": "dot"}
 NEUTRAL = "rgba(128,128,128,0.85)"
 OUTLINE = "rgba(60,60,60,0.55)"  # keeps the yellow legible on white
@@ -899,7 +901,11 @@ def binade_zones(
                 "y": [int(c[i]) for i in used],
                 "width": LOG10_2,
                 "name": labels[cat],
-                "marker": {"color": colour, "line": {"color": OUTLINE, "width": 0.5}},
+                "marker": {
+                    "color": colour,
+                    "line": {"color": OUTLINE, "width": 0.5},
+                    "pattern": _hatch(CATEGORY_PATTERNS[cat], "rgba(0,0,0,0.5)"),
+                },
                 "hovertext": [
                     hover.format(
                         lo=i18n.power_of_two(int(exps[i])),
@@ -1121,7 +1127,8 @@ def grouped_share_bars(
             "x": _list(values),
             "orientation": "h",
             "name": label,
-            "marker": {"color": FORMAT_COLOURS[key]},
+            # told apart without colour too: FP16 plain, the others hatched, as in the legend
+            "marker": {"color": FORMAT_COLOURS[key], "pattern": _hatch(FORMAT_PATTERNS.get(key, ""))},
             "text": list(texts),
             "textposition": "outside",
             "cliponaxis": False,

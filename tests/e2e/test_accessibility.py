@@ -33,32 +33,30 @@ def _axe():
     return Axe()
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-@pytest.mark.parametrize("width", [1280, 390])
-def test_no_serious_or_critical_axe_violations(server, chromium, width, scheme):
+def _scan(chromium, server, width: int, scheme: str, views) -> None:
+    """axe-core over ``views`` ((page key, language, URL parameters)) at one width and theme."""
     axe = _axe()
     context = chromium.new_context(viewport={"width": width, "height": 900}, color_scheme=scheme)
     page = context.new_page()
     page.set_default_timeout(30_000)
     blocking, others, impacts = [], [], Counter()
     try:
-        for info in PAGES:
-            for lang in i18n.LANGUAGES:
-                page.goto(url_of(server, info.key, lang=lang))
-                wait_for_app(page)
-                unnamed = page.locator(f"{CHART}:not([aria-label])").count()
-                if unnamed:
-                    blocking.append(f"{info.key}?lang={lang}: {unnamed} chart(s) without a text alternative")
-                results = axe.run(page, options={"runOnly": {"type": "tag", "values": WCAG_TAGS}})
-                for violation in results.response["violations"]:
-                    impacts[violation["impact"]] += len(violation["nodes"])
-                    where = f"{info.key}?lang={lang}"
-                    line = f"{where}: {violation['impact']} {violation['id']} × {len(violation['nodes'])}"
-                    if violation["impact"] in BLOCKING:
-                        targets = [node["target"] for node in violation["nodes"][:3]]
-                        blocking.append(f"{line} {targets} {violation['nodes'][0].get('failureSummary', '')}")
-                    else:
-                        others.append((violation["id"], line))
+        for key, lang, params in views:
+            page.goto(url_of(server, key, lang=lang, **params))
+            wait_for_app(page)
+            where = "&".join([f"{key}?lang={lang}", *(f"{k}={v}" for k, v in params.items())])
+            unnamed = page.locator(f"{CHART}:not([aria-label])").count()
+            if unnamed:
+                blocking.append(f"{where}: {unnamed} chart(s) without a text alternative")
+            results = axe.run(page, options={"runOnly": {"type": "tag", "values": WCAG_TAGS}})
+            for violation in results.response["violations"]:
+                impacts[violation["impact"]] += len(violation["nodes"])
+                line = f"{where}: {violation['impact']} {violation['id']} × {len(violation['nodes'])}"
+                if violation["impact"] in BLOCKING:
+                    targets = [node["target"] for node in violation["nodes"][:3]]
+                    blocking.append(f"{line} {targets} {violation['nodes'][0].get('failureSummary', '')}")
+                else:
+                    others.append((violation["id"], line))
     finally:
         context.close()
     print(f"axe-core, {width} px, {scheme}: {dict(impacts) or 'no violations'}")
@@ -66,6 +64,21 @@ def test_no_serious_or_critical_axe_violations(server, chromium, width, scheme):
         print(f"  left: {line}: {LEFT_WITH_REASON.get(rule, 'NO REASON GIVEN')}")
     assert blocking == []
     assert [line for rule, line in others if rule not in LEFT_WITH_REASON] == []
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("width", [1280, 390])
+def test_no_serious_or_critical_axe_violations(server, chromium, width, scheme):
+    _scan(chromium, server, width, scheme, [(info.key, lang, {}) for info in PAGES for lang in i18n.LANGUAGES])
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_no_serious_or_critical_axe_violations_with_a_recorded_run(server, chromium, scheme):
+    """Steps 2-5 showing the shipped reference run: their selectors, tables and charts."""
+    steps = ("fp16_range", "loss_scaling", "master_weights", "bf16")
+    _scan(
+        chromium, server, 1280, scheme, [(key, lang, {"data": "reference"}) for key in steps for lang in i18n.LANGUAGES]
+    )
 
 
 def test_document_language_follows_the_page_and_the_switch(server, page):
