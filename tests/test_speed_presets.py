@@ -147,15 +147,22 @@ def test_mixed_precision_mode_is_bf16_where_the_chip_has_it():
         get_gpu("tpu")
 
 
-def test_days_to_train_by_hand():
-    # 6 x 6.74e9 x 2e12 FLOP / (312e12 x 0.4 x 1024) s = 632,888 s = 7.325 days
-    assert days(6.74e9, 2e12, 312e12, 1024, 0.4) == pytest.approx(7.325088, rel=1e-6)
-    # 6 x 1e9 x 1e9 / (1e15 x 0.5 x 2) = 6000 s
-    assert days(1e9, 1e9, 1e15, 2, 0.5) == pytest.approx(6000 / 86400)
-    # consistent with the step time and the throughput: one GPU, one step's tokens
+def test_days_to_train_invariants():
+    base = days(6.74e9, 2e12, 312e12, 1024, 0.4)
+    # twice the tokens or the parameters, twice the days; twice the GPUs, the peak or the MFU, half the days
+    assert days(6.74e9, 4e12, 312e12, 1024, 0.4) == pytest.approx(2 * base)
+    assert days(13.48e9, 2e12, 312e12, 1024, 0.4) == pytest.approx(2 * base)
+    assert days(6.74e9, 2e12, 312e12, 2048, 0.4) == pytest.approx(base / 2)
+    assert days(6.74e9, 2e12, 624e12, 1024, 0.4) == pytest.approx(base / 2)
+    assert days(6.74e9, 2e12, 312e12, 1024, 0.8) == pytest.approx(base / 2)
+    # consistent with the step time and the throughput: one GPU, one step's tokens, in seconds
     t = step_time_s(7e9, 4096, 989.4e12, 0.4)
     assert days(7e9, 4096, 989.4e12, 1, 0.4) * 86400 == pytest.approx(t)
     assert tokens_per_second(989.4e12, 7e9, 0.4) * t == pytest.approx(4096)
+    # Llama 2's paper (Touvron et al. 2023, Table 2): 7B took 184,320 A100-80GB GPU hours on 2T tokens;
+    # at the A100's 312 TFLOPS that is an MFU of about 0.41, near the lesson's default 0.40
+    gpu_days = days(6.74e9, 2e12, 312e12, 1, 0.4)
+    assert gpu_days * 24 == pytest.approx(184_320, rel=0.05)
     assert days(7e9, 0, 1e12) == 0
 
 
