@@ -9,6 +9,7 @@ the sampling error of the stated model (three standard errors of a share of
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -50,11 +51,16 @@ def test_step1_fp32_2048():
     assert gb(m.activations) == 18.3
 
 
-def test_step1_activation_formula():
-    # 34 x d_model bytes per token per layer at 16 bits, for any size and token count
-    assert activation_bytes(SEVEN_B, 1, "mixed") == 34 * 4096 * 32
-    assert activation_bytes(SEVEN_B, 4096, "fp32") == 2 * activation_bytes(SEVEN_B, 4096, "mixed")
+def test_step1_activations_scale_as_they_should():
+    # linear in tokens (and nothing for none), twice as large in FP32 as in 16 bits, proportional to depth
+    one = activation_bytes(SEVEN_B, 1024, "mixed")
     assert activation_bytes(SEVEN_B, 0) == 0
+    assert activation_bytes(SEVEN_B, 4096, "mixed") == pytest.approx(4 * one)
+    assert activation_bytes(SEVEN_B, 1024, "fp32") == pytest.approx(2 * one)
+    half_depth = replace(SEVEN_B, layers=SEVEN_B.layers // 2)
+    assert activation_bytes(half_depth, 1024, "mixed") == pytest.approx(one / 2)
+    # the seed's figures at 2048 and 4096 tokens (SPEC, reference figures, steps 1 and 6)
+    assert gb(activation_bytes(SEVEN_B, 2048, "mixed")) == 9.1 and gb(activation_bytes(SEVEN_B, 4096, "fp32")) == 36.5
 
 
 # --- step 2 -----------------------------------------------------------------

@@ -74,14 +74,30 @@ def test_accumulate_equals_a_numpy_float32_loop():
         assert accumulate(w, u, 1000, "fp32") == float(ref)
 
 
-def test_speed_model():
-    assert training_flops(6.74e9, 4096) == 6 * 6.74e9 * 4096
+def test_training_flops_match_a_published_compute_figure():
+    # GPT-3 paper (Brown et al. 2020), Table D.1: GPT-3 175B, 174,600M parameters on 300B tokens,
+    # 3.14E+23 training FLOPs (their 6 N D rule, the one the lesson uses).
+    assert f"{training_flops(174.6e9, 300e9):.2e}" == "3.14e+23"
+    # and invariants: linear in parameters and in tokens, zero for no tokens
+    assert training_flops(2 * 6.74e9, 4096) == pytest.approx(2 * training_flops(6.74e9, 4096))
+    assert training_flops(6.74e9, 3 * 4096) == pytest.approx(3 * training_flops(6.74e9, 4096))
+    assert training_flops(6.74e9, 0) == 0
+
+
+def test_step_time_invariants():
     a100 = GPUS["a100"]
-    assert a100.peak("fp32") == 19.5e12 and a100.peak("bf16") == 312e12 and a100.peak("fp8") is None
-    assert a100.source
-    t = step_time_s(SEVEN_B.params, 4096, a100.peak("bf16"))
-    assert t == pytest.approx(SEVEN_B.params * 6 * 4096 / (312e12 * 0.4))
-    assert tokens_per_second(a100.peak("bf16"), SEVEN_B.params) == pytest.approx(4096 / t)
+    bf16, fp32 = a100.peak("bf16"), a100.peak("fp32")
+    assert a100.peak("fp8") is None  # Ampere has no FP8 tensor cores
+    t = step_time_s(SEVEN_B.params, 4096, bf16)
+    # more tokens, more time, in proportion; a faster mode or a higher MFU, less time, in proportion
+    assert step_time_s(SEVEN_B.params, 8192, bf16) == pytest.approx(2 * t)
+    assert step_time_s(SEVEN_B.params, 4096, fp32) / t == pytest.approx(bf16 / fp32)
+    assert step_time_s(SEVEN_B.params, 4096, bf16, mfu=0.8) == pytest.approx(t / 2)
+    assert step_time_s(SEVEN_B.params, 0, bf16) == 0
+    # throughput and step time describe the same step
+    assert tokens_per_second(bf16, SEVEN_B.params) * t == pytest.approx(4096)
+    # the lesson's figure (SPEC, reference figures, step 6): 1.3 s a step in BF16 on the A100 at 40% MFU
+    assert f"{t:.1f}" == "1.3"
     for bad in (0.0, -1.0):
         with pytest.raises(ValueError):
             step_time_s(1, 1, bad)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -174,3 +175,147 @@ def test_every_gpu_source_is_written_in_both_languages():
     for lang in i18n.LANGUAGES:
         assert all(i18n.has_text(lang, f"speed.source_{key}") for key in GPUS)
     assert i18n.text("en", "speed.source_a100") == GPUS["a100"].source
+
+
+# --- keys built with f-strings ------------------------------------------------------------------
+
+
+def _tuple_after(path: str, template: str) -> tuple[str, ...]:
+    """The literal tuple a comprehension feeds into ``page.t(f"<template>")`` (read from the code, not copied)."""
+    source = (ROOT / path).read_text()
+    found = re.search(rf'f"{re.escape(template)}"[^\n]*? for \w+ in (\([^)]*\))', source)
+    assert found, f"{path}: no literal tuple feeds {template!r}"
+    return ast.literal_eval(found.group(1))
+
+
+def _fstring_keys() -> dict[tuple[str, str], set[str]]:
+    """(file, template) -> every full catalogue key the template can build, from the values the code can pass."""
+    from typing import get_args
+
+    from lensa import formats, memory
+    from lensa.live import ARMS
+    from lensa.live.errors import ErrorKind
+    from lensa.models import PRESETS
+    from lensa.runstats import KINDS
+    from lensa.speed import GPUS, mixed_precision_mode
+    from lensa.ui.site import DATA_SOURCES, PAGES, PAGES_BY_KEY, STEPS
+
+    def options(page: str, name: str) -> tuple[str, ...]:
+        return PAGES_BY_KEY[page].control(name).options  # type: ignore[union-attr]
+
+    def section(name: str, values) -> set[str]:
+        return {f"{name}.{v}" for v in values}
+
+    precisions, optimizers = options("memory", "precision"), memory.OPTIMIZERS
+    model_keys = {k.replace("-", "_") for k in options("memory", "model")}
+    parts = {c.key for p in precisions for o in optimizers for c in memory.state_components(p, o)}
+    others = {r.key for p in PRESETS.values() for r in p.how_others_count(8).rows}
+    others |= {r.key for r in memory.how_others_count(PRESETS["gpt2"].shape(), 8).rows}
+    modes = {m for g in GPUS.values() for m in ("fp32", "tf32", mixed_precision_mode(g), "fp8") if g.peak(m)}
+    fields = dict(ast.literal_eval(re.search(r"FIELDS = (.*)", (ROOT / "pages/formats.py").read_text()).group(1)))
+    bf16_regimes = set(re.findall(r'regime = "(\w+)"', (ROOT / "pages/bf16.py").read_text()))
+    bounds = set(
+        re.findall(r'key = "(\w+)" if bounds.window else "(\w+)"', (ROOT / "pages/loss_scaling.py").read_text())[0]
+    )
+    regimes = ("zero", "subnormal", "normal")
+    sources = ("reference", "lab", "upload")  # measured.Source.key: every data source but the illustration
+    assert set(sources) == set(DATA_SOURCES) - {"illustration"}
+    quiz = {f"quiz.{q}_{letter}" for q in i18n.answers() for letter in "abc"}
+    col = _tuple_after("lensa/ui/compare.py", "common.col_{k}")
+    return {
+        ("app.py", "idea_{i}"): section("overview", (f"idea_{i}" for i in range(1, len(STEPS) + 1))),
+        ("app.py", "faq_q{i}"): section("overview", (f"faq_q{i}" for i in range(1, 7))),
+        ("app.py", "faq_a{i}"): section("overview", (f"faq_a{i}" for i in range(1, 7))),
+        ("pages/bf16.py", "bf16_data.{regime}"): section("bf16_data", bf16_regimes),
+        ("pages/formats.py", "out_of_range_{parsed.out_of_range}"): section(
+            "formats", ("out_of_range_huge", "out_of_range_tiny")
+        ),
+        ("pages/formats.py", "category.{report.category}"): section(
+            "category", set(get_args(formats.Category)) - {"nan"}
+        ),
+        ("pages/formats.py", "field_{field}"): section("formats", (f"field_{f}" for f in fields)),
+        ("pages/fp16_range.py", "fp16_range_data.explain_{regime}"): section(
+            "fp16_range_data", (f"explain_{r}" for r in regimes)
+        ),
+        ("pages/fp16_range.py", "explain_{regime}"): section("fp16_range", (f"explain_{r}" for r in regimes)),
+        ("pages/lab.py", "device_{v}"): section("lab", (f"device_{v}" for v in options("lab", "device"))),
+        ("pages/lab.py", "lab.arm_{a}"): section("lab", (f"arm_{a}" for a in ARMS)),
+        ("pages/loss_scaling.py", "loss_scaling_data.{key}"): section("loss_scaling_data", bounds),
+        ("pages/memory.py", "precision_{v}"): section("memory", (f"precision_{v}" for v in precisions)),
+        ("pages/memory.py", "model_{k.replace('-', '_')}"): section("memory", (f"model_{k}" for k in model_keys)),
+        ("pages/memory.py", "model_{model_key.replace('-', '_')}"): section(
+            "memory", (f"model_{k}" for k in model_keys)
+        ),
+        ("pages/memory.py", "optimizer_{v}"): section("memory", (f"optimizer_{v}" for v in optimizers)),
+        ("pages/memory.py", "ckpt_{v}"): section("memory", (f"ckpt_{v}" for v in memory.CHECKPOINTING)),
+        ("pages/memory.py", "attention_{v}"): section(
+            "memory", (f"attention_{v}" for v in options("memory", "attention"))
+        ),
+        ("pages/memory.py", "part_{component.key}"): section("memory", (f"part_{k}" for k in parts)),
+        ("pages/memory.py", "part_{c.key}"): section("memory", (f"part_{k}" for k in parts)),
+        ("pages/memory.py", "explain_{precision}"): section("memory", (f"explain_{p}" for p in precisions)),
+        ("pages/memory.py", "opt_note_{optimizer}"): section("memory", (f"opt_note_{o}" for o in optimizers)),
+        ("pages/memory.py", "act_{precision}"): section("memory", (f"act_{p}" for p in precisions)),
+        # shown only with ZeRO on more than one GPU: stages 1 to 3
+        ("pages/memory.py", "explain_zero{zero}"): section(
+            "memory", (f"explain_zero{z}" for z in PAGES_BY_KEY["memory"].control("zero").stops if z > 0)
+        ),
+        ("pages/memory.py", "explain_ckpt_{checkpointing}"): section(
+            "memory", (f"explain_ckpt_{c}" for c in memory.CHECKPOINTING if c != "none")
+        ),
+        ("pages/memory.py", "others_{row.key}"): section("memory", (f"others_{k}" for k in others)),
+        ("pages/speed.py", "bar_{m}"): section("speed", (f"bar_{m}" for m in modes)),
+        ("pages/speed.py", "source_{gpu_key}"): section("speed", (f"source_{k}" for k in GPUS)),
+        ("lensa/ui/compare.py", "common.col_{k}"): section("common", (f"col_{k}" for k in col)),
+        ("lensa/ui/frame.py", "nav.{target.key}"): section("nav", (p.key for p in PAGES)),
+        ("lensa/ui/frame.py", "nav.{info.key}"): section("nav", (p.key for p in PAGES)),
+        ("lensa/ui/live_view.py", "live.error_{exc.kind}"): section(
+            "live", (f"error_{k}" for k in get_args(ErrorKind))
+        ),
+        ("lensa/ui/live_view.py", "lab.col_{k}"): section(
+            "lab", (f"col_{k}" for k in _tuple_after("lensa/ui/live_view.py", "lab.col_{k}"))
+        ),
+        ("lensa/ui/live_view.py", "lab.arm_{row['arm']}"): section("lab", (f"arm_{a}" for a in ARMS)),
+        ("lensa/ui/live_view.py", "lab.mem_{k}"): section(
+            "lab", (f"mem_{k}" for k in _tuple_after("lensa/ui/live_view.py", "lab.mem_{k}"))
+        ),
+        ("lensa/ui/live_view.py", "lab.arm_{name}"): section("lab", (f"arm_{a}" for a in ARMS)),
+        ("lensa/ui/live_view.py", "speed.measure_col_{k}"): section(
+            "speed", (f"measure_col_{k}" for k in _tuple_after("lensa/ui/live_view.py", "speed.measure_col_{k}"))
+        ),
+        ("lensa/ui/measured.py", "data.source_{v}"): section("data", (f"source_{v}" for v in DATA_SOURCES)),
+        ("lensa/ui/measured.py", "data.kind_{declared.default}"): section("data", (f"kind_{k}" for k in KINDS)),
+        ("lensa/ui/measured.py", "data.kind_{v}"): section("data", (f"kind_{k}" for k in KINDS)),
+        ("lensa/ui/measured.py", "data.kind_{kind}"): section("data", (f"kind_{k}" for k in KINDS)),
+        ("lensa/ui/measured.py", "data.line_{sel.source.key}"): section("data", (f"line_{s}" for s in sources)),
+        ("lensa/ui/measured.py", "data.scaler_{source.key}"): section("data", (f"scaler_{s}" for s in sources)),
+        ("lensa/ui/measured.py", "common.col_{k}"): section("common", (f"col_{k}" for k in col)),
+        ("lensa/ui/widgets.py", "common.{v}"): section("common", ("off", "on")),
+        ("lensa/ui/widgets.py", "{base}_{letter}"): quiz,
+    }
+
+
+def _fstring_templates_in_code() -> set[tuple[str, str]]:
+    found = set()
+    for path in [
+        ROOT / "app.py",
+        *sorted((ROOT / "pages").glob("*.py")),
+        *sorted((ROOT / "lensa" / "ui").glob("*.py")),
+    ]:
+        for m in re.finditer(r"""\.t\(\s*f(["'])(.*?)\1""", path.read_text()):
+            found.add((str(path.relative_to(ROOT)), m.group(2)))
+    return found
+
+
+def test_every_fstring_key_template_in_the_code_is_enumerated_below():
+    # A new page.t(f"...") must get its values listed in _fstring_keys, or this fails.
+    assert _fstring_templates_in_code() == set(_fstring_keys())
+
+
+def test_every_key_an_fstring_can_build_exists_in_both_catalogues():
+    keys = _fstring_keys()
+    assert all(keys.values()), [t for t, v in keys.items() if not v]  # every template has values to check
+    assert sum(len(v) for v in keys.values()) > 150
+    for lang in i18n.LANGUAGES:
+        missing = {t: sorted(k for k in v if not i18n.has_text(lang, k)) for t, v in keys.items()}
+        assert {t: m for t, m in missing.items() if m} == {}, lang

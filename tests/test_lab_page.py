@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import pytest
@@ -11,6 +13,7 @@ from lensa.ui import i18n
 from lensa.ui import measured as view
 from tests.conftest import requires_torch
 from tests.pagetools import metrics, open_page
+from tests.test_live import CSV_COLUMNS
 
 pytestmark = requires_torch
 
@@ -43,6 +46,39 @@ def test_lab_runs_a_tiny_comparison_and_keeps_the_results():
     # the results stay when another control moves
     at.select_slider(key="w.lab.lr").set_value(3e-3).run(timeout=120)
     assert at.dataframe and at.dataframe[0].value["Arm"].iloc[0] == "FP32 baseline"
+
+
+def test_the_offered_csv_holds_the_table_the_page_shows(monkeypatch):
+    # AppTest keeps a download's bytes in an in-memory media store it drops after each run: keep them.
+    import streamlit.testing.v1.app_test as app_test
+    from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+
+    stores: list[MemoryMediaFileStorage] = []
+
+    def keeping(*args, **kwargs):
+        stores.append(MemoryMediaFileStorage(*args, **kwargs))
+        return stores[-1]
+
+    monkeypatch.setattr(app_test, "MemoryMediaFileStorage", keeping)
+    at = open_page("lab", lang="en", timeout=120, **TINY)
+    at.button(key="lab.run").click().run(timeout=120)
+    assert not at.exception and not at.error
+    button = at.get("download_button")[0]
+    file = stores[-1].get_file(button.proto.url.rsplit("/", 1)[-1])
+    assert file.mimetype == "text/csv" and file.filename == "lensa-live-comparison.csv"
+    rows = list(csv.DictReader(io.StringIO(file.content.decode())))
+    shown = at.dataframe[0].value
+    assert list(rows[0]) == CSV_COLUMNS
+    assert [r["arm"] for r in rows] == ["fp32", "fp16", "bf16"] and len(shown) == 3
+    for row, (_, cells) in zip(rows, shown.iterrows(), strict=True):
+        # the file's full-precision numbers, written as the page writes them, are the table's
+        assert cells["Arm"] == i18n.text("en", f"lab.arm_{row['arm']}")
+        assert cells["Final loss"] == i18n.number(float(row["final_loss"]), "en", 4)
+        assert cells["Accuracy"] == i18n.percent(float(row["accuracy"]), "en")
+        assert cells["Speed-up over FP32"] == i18n.ratio(float(row["speedup_vs_fp32"]), "en")
+        assert cells["Skipped steps"] == i18n.number(int(row["skipped_steps"]), "en")
+        assert cells["Kept for backward (MB)"] == i18n.number(float(row["saved_for_backward_mb"]), "en", 1)
+        assert row["peak_memory_mb"] == ""  # the table's "not measured on CPU"
 
 
 @pytest.mark.parametrize("lang", i18n.LANGUAGES)

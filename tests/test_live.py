@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import subprocess
 import sys
@@ -233,6 +235,44 @@ def test_rows_and_csv_follow_the_article_table(tiny_run):
     assert text[0].split(",")[:3] == ["arm", "label", "time_s"] and len(text) == 4
     assert text[1].split(",")[6] == ""  # peak memory not measured on CPU: empty cell
     assert live.speedup(c, "fp8") is None and live.rows_to_csv([]) == ""
+
+
+# The lab's download, column by column: what a reader opening the file expects to find.
+CSV_COLUMNS = [
+    "arm",
+    "label",
+    "time_s",
+    "time_per_step_ms",
+    "final_loss",
+    "accuracy",
+    "peak_memory_mb",
+    "saved_for_backward_mb",
+    "skipped_steps",
+    "speedup_vs_fp32",
+]
+
+
+@requires_torch
+def test_the_lab_csv_holds_the_comparisons_results(tiny_run):
+    c, _ = tiny_run
+    text = live.rows_to_csv(live.comparison_rows(c))  # what pages/lab.py offers for download
+    reader = csv.DictReader(io.StringIO(text))
+    assert reader.fieldnames == CSV_COLUMNS
+    rows = list(reader)
+    assert [r["arm"] for r in rows] == list(c.arms) == ["fp32", "fp16", "bf16"]  # one row per arm, in order
+    for row in rows:
+        a = c.arms[row["arm"]]
+        assert row["label"] == a.label
+        # every number parses and is the run's own, to the last digit (the CSV writes floats in full)
+        assert float(row["time_s"]) == a.time_s
+        assert float(row["time_per_step_ms"]) == pytest.approx(1e3 * a.time_s / TINY.steps)
+        assert float(row["final_loss"]) == a.final_loss == a.losses[-1]
+        assert float(row["accuracy"]) == a.accuracy
+        assert row["peak_memory_mb"] == ""  # not measured on the CPU: an empty cell, not 0
+        assert float(row["saved_for_backward_mb"]) == pytest.approx(a.saved_for_backward_bytes / 1e6)
+        assert int(row["skipped_steps"]) == a.skipped_steps == sum(a.skipped)
+        assert float(row["speedup_vs_fp32"]) == pytest.approx(c.arms["fp32"].time_s / a.time_s)
+    assert float(rows[0]["speedup_vs_fp32"]) == 1.0
 
 
 @requires_torch

@@ -19,45 +19,39 @@ from lensa.models import (
     shape_for_params,
 )
 
-# (d_model, layers, heads, kv_heads, ffn, vocab, context, tied, published count) from the research notes
-PUBLISHED = {
-    "gpt2": (768, 12, 12, 12, 3072, 50257, 1024, True, 124_439_808),
-    "llama2-7b": (4096, 32, 32, 32, 11008, 32000, 4096, False, 6_738_415_616),
-    "llama2-13b": (5120, 40, 40, 40, 13824, 32000, 4096, False, 13_015_864_320),
-    "llama2-70b": (8192, 80, 64, 8, 28672, 32000, 4096, False, 68_976_648_192),
-    "llama3-8b": (4096, 32, 32, 8, 14336, 128256, 8192, False, 8_030_261_248),
-    "llama3-70b": (8192, 80, 64, 8, 28672, 128256, 8192, False, 70_553_706_496),
-    "mistral-7b": (4096, 32, 32, 8, 14336, 32000, 8192, False, 7_241_732_096),
+# Published parameter counts, each from its checkpoint, not from our table: the parameter count the
+# Hugging Face Hub reads from each repository's safetensors metadata (the "Model size" of the model page,
+# BF16 tensors only; buffers such as old Llama checkpoints' rotary inv_freq are not parameters), which is
+# also sum(p.numel() for p in model.parameters()) after from_pretrained.
+PUBLISHED_COUNTS = {
+    "gpt2": 124_439_808,  # openai-community/gpt2 (tied lm_head counted once; the card's "124M")
+    "llama2-7b": 6_738_415_616,  # meta-llama/Llama-2-7b-hf
+    "llama2-13b": 13_015_864_320,  # meta-llama/Llama-2-13b-hf
+    "llama2-70b": 68_976_648_192,  # meta-llama/Llama-2-70b-hf
+    "llama3-8b": 8_030_261_248,  # meta-llama/Meta-Llama-3-8B
+    "llama3-70b": 70_553_706_496,  # meta-llama/Meta-Llama-3-70B
+    "mistral-7b": 7_241_732_096,  # mistralai/Mistral-7B-v0.1
 }
 
 
-def test_presets_hold_the_published_configurations():
-    assert set(PRESETS) == {*PUBLISHED, "chat7b"}
-    for key, (d, layers, heads, kv, ffn, vocab, ctx, tied, count) in PUBLISHED.items():
-        p = PRESETS[key]
-        assert (p.d_model, p.layers, p.heads, p.kv_heads, p.ffn, p.vocab, p.context) == (
-            d,
-            layers,
-            heads,
-            kv,
-            ffn,
-            vocab,
-            ctx,
-        )
-        assert p.tied_embeddings is tied and p.published_params == count
-        assert p.mlp == ("gpt2" if key == "gpt2" else "gated")
-        assert p.config_source and p.count_source and p.name
-    assert PRESETS["mistral-7b"].sliding_window == 4096
+def test_published_counts_are_the_checkpoints():
+    assert set(PRESETS) == {*PUBLISHED_COUNTS, "chat7b"}
+    for key, count in PUBLISHED_COUNTS.items():
+        assert PRESETS[key].published_params == count, key
+        assert PRESETS[key].config_source and PRESETS[key].count_source and PRESETS[key].name
 
 
 def test_architecture_counts_reproduce_the_published_counts():
-    for key, p in PRESETS.items():
-        count = parameter_count(p).total
-        assert abs(count - p.published_params) <= 0.01 * p.published_params, key
-        if key != "chat7b":  # every real checkpoint to the parameter
-            assert count == p.published_params, key
-    # the lesson's model is Llama 2 7B with its count rounded
-    assert parameter_count(PRESETS["chat7b"]).total == 6_738_415_616
+    # The count rebuilt from each preset's shape (d_model, layers, heads, kv_heads, ffn, vocab, tying) equals
+    # the checkpoint's to the parameter: a wrong number anywhere in the shape changes it.
+    for key, count in PUBLISHED_COUNTS.items():
+        assert parameter_count(PRESETS[key]).total == count, key
+    # the lesson's model is Llama 2 7B with its count rounded, as the lesson does
+    assert parameter_count(PRESETS["chat7b"]).total == PUBLISHED_COUNTS["llama2-7b"]
+    assert PRESETS["chat7b"].published_params == 6.74e9
+    # the architectures the counts assume: GPT-2's plain MLP, everyone else's gated one; Mistral's window
+    assert {k: p.mlp for k, p in PRESETS.items()} == {k: "gpt2" if k == "gpt2" else "gated" for k in PRESETS}
+    assert PRESETS["mistral-7b"].sliding_window == 4096  # config.json of mistralai/Mistral-7B-v0.1
 
 
 def test_where_the_parameters_sit():
