@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from lensa import inspect
+from lensa import exact, inspector
 from lensa.formats import FORMATS, from_bits
 from lensa.ui import widgets
 from lensa.ui.frame import safe_echo, setup
@@ -26,31 +26,31 @@ def flip(fmt: str, field: str, code: int, widget: str) -> None:
     field_bits = sum(1 << (width - 1 - i) for i in chosen)
     new_code = (code & ~(((1 << width) - 1) << shift)) | (field_bits << shift)
     value = float(from_bits(new_code, fmt))
-    st.session_state[widgets.widget_key(page, "x")] = inspect.canonical_text(value)
+    st.session_state[widgets.widget_key(page, "x")] = exact.canonical_text(value)
 
 
-parsed = inspect.try_parse(text)
+parsed = exact.try_parse_exact(text)
 if parsed is None:
     st.error(page.t("parse_error", raw=safe_echo(text, 40)), icon=":material/error:")
     st.stop()
 
-reports = inspect.inspect_all(parsed)
+reports = inspector.inspect_all(parsed)
 if parsed.out_of_range:
     st.info(page.t(f"out_of_range_{parsed.out_of_range}"), icon=":material/info:")
 st.caption(page.t("typed", value=safe_echo(parsed.text, 60)))
 
 
-def category(report: inspect.FormatReport) -> str:
+def category(report: inspector.FormatReport) -> str:
     return page.t(f"category.{report.category}") if report.category != "nan" else page.t("common.nan")
 
 
 def decimal(text: str) -> str:
-    """An exact decimal from lensa.inspect, with the language's decimal mark."""
+    """An exact decimal from lensa.exact, with the language's decimal mark."""
     return text.replace(".", ",") if page.lang == "id" else text
 
 
 def neighbour(x: float | None) -> str:
-    return "—" if x is None else decimal(inspect.exact_decimal(x))
+    return "—" if x is None else decimal(exact.exact_decimal(x))
 
 
 st.dataframe(
