@@ -9,20 +9,21 @@ Public API
 ----------
 ``inspect(parsed, fmt) -> FormatReport`` / ``inspect_all(parsed) -> list[FormatReport]``
     What one format (or every format, in FORMATS order) stores.
-``flip_bit(source, fmt, bit_index) -> float``
-    The value whose code is the stored code with one bit flipped.
+``flip_bit(source, fmt, bit_index) -> float`` / ``flip_bits(source, fmt, bit_indices)``
+    The value whose code is the stored code with one bit (or several) flipped.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
 from lensa.exact import Parsed, exact_decimal, parse_exact, round_exact_overflow
 from lensa.formats import FORMATS, BitFields, Category, FloatFormat, get_format
 
-__all__ = ["FormatReport", "flip_bit", "inspect", "inspect_all"]
+__all__ = ["FormatReport", "flip_bit", "flip_bits", "inspect", "inspect_all"]
 
 
 @dataclass(frozen=True)
@@ -256,6 +257,15 @@ def flip_bit(source: FormatReport | int, fmt: str | FloatFormat | None, bit_inde
     comes back, and NaN's code is not kept. Raises ValueError for a bit
     index or code outside the format's width.
     """
+    return flip_bits(source, fmt, (bit_index,))
+
+
+def flip_bits(source: FormatReport | int, fmt: str | FloatFormat | None, bit_indices: Iterable[int]) -> float:
+    """:func:`flip_bit` for several bits at once, all flipped in the one code (none flips none).
+
+    Flipping them one after another through values would lose the code at a
+    NaN on the way; here only the final code is decoded.
+    """
     if isinstance(source, FormatReport):
         if fmt is not None and get_format(fmt).name != source.name:
             raise ValueError(f"report is for {source.name}, not {get_format(fmt).name}")
@@ -266,6 +276,8 @@ def flip_bit(source: FormatReport | int, fmt: str | FloatFormat | None, bit_inde
         f, code = get_format(fmt), int(source)
     if not 0 <= code < (1 << f.bits):
         raise ValueError(f"code {code} is not a {f.bits}-bit pattern")
-    if not 0 <= bit_index < f.bits:
-        raise ValueError(f"bit {bit_index} is outside {f.label}'s {f.bits} bits")
-    return _decode(code ^ (1 << bit_index), f)
+    for bit_index in bit_indices:
+        if not 0 <= bit_index < f.bits:
+            raise ValueError(f"bit {bit_index} is outside {f.label}'s {f.bits} bits")
+        code ^= 1 << bit_index
+    return _decode(code, f)

@@ -590,6 +590,16 @@ def test_flip_bit_examples_and_errors():
         I.flip_bit(0, None, 0)
 
 
+def test_flip_bits_flips_them_in_one_code():
+    one = I.inspect("1", "fp16")
+    assert I.flip_bits(one, None, [9, 0]) == 1 + 2**-1 + 2**-10  # the pills of a field, as the page passes them
+    assert I.flip_bits(one, None, []) == 1.0
+    # 448 is 0.1111.110 in E4M3: flipping bit 0 alone lands on NaN, bits 0 and 1 together on 0.1111.101 = 416.
+    assert I.flip_bits(I.inspect("448", "fp8_e4m3"), None, (0, 1)) == 416.0
+    with pytest.raises(ValueError):
+        I.flip_bits(one, None, [0, 16])
+
+
 def test_importing_the_modules_pulls_in_no_torch_or_streamlit():
     code = (
         "import lensa.exact, lensa.inspector, sys; assert 'torch' not in sys.modules and 'streamlit' not in sys.modules"
