@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from lensa.exact import Parsed, exact_decimal, parse_exact, round_exact_overflow
-from lensa.formats import FORMATS, BitFields, Category, FloatFormat, get_format
+from lensa.formats import FORMATS, BitFields, Category, FloatFormat, code_of, get_format, value_of
 
 __all__ = ["FormatReport", "flip_bit", "flip_bits", "inspect", "inspect_all"]
 
@@ -121,44 +121,6 @@ def _errors(parsed: Parsed, stored: float) -> tuple[float, float]:
     return (0.0 if x == 0 else float(diff / abs(x))), absolute
 
 
-def _encode(stored: float, f: FloatFormat) -> int:
-    """The code of a value already in ``f``, as ``lensa.formats.to_bits`` gives it.
-
-    Plain Python, because for one value that is far cheaper than numpy. NaN
-    gives the canonical quiet NaN with the sign bit clear; -0 has the sign bit.
-    """
-    m, eb = f.significand_bits, f.exponent_bits
-    top = (1 << eb) - 1
-    if math.isnan(stored):
-        return (1 << (eb + m)) - 1 if f.nan_style == "fn" else (top << m) | (1 << (m - 1))
-    sign = (1 << (eb + m)) if math.copysign(1.0, stored) < 0 else 0
-    a = abs(stored)
-    if math.isinf(a):
-        return sign | (top << m)
-    if a < f.smallest_normal:  # subnormals and zero: exponent field 0, no implicit bit
-        return sign | int(math.ldexp(a, m - f.emin))
-    e = math.frexp(a)[1] - 1  # a = 1.f * 2**e
-    return sign | ((e + f.bias) << m) | (int(math.ldexp(a, m - e)) - (1 << m))
-
-
-def _decode(code: int, f: FloatFormat) -> float:
-    """The value of a code in ``f`` (as ``lensa.formats.from_bits``, in plain Python)."""
-    m, eb = f.significand_bits, f.exponent_bits
-    top = (1 << eb) - 1
-    negative = (code >> (eb + m)) & 1
-    exponent_field = (code >> m) & top
-    frac = code & ((1 << m) - 1)
-    if f.nan_style == "ieee" and exponent_field == top:
-        mag = math.nan if frac else math.inf
-    elif f.nan_style == "fn" and exponent_field == top and frac == (1 << m) - 1:
-        mag = math.nan
-    elif exponent_field == 0:
-        mag = math.ldexp(frac, f.emin - m)
-    else:
-        mag = math.ldexp((1 << m) | frac, exponent_field - f.bias - m)
-    return -mag if negative else mag
-
-
 def _above(stored: float, f: FloatFormat) -> float | None:
     """The next value up by code (-0 skipped); None past +inf, past E4M3's 448 and for NaN."""
     if math.isnan(stored) or stored == math.inf:
@@ -167,12 +129,12 @@ def _above(stored: float, f: FloatFormat) -> float | None:
         return f.smallest_subnormal
     if stored > 0:
         # Positive codes grow with the value; the code after max is inf (IEEE) or NaN (E4M3: nothing).
-        nxt = _decode(_encode(stored, f) + 1, f)
+        nxt = value_of(code_of(stored, f) + 1, f)
         return None if math.isnan(nxt) else nxt
     if stored == -math.inf:
         return -f.max
     # Negative: one code less is one step smaller in magnitude; the step after -smallest is 0, not -0.
-    return -_decode(_encode(-stored, f) - 1, f) + 0.0
+    return -value_of(code_of(-stored, f) - 1, f) + 0.0
 
 
 def _below(stored: float, f: FloatFormat) -> float | None:
@@ -187,7 +149,7 @@ def inspect(parsed: Parsed | str, fmt: str | FloatFormat) -> FormatReport:
         parsed = parse_exact(parsed)
     f = get_format(fmt)
     stored, overflow = round_exact_overflow(parsed, f)
-    code = _encode(stored, f)
+    code = code_of(stored, f)
     m, eb = f.significand_bits, f.exponent_bits
     sign = (code >> (eb + m)) & 1
     exponent_field = (code >> m) & ((1 << eb) - 1)
@@ -280,4 +242,4 @@ def flip_bits(source: FormatReport | int, fmt: str | FloatFormat | None, bit_ind
         if not 0 <= bit_index < f.bits:
             raise ValueError(f"bit {bit_index} is outside {f.label}'s {f.bits} bits")
         code ^= 1 << bit_index
-    return _decode(code, f)
+    return value_of(code, f)
