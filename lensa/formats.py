@@ -20,11 +20,20 @@ every magnitude above 464 (the midpoint between 448 and the next power-of-two
 step), ±inf included, becomes ±448. That is torch's cast and the convention of
 FP8 training libraries, which clamp after scaling; ml_dtypes would give NaN.
 NaN stays NaN in every format.
+
+Arrays go through :func:`quantize`, :func:`to_bits` and :func:`from_bits`.
+One value at a time, where numpy's per-call cost would dominate, goes
+through their plain-Python counterparts :func:`scalar_rounder`,
+:func:`code_of` and :func:`value_of`, tested against them at every code
+point and midpoint. (:mod:`lensa.exact` rounds a typed number's exact
+rational value, which no float64 path can hold.)
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
@@ -204,6 +213,31 @@ def quantize(x: ArrayLike, fmt: str | FloatFormat) -> NDArray[np.float64]:
             # IEEE float64 -> float32 conversion is itself a single correct rounding.
             return a.astype(np.float32).astype(np.float64)
         return _quantize_direct(a.astype(np.float64, copy=False), f)
+
+
+def scalar_rounder(fmt: str | FloatFormat) -> Callable[[float], float]:
+    """A function that rounds one Python float to ``fmt`` as :func:`quantize` does, ~20x faster for one value.
+
+    For loops that round one value at a time (accumulating updates). The
+    same arithmetic as :func:`_round_unbounded` in plain Python: scaling by
+    a power of two is exact and ``round`` ties to even. Zeros, ±inf, NaN and
+    overflow go through :func:`quantize`, so those rules live in one place.
+    """
+    f = get_format(fmt)
+    m, emin, top = f.significand_bits, f.emin, f.max
+
+    def rnd(v: float) -> float:
+        if v == 0.0 or not math.isfinite(v):
+            return float(quantize(v, f))
+        a = abs(v)
+        binade = max(math.frexp(a)[1] - 1, emin)  # subnormals share the lowest binade's spacing
+        shift = m - binade
+        r = math.ldexp(round(math.ldexp(a, shift)), -shift)
+        if r > top:
+            return float(quantize(v, f))
+        return math.copysign(r, v)
+
+    return rnd
 
 
 def cast(x: ArrayLike, fmt: str | FloatFormat) -> NDArray:
@@ -386,6 +420,52 @@ def from_bits(code: ArrayLike, fmt: str | FloatFormat) -> NDArray[np.float64]:
     else:
         mag = np.where((exp_field == top) & (frac == (1 << m) - 1), np.nan, mag)
     return np.where(sign == 1, -mag, mag)
+
+
+def code_of(stored: float, fmt: str | FloatFormat) -> int:
+    """The code of one value already in ``fmt``: :func:`to_bits` for a single float, in plain Python.
+
+    For one value plain Python is far cheaper than numpy, and the inspector
+    encodes a value and its neighbours on every keystroke. ``stored`` must
+    be a value of the format (as :func:`quantize` returns it); it is not
+    rounded here. NaN gives the canonical quiet NaN with the sign bit clear;
+    -0 and -inf have the sign bit.
+    """
+    f = get_format(fmt)
+    m, eb = f.significand_bits, f.exponent_bits
+    if math.isnan(stored):
+        return _nan_code(f)
+    sign = (1 << (eb + m)) if math.copysign(1.0, stored) < 0 else 0
+    a = abs(stored)
+    if math.isinf(a):
+        return sign | (((1 << eb) - 1) << m)
+    if a < f.smallest_normal:  # subnormals and zero: exponent field 0, no implicit bit
+        return sign | int(math.ldexp(a, m - f.emin))
+    e = math.frexp(a)[1] - 1  # a = 1.f * 2**e
+    return sign | ((e + f.bias) << m) | (int(math.ldexp(a, m - e)) - (1 << m))
+
+
+def value_of(code: int, fmt: str | FloatFormat) -> float:
+    """The value of one code in ``fmt``: :func:`from_bits` for a single int, in plain Python.
+
+    As there, the code is taken modulo 2**bits.
+    """
+    f = get_format(fmt)
+    m, eb = f.significand_bits, f.exponent_bits
+    top = (1 << eb) - 1
+    code &= (1 << f.bits) - 1
+    negative = (code >> (eb + m)) & 1
+    exponent_field = (code >> m) & top
+    frac = code & ((1 << m) - 1)
+    if f.nan_style == "ieee" and exponent_field == top:
+        mag = math.nan if frac else math.inf
+    elif f.nan_style == "fn" and exponent_field == top and frac == (1 << m) - 1:
+        mag = math.nan
+    elif exponent_field == 0:
+        mag = math.ldexp(frac, f.emin - m)
+    else:
+        mag = math.ldexp((1 << m) | frac, exponent_field - f.bias - m)
+    return -mag if negative else mag
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from lensa.memory import ModelShape, OthersComparison, how_others_count
+from lensa.estimators import OthersComparison, how_others_count
+from lensa.memory import ModelShape
 
 MlpStyle = Literal["gpt2", "gated"]
 
@@ -143,7 +144,7 @@ class ModelPreset:
         return max(candidates)
 
     def how_others_count(self, gpus: int = 8) -> OthersComparison:
-        """:func:`lensa.memory.how_others_count` for this model, with its own embedding and largest module."""
+        """:func:`lensa.estimators.how_others_count` for this model, with its own embedding and largest module."""
         p = parameter_count(self)
         return how_others_count(
             self.shape(),

@@ -2,8 +2,7 @@
 
 import streamlit as st
 
-from lensa import inspect
-from lensa.formats import FORMATS, from_bits
+from lensa import exact, inspector
 from lensa.ui import widgets
 from lensa.ui.frame import safe_echo, setup
 
@@ -17,40 +16,38 @@ text = widgets.text(page, "x", page.t("input"), help=page.t("input_help"), place
 widgets.after_controls(page)
 
 
-def flip(fmt: str, field: str, code: int, widget: str) -> None:
-    """Pill callback: the field's new bits make a new code; its value goes back into the text box."""
-    f = FORMATS[fmt]
-    width = {"sign": 1, "exponent": f.exponent_bits, "significand": f.significand_bits}[field]
-    shift = {"sign": f.exponent_bits + f.significand_bits, "exponent": f.significand_bits, "significand": 0}[field]
-    chosen = st.session_state.get(widget) or []
-    field_bits = sum(1 << (width - 1 - i) for i in chosen)
-    new_code = (code & ~(((1 << width) - 1) << shift)) | (field_bits << shift)
-    value = float(from_bits(new_code, fmt))
-    st.session_state[widgets.widget_key(page, "x")] = inspect.canonical_text(value)
+def flip(report: inspector.FormatReport, first_bit: int, was_set: list[int], widget: str) -> None:
+    """Pill callback: the pills that changed are bits to flip; the new value goes back into the text box.
+
+    Pill ``i`` of a field is bit ``first_bit - i`` of the code (the pills run from the field's top bit down).
+    """
+    toggled = set(was_set).symmetric_difference(st.session_state.get(widget) or [])
+    value = inspector.flip_bits(report, None, (first_bit - i for i in toggled))
+    st.session_state[widgets.widget_key(page, "x")] = exact.canonical_text(value)
 
 
-parsed = inspect.try_parse(text)
+parsed = exact.try_parse_exact(text)
 if parsed is None:
     st.error(page.t("parse_error", raw=safe_echo(text, 40)), icon=":material/error:")
     st.stop()
 
-reports = inspect.inspect_all(parsed)
+reports = inspector.inspect_all(parsed)
 if parsed.out_of_range:
     st.info(page.t(f"out_of_range_{parsed.out_of_range}"), icon=":material/info:")
 st.caption(page.t("typed", value=safe_echo(parsed.text, 60)))
 
 
-def category(report: inspect.FormatReport) -> str:
+def category(report: inspector.FormatReport) -> str:
     return page.t(f"category.{report.category}") if report.category != "nan" else page.t("common.nan")
 
 
 def decimal(text: str) -> str:
-    """An exact decimal from lensa.inspect, with the language's decimal mark."""
+    """An exact decimal from lensa.exact, with the language's decimal mark."""
     return text.replace(".", ",") if page.lang == "id" else text
 
 
 def neighbour(x: float | None) -> str:
-    return "—" if x is None else decimal(inspect.exact_decimal(x))
+    return "—" if x is None else decimal(exact.exact_decimal(x))
 
 
 st.dataframe(
@@ -83,15 +80,16 @@ for r in reports:
         for field, _ in FIELDS:  # one row per field: rows wrap on a narrow screen, columns would clip
             bits = {"sign": r.sign_str, "exponent": r.exponent_str, "significand": r.significand_str}[field]
             key = f"bits.{r.name}.{field}.{r.code}"
+            was_set = [i for i, b in enumerate(bits) if b == "1"]
             st.pills(
                 page.t(f"field_{field}"),
                 list(range(len(bits))),
                 selection_mode="multi",
-                default=[i for i, b in enumerate(bits) if b == "1"],
+                default=was_set,
                 format_func=lambda i, start=first[field]: str(start - i),  # unique labels: the bit's number
                 key=key,
                 on_change=flip,
-                args=(r.name, field, r.code, key),
+                args=(r, first[field], was_set, key),
             )
         details = page.t(
             "details",

@@ -138,7 +138,7 @@ with st.expander(page.t("others_title"), icon=":material/calculate:"):
     if preset is not None:
         comparison = preset.how_others_count(others_gpus)
     else:
-        from lensa.memory import how_others_count
+        from lensa.estimators import how_others_count
 
         comparison = how_others_count(model, others_gpus)
     st.markdown(

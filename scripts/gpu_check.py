@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lensa import live
-from lensa.memory import lab_mlp_memory
+from lensa.lab_memory import lab_mlp_memory
 from lensa.scaling import simulate
 
 SMALL = live.RunConfig(width=128, depth=2, batch_size=256, features=32, steps=30, warmup_steps=2, lr=1e-2)
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     for note in comp.notes:
         print(f"note: {note}")
     print(f"comparison wall time {time.perf_counter() - t0:.1f} s")
-    # Lensa's byte-by-byte prediction (lensa.memory.lab_mlp_memory) next to what the run measured.
+    # Lensa's byte-by-byte prediction (lensa.lab_memory.lab_mlp_memory) next to what the run measured.
     resident = cfg.train_batches(comp.device) * cfg.batch_size + cfg.eval_size
     memory_rows = []
     for name, a in comp.arms.items():

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from lensa.memory import how_others_count, training_memory
+from lensa.estimators import how_others_count
+from lensa.memory import training_memory
 from lensa.models import PRESETS
 from lensa.speed import GPUS, days_to_train
 from tests.conftest import requires_torch

@@ -296,6 +296,32 @@ def test_bits_round_trip(name):
     assert same(F.from_bits(F.to_bits(values, name), name), values)
 
 
+@pytest.mark.parametrize("name", SMALL)
+def test_one_value_codes_agree_with_the_array_ones_at_every_code_point(name):
+    codes = all_codes(name)
+    values = F.from_bits(codes, name)
+    assert same(np.array([F.value_of(int(c), name) for c in codes]), values)
+    assert F.value_of(1 + (1 << F.FORMATS[name].bits), name) == values[1]  # modulo 2**bits, as from_bits
+    expected = F.to_bits(values, name)  # NaN codes collapse to the canonical NaN in both
+    assert [F.code_of(float(v), name) for v in values] == expected.tolist()
+
+
+@pytest.mark.parametrize("name", list(F.FORMATS))
+def test_scalar_rounder_is_quantize(name):
+    rng = np.random.default_rng(11)
+    f = F.FORMATS[name]
+    grid = F.from_bits(rng.integers(0, 1 << f.bits, 5_000), name)
+    grid = grid[np.isfinite(grid)]
+    # The neighbours' midpoints (ties to even), a hair either side, random float64s, and the specials.
+    mids = (grid[:-1] + grid[1:]) / 2
+    xs = np.concatenate(
+        [grid, mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf), rng.standard_normal(5_000) * 1e3]
+    )
+    xs = np.concatenate([xs, [0.0, -0.0, np.inf, -np.inf, np.nan, 1e300, -1e300, 5e-324, f.max * 1.5]])
+    rnd = F.scalar_rounder(name)
+    assert same(np.array([rnd(float(x)) for x in xs]), F.quantize(xs, name))
+
+
 def test_fp32_bits_match_numpy():
     rng = np.random.default_rng(3)
     codes = rng.integers(0, 2**32, 10_000, dtype=np.uint64).astype(np.uint32)

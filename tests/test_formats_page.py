@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lensa import inspect
+from lensa.exact import try_parse_exact
 from tests.pagetools import notices, open_page
 
 
@@ -57,7 +57,14 @@ def test_flipping_a_significand_bit_moves_to_the_neighbour():
     significand = next(b for b in at.button_group if b.key and b.key.startswith("bits.fp16.significand."))
     significand.set_value([9]).run()  # the last significand bit: one spacing above 1
     assert stored(at)["FP16"] == "1.0009765625"
-    assert inspect.try_parse(at.text_input[0].value).as_float() == 1.0009765625
+    assert try_parse_exact(at.text_input[0].value).as_float() == 1.0009765625
+
+
+def test_clearing_an_exponent_bit_halves():
+    at = open_page("formats", lang="en", x="1")
+    exponent = next(b for b in at.button_group if b.key and b.key.startswith("bits.fp16.exponent."))
+    exponent.set_value([1, 2, 3]).run()  # 1 is 0 01111 0…: clearing the exponent's last bit (bit 10) gives 0 01110
+    assert stored(at)["FP16"] == "0.5"
 
 
 def test_junk_in_the_link_falls_back_with_a_notice():

@@ -13,7 +13,7 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lensa.inspect import try_parse
+from lensa.exact import try_parse_exact
 from lensa.ui import i18n
 from lensa.ui.controls import ChoiceControl, TextControl
 from lensa.ui.site import MEASURED_ONLY, PAGES, PAGES_BY_KEY
@@ -94,7 +94,7 @@ def _label(key: str, name: str) -> str:
 def _check_control(at, key: str, control, raw: str, shown_notice: bool) -> None:
     value = _widget_value(at, key, control.name)
     if isinstance(control, TextControl):
-        usable = len(raw.strip()) <= 100 and try_parse(raw.strip()) is not None
+        usable = len(raw.strip()) <= 100 and try_parse_exact(raw.strip()) is not None
         assert shown_notice == (not usable)
         assert value == (raw.strip() if usable else control.default)
         return

@@ -1,4 +1,4 @@
-"""lensa.inspect: exact parsing, exact rounding against quantize/torch/ml_dtypes, the report, bit flips."""
+"""lensa.exact and lensa.inspector: exact parsing, rounding against quantize/torch/ml_dtypes, the report, bit flips."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lensa import exact as E
 from lensa import formats as F
-from lensa import inspect as I
+from lensa import inspector as I
 from tests.conftest import requires_torch
 
 NAMES = list(F.FORMATS)
@@ -40,8 +41,8 @@ def same(a: float | None, b: float | None) -> bool:
     return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
 
 
-def p(text: str) -> I.Parsed:
-    return I.parse_number(text)
+def p(text: str) -> E.Parsed:
+    return E.parse_exact(text)
 
 
 # --- parsing -------------------------------------------------------------------------------------
@@ -164,11 +165,11 @@ REJECTED = [
 
 @pytest.mark.parametrize(("text", "reason"), REJECTED)
 def test_rejects_with_a_reason(text, reason):
-    with pytest.raises(I.ParseError) as info:
-        I.parse_number(text)
+    with pytest.raises(E.ParseError) as info:
+        E.parse_exact(text)
     assert info.value.reason == reason and str(info.value)
     assert isinstance(info.value, ValueError)
-    assert I.try_parse(text) is None
+    assert E.try_parse_exact(text) is None
 
 
 @settings(max_examples=300, deadline=None)
@@ -176,11 +177,11 @@ def test_rejects_with_a_reason(text, reason):
 def test_hex_repr_and_canonical_text_parse_back_exactly(x):
     assert p(x.hex()).value == Fraction(x)
     assert p(repr(x)).value == Fraction(Decimal(repr(x)))  # the decimal as written, not the float
-    text = I.canonical_text(x)
+    text = E.canonical_text(x)
     r = p(text)
     assert r.value == Fraction(x) and r.negative_zero == (x == 0 and math.copysign(1, x) < 0)
-    assert same(r.as_float(), x) and len(text) <= I.MAX_CHARS
-    assert Decimal(I.exact_decimal(x)) == Decimal(x)
+    assert same(r.as_float(), x) and len(text) <= E.MAX_CHARS
+    assert Decimal(E.exact_decimal(x)) == Decimal(x)
 
 
 def test_canonical_text_examples():
@@ -198,7 +199,7 @@ def test_canonical_text_examples():
         (math.nan, "nan"),
     ]
     for x, text in cases:
-        assert I.canonical_text(x) == text
+        assert E.canonical_text(x) == text
         assert same(p(text).as_float(), x)
 
 
@@ -242,9 +243,9 @@ def test_as_float_rounds_the_exact_value_once():
 @given(x=st.floats(), name=st.sampled_from(NAMES))
 def test_round_exact_is_quantize_on_every_float64(x, name):
     expected = float(F.quantize(x, name))
-    assert same(I.round_exact(x, name), expected)
-    assert same(I.round_exact(I.Parsed.from_float(x), name), expected)
-    report = I.inspect(I.Parsed.from_float(x), name)
+    assert same(E.round_exact(x, name), expected)
+    assert same(E.round_exact(E.Parsed.from_float(x), name), expected)
+    report = I.inspect(E.Parsed.from_float(x), name)
     with np.errstate(over="ignore"):  # classify scales huge float64s past the top on the way
         assert same(report.stored, expected) and report.category == str(F.classify(x, name))
 
@@ -254,7 +255,7 @@ def test_round_exact_is_quantize_on_every_float64(x, name):
 def test_round_exact_is_quantize_on_float32(x, name):
     x32 = np.float32(x)
     # (a 1-element array: quantize gives TF32 of a float32 scalar back as shape (1,))
-    assert same(I.round_exact(x32, name), float(F.quantize(np.array([x32]), name)[0]))
+    assert same(E.round_exact(x32, name), float(F.quantize(np.array([x32]), name)[0]))
 
 
 def code_midpoints(name: str, n_random: int = 4000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -273,9 +274,9 @@ def code_midpoints(name: str, n_random: int = 4000) -> tuple[np.ndarray, np.ndar
 @pytest.mark.parametrize("name", NAMES)
 def test_every_code_points_midpoints_agree_with_quantize(name):
     lo, mid, hi = code_midpoints(name)
-    ours = np.array([I.round_exact(float(m), name) for m in mid])
+    ours = np.array([E.round_exact(float(m), name) for m in mid])
     assert np.array_equal(ours, F.quantize(mid, name))
-    assert np.array_equal(np.array([I.round_exact(-float(m), name) for m in mid]), -ours)
+    assert np.array_equal(np.array([E.round_exact(-float(m), name) for m in mid]), -ours)
     # ties go to the even code
     even_hi = (F.to_bits(hi, name) % 2) == 0
     assert np.array_equal(ours, np.where(even_hi, hi, lo))
@@ -289,16 +290,16 @@ def test_just_off_a_midpoint_rounds_to_the_nearer_side(name):
     nudge = Fraction(1, 10**60)
     for i in pick:
         m = Fraction(float(mid[i]))
-        assert I.round_exact(m + nudge, name) == hi[i]
-        assert I.round_exact(m - nudge, name) == lo[i]
-        assert same(I.round_exact(-m - nudge, name), -hi[i])
+        assert E.round_exact(m + nudge, name) == hi[i]
+        assert E.round_exact(m - nudge, name) == lo[i]
+        assert same(E.round_exact(-m - nudge, name), -hi[i])
 
 
 def test_double_rounding_example():
     text = "1.00048828125000000001"  # just above 1 + 2**-11, the midpoint between 1 and 1 + 2**-10
     assert float(text) == 1 + 2**-11  # float64 lands on the midpoint...
     assert float(F.quantize(float(text), "fp16")) == 1.0  # ...and then rounds to even
-    assert I.round_exact(p(text), "fp16") == 1.0009765625  # the exact value is above it
+    assert E.round_exact(p(text), "fp16") == 1.0009765625  # the exact value is above it
     assert I.inspect(text, "fp16").stored_exact == "1.0009765625"
     assert I.inspect("1.00048828124999999999", "fp16").stored == 1.0
     assert I.inspect("1.00048828125", "fp16").stored == 1.0  # the tie itself: to even
@@ -317,23 +318,23 @@ def test_overflow_and_saturation():
     cases["fp8_e4m3"] += [("-465", -448.0), ("inf", 448.0), ("-inf", -448.0), ("1e5", 448.0)]
     for name, pairs in cases.items():
         for text, expected in pairs:
-            assert I.round_exact(p(text), name) == expected, (name, text)
+            assert E.round_exact(p(text), name) == expected, (name, text)
     assert I.inspect("464", "fp8_e4m3").category == "normal"  # the tie rounds to max: no overflow
     assert I.inspect("464.000000000000000001", "fp8_e4m3").category == "overflow"
     assert I.inspect("65519.999999999999999", "fp16").category == "normal"
 
 
 def test_round_exact_keeps_signs_and_takes_ints_exactly():
-    assert same(I.round_exact(Fraction(-1, 10**30), "fp16"), -0.0)
-    assert same(I.round_exact(-1e-30, "fp16"), -0.0)
-    assert same(I.round_exact(Fraction(1, 2**25), "fp16"), 0.0)  # half the smallest subnormal: tie to 0
-    assert I.round_exact(Fraction(1, 2**25) + Fraction(1, 10**40), "fp16") == 2**-24
-    assert I.round_exact(2**24 + 1, "fp32") == 2**24  # as an int: exact, then a tie to even
-    assert I.round_exact(2**24 + 3, "fp32") == 2**24 + 4
-    assert I.round_exact(10**1000, "fp32") == math.inf and I.round_exact(-(10**1000), "fp8_e4m3") == -448.0
-    assert same(I.round_exact(Fraction(-1, 10**1000), "bf16"), -0.0)
-    assert I.round_exact(np.int64(-3), "fp8_e5m2") == -3.0
-    assert math.isnan(I.round_exact(p("nan"), "fp8_e4m3"))
+    assert same(E.round_exact(Fraction(-1, 10**30), "fp16"), -0.0)
+    assert same(E.round_exact(-1e-30, "fp16"), -0.0)
+    assert same(E.round_exact(Fraction(1, 2**25), "fp16"), 0.0)  # half the smallest subnormal: tie to 0
+    assert E.round_exact(Fraction(1, 2**25) + Fraction(1, 10**40), "fp16") == 2**-24
+    assert E.round_exact(2**24 + 1, "fp32") == 2**24  # as an int: exact, then a tie to even
+    assert E.round_exact(2**24 + 3, "fp32") == 2**24 + 4
+    assert E.round_exact(10**1000, "fp32") == math.inf and E.round_exact(-(10**1000), "fp8_e4m3") == -448.0
+    assert same(E.round_exact(Fraction(-1, 10**1000), "bf16"), -0.0)
+    assert E.round_exact(np.int64(-3), "fp8_e5m2") == -3.0
+    assert math.isnan(E.round_exact(p("nan"), "fp8_e4m3"))
 
 
 # --- against torch and ml_dtypes ---------------------------------------------------------------
@@ -360,10 +361,10 @@ def torch_inputs() -> list[str]:
         sign = rng.choice(["", "-"])
         texts.append(f"{sign}{digits[0]}.{digits[1:]}e{rng.randint(-50, 40)}")
     bits = np.random.default_rng(42).integers(0, 2**32, 300, dtype=np.uint64).astype(np.uint32).view(np.float32)
-    texts += [I.canonical_text(float(x)) for x in bits if np.isfinite(x)]
+    texts += [E.canonical_text(float(x)) for x in bits if np.isfinite(x)]
     for name in SMALL:
         _, mid, _ = code_midpoints(name)
-        texts += [I.canonical_text(float(m)) for m in np.random.default_rng(1).choice(mid, 60)]
+        texts += [E.canonical_text(float(m)) for m in np.random.default_rng(1).choice(mid, 60)]
     return texts
 
 
@@ -518,7 +519,7 @@ def test_report_matches_lensa_formats_on_float64_inputs(name):
     rng = np.random.default_rng(9)
     xs = VALUES + list(rng.standard_normal(150) * np.exp(rng.uniform(-40, 40, 150)))
     for x in xs:
-        r = I.inspect(I.Parsed.from_float(x), name)
+        r = I.inspect(E.Parsed.from_float(x), name)
         q = float(F.quantize(x, name))
         assert same(r.stored, q) and r.category == str(F.classify(x, name))
         assert r.code == int(F.to_bits(x, name)) and r.fields == F.fields(x, name)
@@ -537,9 +538,9 @@ def test_report_matches_lensa_formats_on_float64_inputs(name):
 
 
 def test_inspect_rejects_text_that_is_not_a_number():
-    with pytest.raises(I.ParseError):
+    with pytest.raises(E.ParseError):
         I.inspect("1e", "fp16")
-    with pytest.raises(I.ParseError):
+    with pytest.raises(E.ParseError):
         I.inspect_all("")
     with pytest.raises(ValueError, match="unknown format"):
         I.inspect("1", "fp12")
@@ -555,7 +556,7 @@ def test_every_bit_flip_round_trips(name):
     values += [math.inf] if f.has_inf else []
     sign_bit = f.bits - 1
     for v in values:
-        r = I.inspect(I.Parsed.from_float(v), name)
+        r = I.inspect(E.Parsed.from_float(v), name)
         for i in range(f.bits):
             flipped_code = r.code ^ (1 << i)
             v1 = I.flip_bit(r, None, i)
@@ -566,7 +567,7 @@ def test_every_bit_flip_round_trips(name):
             if math.isnan(v1):
                 continue  # a NaN code's payload is not kept
             # the text put back in the box parses to exactly that value, whose code is the flipped one
-            r1 = I.inspect(I.canonical_text(v1), name)
+            r1 = I.inspect(E.canonical_text(v1), name)
             assert same(r1.stored, v1) and r1.code == flipped_code
             assert same(I.flip_bit(r1, name, i), r.stored)
 
@@ -589,6 +590,18 @@ def test_flip_bit_examples_and_errors():
         I.flip_bit(0, None, 0)
 
 
-def test_importing_the_module_pulls_in_no_torch_or_streamlit():
-    code = "import lensa.inspect, sys; assert 'torch' not in sys.modules and 'streamlit' not in sys.modules"
+def test_flip_bits_flips_them_in_one_code():
+    one = I.inspect("1", "fp16")
+    assert I.flip_bits(one, None, [9, 0]) == 1 + 2**-1 + 2**-10  # the pills of a field, as the page passes them
+    assert I.flip_bits(one, None, []) == 1.0
+    # 448 is 0.1111.110 in E4M3: flipping bit 0 alone lands on NaN, bits 0 and 1 together on 0.1111.101 = 416.
+    assert I.flip_bits(I.inspect("448", "fp8_e4m3"), None, (0, 1)) == 416.0
+    with pytest.raises(ValueError):
+        I.flip_bits(one, None, [0, 16])
+
+
+def test_importing_the_modules_pulls_in_no_torch_or_streamlit():
+    code = (
+        "import lensa.exact, lensa.inspector, sys; assert 'torch' not in sys.modules and 'streamlit' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

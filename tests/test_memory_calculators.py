@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lensa.memory import (
-    SEVEN_B,
-    ModelShape,
-    accelerate_estimate,
-    activation_bytes,
-    deepspeed_zero2_estimate,
-    deepspeed_zero3_estimate,
-    how_others_count,
-    lab_mlp_memory,
-    model_state_bytes,
-    training_memory,
-)
+from lensa.estimators import accelerate_estimate, deepspeed_zero2_estimate, deepspeed_zero3_estimate, how_others_count
+from lensa.lab_memory import lab_mlp_memory
+from lensa.memory import SEVEN_B, ModelShape, activation_bytes, model_state_bytes, training_memory
 from lensa.models import PRESETS
 from tests.conftest import requires_torch
 

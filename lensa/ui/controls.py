@@ -29,8 +29,12 @@ class Reading:
     problem: Problem | None = None
 
 
-def parse_number(raw: str) -> float | None:
-    """A finite number as typed by a person, or None.
+def parse_url_number(raw: str) -> float | None:
+    """A URL parameter's number as a float, as typed by a person, or None.
+
+    For snapping a control to its stops, so a float is enough; the format
+    inspector reads a number exactly, with more spellings, through
+    :func:`lensa.exact.parse_exact`.
 
     Accepts plain and e-notation, any case, surrounding spaces, a comma as the
     decimal mark when it is the only mark (``0,001``). Rejects the words nan
@@ -75,7 +79,7 @@ class NumberControl:
         return min(self.stops, key=key)
 
     def read(self, raw: str) -> Reading:
-        value = parse_number(raw)
+        value = parse_url_number(raw)
         if value is None:
             return Reading(self.default, "not_a_number")
         if value < self.lo or (self.log and value <= 0):

@@ -87,7 +87,7 @@ def memory_table(page: Page, comparison: Any) -> list[dict[str, str]]:
     (``max_memory_allocated``), where the prediction counts the data the lab
     keeps on the device.
     """
-    from lensa.memory import lab_mlp_memory
+    from lensa.lab_memory import lab_mlp_memory
 
     cfg = comparison.config
     resident = cfg.train_batches(comparison.device) * cfg.batch_size + cfg.eval_size

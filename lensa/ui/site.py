@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lensa.inspect import try_parse
+from lensa.exact import try_parse_exact
 from lensa.memory import CHECKPOINTING, OPTIMIZERS
 from lensa.models import DEFAULT_PRESET, PRESETS
 from lensa.runstats import KINDS
@@ -103,7 +103,7 @@ PAGES: tuple[PageInfo, ...] = (
             NumberControl("cluster", (*GPU_COUNTS, 2048, 4096, 8192, 16384), 1024, log=True, integer=True),
         ),
     ),
-    PageInfo("formats", "pages/formats.py", None, (TextControl("x", "0.1", lambda t: try_parse(t) is not None),)),
+    PageInfo("formats", "pages/formats.py", None, (TextControl("x", "0.1", lambda t: try_parse_exact(t) is not None),)),
     PageInfo(
         "lab",
         "pages/lab.py",
