@@ -192,7 +192,7 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
     """(file, template) -> every full catalogue key the template can build, from the values the code can pass."""
     from typing import get_args
 
-    from lensa import formats, memory
+    from lensa import estimators, formats, memory
     from lensa.live import ARMS
     from lensa.live.errors import ErrorKind
     from lensa.models import PRESETS
@@ -210,7 +210,7 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
     model_keys = {k.replace("-", "_") for k in options("memory", "model")}
     parts = {c.key for p in precisions for o in optimizers for c in memory.state_components(p, o)}
     others = {r.key for p in PRESETS.values() for r in p.how_others_count(8).rows}
-    others |= {r.key for r in memory.how_others_count(PRESETS["gpt2"].shape(), 8).rows}
+    others |= {r.key for r in estimators.how_others_count(PRESETS["gpt2"].shape(), 8).rows}
     modes = {m for g in GPUS.values() for m in ("fp32", "tf32", mixed_precision_mode(g), "fp8") if g.peak(m)}
     fields = dict(ast.literal_eval(re.search(r"FIELDS = (.*)", (ROOT / "pages/formats.py").read_text()).group(1)))
     bf16_regimes = set(re.findall(r'regime = "(\w+)"', (ROOT / "pages/bf16.py").read_text()))
