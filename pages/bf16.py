@@ -110,9 +110,7 @@ widgets.after_controls(page)
 
 if selection is not None:  # a recorded run replaces the illustration; the rest of the page is the illustration's
     show_measured(selection)
-    widgets.notes(page, page.t("notes"), [page.t("refs.kalamkar"), page.t("refs.ieee754")])
-    widgets.check_yourself(page, 2)
-    widgets.step_footer(page)
+    widgets.step_end(page, page.t("notes"), [page.t("refs.kalamkar"), page.t("refs.ieee754")])
     st.stop()
 
 sample = gradient_sample(grad)
@@ -187,6 +185,4 @@ if fp8:
     st.subheader(page.t("fp8_title"))
     st.dataframe(compare.format_rows(page, sample, ("fp16", "bf16", *compare.FP8_KEYS)), hide_index=True)
     st.markdown(page.t("fp8_explain"))
-widgets.notes(page, page.t("notes"), [page.t("refs.kalamkar"), page.t("refs.ieee754")])
-widgets.check_yourself(page, 2)
-widgets.step_footer(page)
+widgets.step_end(page, page.t("notes"), [page.t("refs.kalamkar"), page.t("refs.ieee754")])

@@ -70,9 +70,7 @@ widgets.after_controls(page)
 
 if selection is not None:  # a recorded run replaces the illustration; the rest of the page is the illustration's
     show_measured(selection)
-    widgets.notes(page, page.t("notes"), [page.t("refs.ieee754"), page.t("refs.micikevicius2017")])
-    widgets.check_yourself(page, 2)
-    widgets.step_footer(page)
+    widgets.step_end(page, page.t("notes"), [page.t("refs.ieee754"), page.t("refs.micikevicius2017")])
     st.stop()
 
 sample = gradient_sample(grad)
@@ -128,6 +126,4 @@ if fp8:
             e5m2_zero=page.pct(category_shares(sample, "fp8_e5m2")["zero"]),
         )
     )
-widgets.notes(page, page.t("notes"), [page.t("refs.ieee754"), page.t("refs.micikevicius2017")])
-widgets.check_yourself(page, 2)
-widgets.step_footer(page)
+widgets.step_end(page, page.t("notes"), [page.t("refs.ieee754"), page.t("refs.micikevicius2017")])

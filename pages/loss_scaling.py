@@ -162,6 +162,19 @@ def show_measured(sel: data.Selection) -> None:
 
 
 page = setup("loss_scaling")
+
+
+def end_of_step() -> None:
+    """Notes, questions and footer: the same under the illustration and under a recorded run."""
+    notes = page.t(
+        "notes",
+        interval=page.num(SPIKES.growth_interval),
+        typical=page.sci(SPIKES.typical_max),
+        spike_pct=page.pct(SPIKES.spike_probability),
+    )
+    widgets.step_end(page, notes, [page.t("refs.micikevicius2017"), page.t("refs.torch_amp")])
+
+
 widgets.step_header(page)
 selection = data.data_controls(page)
 k = int(widgets.slider(page, "scale", page.t("scale"), lambda v: power_of_two(int(v)), help=page.t("scale_help")))
@@ -170,18 +183,7 @@ widgets.after_controls(page)
 
 if selection is not None:  # a recorded run replaces the illustration; the rest of the page is the illustration's
     show_measured(selection)
-    widgets.notes(
-        page,
-        page.t(
-            "notes",
-            interval=page.num(SPIKES.growth_interval),
-            typical=page.sci(SPIKES.typical_max),
-            spike_pct=page.pct(SPIKES.spike_probability),
-        ),
-        [page.t("refs.micikevicius2017"), page.t("refs.torch_amp")],
-    )
-    widgets.check_yourself(page, 2)
-    widgets.step_footer(page)
+    end_of_step()
     st.stop()
 
 scaled = np.ldexp(gradient_sample(TYPICAL), k)
@@ -283,15 +285,4 @@ if fp8:
     rows += compare.format_rows(page, sample, compare.FP8_KEYS)
     rows += compare.format_rows(page, sample, compare.FP8_KEYS, scales)
     st.dataframe(rows, hide_index=True)
-widgets.notes(
-    page,
-    page.t(
-        "notes",
-        interval=page.num(SPIKES.growth_interval),
-        typical=page.sci(SPIKES.typical_max),
-        spike_pct=page.pct(SPIKES.spike_probability),
-    ),
-    [page.t("refs.micikevicius2017"), page.t("refs.torch_amp")],
-)
-widgets.check_yourself(page, 2)
-widgets.step_footer(page)
+end_of_step()

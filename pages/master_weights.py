@@ -114,9 +114,7 @@ widgets.after_controls(page)
 
 if selection is not None:  # a recorded run replaces the illustration; the rest of the page is the illustration's
     show_measured(selection)
-    widgets.notes(page, page.t("notes"), [page.t("refs.micikevicius2017"), page.t("refs.ieee754")])
-    widgets.check_yourself(page, 2)
-    widgets.step_footer(page)
+    widgets.step_end(page, page.t("notes"), [page.t("refs.micikevicius2017"), page.t("refs.ieee754")])
     st.stop()
 
 gap = float(spacing(w, "fp16"))
@@ -200,6 +198,4 @@ paragraph = page.t("explain_lost" if is_update_lost(w, update, "fp16") else "exp
 if is_update_lost(w, update, "fp32"):
     paragraph += page.t("explain_both_lost", **values)
 widgets.explain(page, paragraph, page.t("try"))
-widgets.notes(page, page.t("notes"), [page.t("refs.micikevicius2017"), page.t("refs.ieee754")])
-widgets.check_yourself(page, 2)
-widgets.step_footer(page)
+widgets.step_end(page, page.t("notes"), [page.t("refs.micikevicius2017"), page.t("refs.ieee754")])

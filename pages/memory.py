@@ -156,6 +156,4 @@ with st.expander(page.t("others_title"), icon=":material/calculate:"):
     )
     st.markdown(page.t("others_notes"))
 
-widgets.notes(page, page.t("notes"), [page.t("refs.zero"), page.t("refs.korthikanti"), page.t("refs.flash")])
-widgets.check_yourself(page, 2)
-widgets.step_footer(page)
+widgets.step_end(page, page.t("notes"), [page.t("refs.zero"), page.t("refs.korthikanti"), page.t("refs.flash")])

@@ -188,8 +188,6 @@ with st.expander(page.t("measure_title"), icon=":material/speed:", expanded=MEAS
                 )
             )
         st.caption(page.t("lab.noisy"))
-widgets.notes(
+widgets.step_end(
     page, page.t("notes"), [page.t("refs.kaplan"), f"{gpu.name}: {page.t(f'source_{gpu_key}')}", page.t("refs.fp8")]
 )
-widgets.check_yourself(page, 2)
-widgets.step_footer(page)

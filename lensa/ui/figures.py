@@ -165,6 +165,28 @@ def _vline(x: float, dash: str = "dot", width: float = 1.5) -> dict:
     }
 
 
+def _log_marks(marks: Sequence[tuple[float, str]]) -> tuple[list[dict], list[dict]]:
+    """Dotted vertical lines at each value of ``marks`` on a log10 axis, each with its label written up the line."""
+    shapes, annotations = [], []
+    for x, label in marks:
+        lx = math.log10(x)
+        shapes.append(_vline(lx))
+        annotations.append(
+            {
+                "x": lx,
+                "y": 1,
+                "yref": "paper",
+                "text": label,
+                "showarrow": False,
+                "textangle": -90,
+                "xanchor": "right",
+                "yanchor": "top",
+                "font": {"size": 11},
+            }
+        )
+    return shapes, annotations
+
+
 def _hline(y: float) -> dict:
     return {
         "type": "line",
@@ -324,23 +346,7 @@ def category_histogram(
                 "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
             }
         )
-    shapes, annotations = [], []
-    for x, label in marks:
-        lx = math.log10(x)
-        shapes.append(_vline(lx))
-        annotations.append(
-            {
-                "x": lx,
-                "y": 1,
-                "yref": "paper",
-                "text": label,
-                "showarrow": False,
-                "textangle": -90,
-                "xanchor": "right",
-                "yanchor": "top",
-                "font": {"size": 11},
-            }
-        )
+    shapes, annotations = _log_marks(marks)
     layout = _layout(
         360,
         lang,
@@ -924,22 +930,7 @@ def binade_zones(
     data_hi = float(present.max() + 1) * LOG10_2 if present.size else max(mark_logs, default=0.0)
     lo = math.floor(min([data_lo, *mark_logs])) - 1
     hi = math.ceil(max([data_hi, *mark_logs])) + 1
-    shapes, annotations = [], []
-    for lx, (_, label) in zip(mark_logs, marks, strict=True):
-        shapes.append(_vline(lx))
-        annotations.append(
-            {
-                "x": lx,
-                "y": 1,
-                "yref": "paper",
-                "text": label,
-                "showarrow": False,
-                "textangle": -90,
-                "xanchor": "right",
-                "yanchor": "top",
-                "font": {"size": 11},
-            }
-        )
+    shapes, annotations = _log_marks(marks)
     every = 2 if hi - lo <= 24 else 4
     layout = _layout(
         360,

@@ -378,6 +378,13 @@ def notes(page: Page, body: str, sources: Sequence[str]) -> None:
         st.markdown("\n".join(f"- {s}" for s in sources))
 
 
+def step_end(page: Page, notes_body: str, sources: Sequence[str]) -> None:
+    """How every step ends: its notes and sources, two check-yourself questions, the previous and next links."""
+    notes(page, notes_body, sources)
+    check_yourself(page, 2)
+    step_footer(page)
+
+
 def step_footer(page: Page) -> None:
     """Previous and next links, carrying the language and the target's last values."""
     before, after = step_of(page.info)
