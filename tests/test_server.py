@@ -163,3 +163,15 @@ def test_command_line_options(argv, expected):
 def test_command_line_mistakes_are_explained(argv):
     with pytest.raises(SystemExit, match=r"options look like|needs a value"):
         serve.parse_config(argv)
+
+
+def test_streamlit_environment_variables_configure_the_server_as_with_streamlit_run(monkeypatch):
+    """The image sets STREAMLIT_SERVER_ADDRESS and STREAMLIT_SERVER_PORT; App.run alone would ignore them."""
+    monkeypatch.setenv("STREAMLIT_SERVER_PORT", "9000")
+    monkeypatch.setenv("STREAMLIT_SERVER_ADDRESS", "0.0.0.0")
+    monkeypatch.setenv("STREAMLIT_SERVER_COOKIE_SECRET", "left to Streamlit's own config")
+    options = serve.environment_options()
+    assert options["server.port"] == "9000" and options["server.address"] == "0.0.0.0"
+    assert "server.cookieSecret" not in options  # sensitive: App.run refuses it, Streamlit reads it itself
+    typed = serve._typed({**options, **serve.parse_config(["--server.port", "8502"])})
+    assert typed["server.port"] == 8502  # the command line wins, and a port is a number

@@ -25,13 +25,15 @@ class arriving at once:
   seconds on a timer so memory stays bounded however long the server runs.
 
 Any ``--section.option value`` (or ``--section.option=value``) argument is a
-Streamlit config option, as with ``streamlit run``.
+Streamlit config option, and so is any ``STREAMLIT_SECTION_OPTION`` environment
+variable, as with ``streamlit run`` (the argument wins).
 """
 
 from __future__ import annotations
 
 import gc
 import importlib
+import os
 import sys
 import threading
 from pathlib import Path
@@ -153,6 +155,22 @@ def parse_config(argv: list[str]) -> dict[str, str]:
     return options
 
 
+def environment_options() -> dict[str, str]:
+    """Streamlit options set as ``STREAMLIT_*`` environment variables (``STREAMLIT_SERVER_PORT=9000``).
+
+    ``streamlit run`` reads these through its command line parser, which ``App.run`` does not use, so they are
+    read here, as that parser would. Sensitive options (the cookie secret) are left to Streamlit's config, which
+    reads their variables itself and refuses them as overrides.
+    """
+    from streamlit import config
+
+    return {
+        name: os.environ[option.env_var]
+        for name, option in config._config_options_template.items()
+        if option.env_var and option.env_var in os.environ and not option.sensitive
+    }
+
+
 def _typed(options: dict[str, str]) -> dict[str, object]:
     """Config values as Streamlit's own option types (a port is an int, a flag a bool)."""
     from streamlit import config
@@ -179,7 +197,8 @@ def build_app():
 
 
 def main(argv: list[str] | None = None) -> None:
-    options = _typed(parse_config(sys.argv[1:] if argv is None else argv))
+    # As with `streamlit run`: a command-line option wins over the same option's environment variable.
+    options = _typed({**environment_options(), **parse_config(sys.argv[1:] if argv is None else argv)})
     preload()
     gc.collect()
     gc.freeze()  # what start-up built lives as long as the process: no collection needs to walk it again
