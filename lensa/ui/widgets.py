@@ -70,7 +70,12 @@ def _value_from_url(
     values = _values()
     url_moved = seen.get(slot, _MISSING) != raw
     state = from_widget(st.session_state.get(key))
-    if not page.switched and not url_moved and _is_position(control, state):
+    # A learner's move changes the widget, never the URL; Back, Forward or a link change the URL, never the
+    # widget. So when the widget differs from what this page last drew, the learner moved it, and that wins
+    # even if the URL looks moved too: with quick moves the browser can send the URL from before the page's
+    # last write (a stale echo), which must not reset the control to it.
+    moved_here = _is_position(control, state) and state != values.get(slot, _MISSING)
+    if not page.switched and (not url_moved or moved_here) and _is_position(control, state):
         values[slot] = state
         return state
     if not url_moved and _is_position(control, values.get(slot)):
