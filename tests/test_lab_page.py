@@ -163,7 +163,7 @@ def test_lab_says_busy_at_once_when_the_queue_is_full():
     from dataclasses import replace
 
     from lensa import live
-    from lensa.worker import MAX_WAITING, default_worker
+    from lensa.live.worker import MAX_WAITING, default_worker
 
     worker = default_worker()  # the one AppTest's script uses too: it runs in this process
     held = live.RunConfig(width=64, depth=2, batch_size=128, features=16, eval_size=512, device="cpu")

@@ -1,4 +1,4 @@
-"""lensa.worker: live runs in a separate, lower-priority process, one at a time, behind a bounded queue."""
+"""lensa.live.worker: live runs in a separate, lower-priority process, one at a time, behind a bounded queue."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lensa import live
-from lensa.worker import LabWorker, default_worker, worker_threads
+from lensa.live.worker import LabWorker, default_worker, worker_threads
 from tests.conftest import requires_torch
 
 pytestmark = requires_torch
@@ -242,7 +242,7 @@ def main():
     at.button(key="loss_scaling.real_run").click().run(timeout=120)
     assert not at.exception and not at.error
     assert any("real GradScaler" in m.value for m in at.markdown)
-    from lensa.worker import default_worker
+    from lensa.live.worker import default_worker
     pid = default_worker().pid
     assert pid is not None and pid != os.getpid()
     maps = open("/proc/self/maps").read()
@@ -262,7 +262,7 @@ def test_the_worker_ends_when_its_server_is_killed_mid_run():
 import sys, time
 sys.path.insert(0, {str(ROOT)!r})
 from tests.test_worker import LONG
-from lensa.worker import LabWorker
+from lensa.live.worker import LabWorker
 
 if __name__ == "__main__":
     w = LabWorker()

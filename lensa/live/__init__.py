@@ -28,7 +28,7 @@ Public API
 - :func:`device_info` -> :class:`DeviceInfo`; :func:`resolve_device`
 - :func:`is_busy`, :func:`run_slot`, :class:`LiveError`
 
-The app never calls these in its server process: :mod:`lensa.worker` runs
+The app never calls these in its server process: :mod:`lensa.live.worker` runs
 them in a separate, lower-priority process, so torch stays out of the server.
 
 Modules (one per concern; this package re-exports their public names):

@@ -15,7 +15,7 @@ class LiveError(Exception):
     memory was freed before raising), ``"cancelled"`` (``should_stop`` asked a
     benchmark or trace to stop; :func:`compare` returns a cancelled
     :class:`Comparison` instead), ``"invalid"`` (a setting out of range) and
-    ``"crashed"`` (raised by :mod:`lensa.worker` when the process running
+    ``"crashed"`` (raised by :mod:`lensa.live.worker` when the process running
     the call died). The app's pages also get ``"busy"`` from the worker's
     queue when it is full or a job waited too long.
     ``message`` is plain English, fit to show a learner as it is.

@@ -3,7 +3,7 @@
 A Streamlit script is interrupted whenever the learner touches a widget, and
 a run inside the script would die with it; a run in the server's own
 threads would also slow every other visitor down. So a page hands the run
-to :mod:`lensa.worker` (a separate, lower-priority process, one run at a
+to :mod:`lensa.live.worker` (a separate, lower-priority process, one run at a
 time, a bounded queue), keeps the returned :class:`Job` in its session, and
 each script run polls it while drawing its place in the queue or a progress
 bar (:func:`follow`), then draws whatever it finished with, a stopped run's
@@ -11,7 +11,7 @@ finished arms included.
 
 Polling is also how the queue knows someone is still there: when a visitor
 closes the tab, Streamlit stops that session's script, the polling stops,
-and a job still waiting is dropped after ``lensa.worker.ABANDON_S``.
+and a job still waiting is dropped after ``lensa.live.worker.ABANDON_S``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 import streamlit as st
 
+from lensa.live.worker import ABANDON_S, MAX_WAITING, WAIT_LIMIT_S, Job, default_worker
 from lensa.ui.frame import Page
-from lensa.worker import ABANDON_S, MAX_WAITING, WAIT_LIMIT_S, Job, default_worker
 
 __all__ = ["ABANDON_S", "MAX_WAITING", "WAIT_LIMIT_S", "Job", "device_info", "follow", "submit"]
 

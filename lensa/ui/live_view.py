@@ -1,7 +1,7 @@
 """The words and tables around live runs: device lines, result tables, plain error messages.
 
 Nothing here imports torch: the runs happen in the worker process
-(:mod:`lensa.worker`), and only their plain results reach these functions.
+(:mod:`lensa.live.worker`), and only their plain results reach these functions.
 """
 
 from __future__ import annotations
