@@ -229,14 +229,9 @@ with trace_result_area:
         pending = st.session_state[TRACE_JOB] = (job, kwargs)
     if pending is not None:
         trace_job, kwargs = pending
-        if not trace_job.done and st.button(page.t("live.cancel"), key="lab.trace_cancel", icon=":material/close:"):
-            trace_job.cancel()
-        jobs.follow(page, trace_job, lambda _j: page.t("running"))
-        del st.session_state[TRACE_JOB]
-        if trace_job.error is not None:
-            st.error(live_view.error_text(page, trace_job.error), icon=":material/error:")
-        else:
-            st.session_state[TRACE] = (trace_job.result, kwargs["init_scale"], kwargs["growth_interval"])
+        ok, trace = jobs.settle(page, trace_job, TRACE_JOB, "lab.trace_cancel", page.t("running"))
+        if ok:
+            st.session_state[TRACE] = (trace, kwargs["init_scale"], kwargs["growth_interval"])
     if TRACE in st.session_state:
         trace, init_scale, interval = st.session_state[TRACE]
         predicted, differs = live_view.trace_against_prediction(trace, init_scale, interval)

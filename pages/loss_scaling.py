@@ -228,14 +228,9 @@ with st.expander(page.t("real_title"), icon=":material/science:", expanded=real 
             spike_factor=REAL_SPIKE_FACTOR,
         )
     if job is not None:
-        if not job.done and st.button(page.t("live.cancel"), key="loss_scaling.real_cancel", icon=":material/close:"):
-            job.cancel()
-        jobs.follow(page, job, lambda _j: page.t("real_running"))
-        del st.session_state[REAL_JOB]
-        if job.error is not None:
-            st.error(live_view.error_text(page, job.error), icon=":material/error:")
-        else:
-            st.session_state[REAL_RUN] = job.result
+        ok, result = jobs.settle(page, job, REAL_JOB, "loss_scaling.real_cancel", page.t("real_running"))
+        if ok:
+            st.session_state[REAL_RUN] = result
             st.rerun()  # the run's chart, above, gains the real line
     if real is not None:
         same = [s.scale for s in real] == [2.0**y for y in log2_scales]

@@ -159,18 +159,12 @@ with st.expander(page.t("measure_title"), icon=":material/speed:", expanded=MEAS
         st.session_state[MEASURING] = jobs.submit("matmul")
     job = st.session_state.get(MEASURING)
     if job is not None:
-        if not job.done and st.button(page.t("live.cancel"), key="speed.measure_cancel", icon=":material/close:"):
-            job.cancel()
-        jobs.follow(page, job, lambda _j: page.t("measure_running"))
-        del st.session_state[MEASURING]
-        failure = job.error
-        if failure is None:
+        ok, rows = jobs.settle(page, job, MEASURING, "speed.measure_cancel", page.t("measure_running"))
+        if ok:
             try:
-                st.session_state[MEASURED] = (jobs.device_info(), job.result)
+                st.session_state[MEASURED] = (jobs.device_info(), rows)
             except LiveError as exc:
-                failure = exc
-        if failure is not None:
-            st.error(live_view.error_text(page, failure), icon=":material/error:")
+                st.error(live_view.error_text(page, exc), icon=":material/error:")
     if MEASURED in st.session_state:
         info, rows = st.session_state[MEASURED]
         st.markdown(f"{page.t('live.this_machine')}: {live_view.device_line(page, info)}")

@@ -22,9 +22,10 @@ from typing import Any
 import streamlit as st
 
 from lensa.live.worker import ABANDON_S, MAX_WAITING, WAIT_LIMIT_S, Job, default_worker
+from lensa.ui import live_view
 from lensa.ui.frame import Page
 
-__all__ = ["ABANDON_S", "MAX_WAITING", "WAIT_LIMIT_S", "Job", "device_info", "follow", "submit"]
+__all__ = ["ABANDON_S", "MAX_WAITING", "WAIT_LIMIT_S", "Job", "device_info", "follow", "settle", "submit"]
 
 
 def submit(task: str, **kwargs: Any) -> Job:
@@ -56,3 +57,19 @@ def follow(page: Page, job: Job, running: Callable[[Job], str]) -> None:
 
     job.wait(draw)
     bar.empty()
+
+
+def settle(page: Page, job: Job, state_key: str, cancel_key: str, running: str) -> tuple[bool, Any]:
+    """A short run to its end: a Cancel button while it waits or runs, its progress, then its outcome.
+
+    The job is dropped from ``st.session_state[state_key]`` once done. Returns ``(True, result)``, or
+    ``(False, None)`` after showing the error in the page's language.
+    """
+    if not job.done and st.button(page.t("live.cancel"), key=cancel_key, icon=":material/close:"):
+        job.cancel()
+    follow(page, job, lambda _j: running)
+    del st.session_state[state_key]
+    if job.error is not None:
+        st.error(live_view.error_text(page, job.error), icon=":material/error:")
+        return False, None
+    return True, job.result
