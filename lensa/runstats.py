@@ -792,6 +792,10 @@ class RunStats:
         except (KeyError, TypeError, ValueError):
             raise KeyError(f"no {kind} {name!r} at step {step} in this run") from None
 
+    def items(self) -> list[tuple[tuple[str, str, int], TensorStats]]:
+        """Every ((kind, name, step), statistics) pair, in the order they were added (a file keeps that order)."""
+        return list(self._tensors.items())
+
     def kinds(self) -> list[str]:
         """The kinds recorded, in the order of :data:`KINDS`."""
         present = {k for k, _, _ in self._tensors}

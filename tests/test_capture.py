@@ -357,3 +357,70 @@ def test_from_histograms_refuses_what_does_not_fit():
     for kwargs in bad:
         with pytest.raises(ValueError):
             R.from_histograms(**kwargs)
+
+
+# --- the summary process: the same records as summarising in the step ------------------------------------------
+
+
+def _train_recorded(background: bool, steps: int = 4):
+    import torch
+
+    from lensa.live.capture import Recorder
+
+    model, x, y = _tiny()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    with Recorder(model, opt, steps=range(1, steps + 1), scaler=scaler, background=background) as rec:
+        for _ in range(steps):
+            rec.step(loss=_fp16_step(model, opt, scaler, x, y))
+    return rec
+
+
+@pytest.mark.parametrize(
+    "capacity",
+    [
+        None,  # the default ring: everything fits
+        4096,  # 4 KiB: the copies wrap around the ring and wait for the process to free room
+        1024,  # smaller than an activation (32 x 16 values): those are summarised in the hook, in order
+    ],
+)
+def test_summary_process_gives_the_records_summarising_in_the_step_gives(capacity, monkeypatch):
+    from lensa.live import summaries
+
+    inline = _train_recorded(background=False)
+    assert inline._summary_sink.__class__ is summaries.InlineSummaries
+    if capacity is not None:
+        monkeypatch.setattr(summaries, "DEFAULT_CAPACITY", capacity)
+    shipped = _train_recorded(background=True)
+    assert shipped._summary_sink.__class__ is summaries.ProcessSummaries
+    # 4 steps x (weight, weight_grad, update of 4 parameters; activation, activation_grad of 3 modules)
+    assert len(shipped.stats()) == 4 * (3 * 4 + 2 * 3)
+    assert shipped.stats() == inline.stats()  # every record, bit for bit, in the same order
+    assert shipped._summary_sink._proc.poll() == 0  # close() ended the process
+
+
+def test_summary_process_that_dies_is_reported_not_hung():
+    import torch
+
+    from lensa.live.capture import Recorder
+
+    model, x, y = _tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    rec = Recorder(model, opt, steps=range(1, 10))
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    rec.step(loss=1.0)
+    rec._summary_sink._proc.kill()
+    rec._summary_sink._proc.wait()
+    with pytest.raises(RuntimeError, match="summary process"):
+        rec.stats()
+    rec.close()  # the failure was told once; closing still removes the hooks and frees the memory
+    assert rec._handles == []
+
+
+def test_summary_worker_needs_no_torch():
+    code = "import sys, lensa.live.summary_worker\nassert 'torch' not in sys.modules\nprint('clean')"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "clean"

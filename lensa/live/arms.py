@@ -214,7 +214,9 @@ def _train_arm(
         from lensa.live.capture import Recorder  # imports torch at once, so only here
 
         meta = {"arm": arm, "source": "lab", "config": asdict(cfg)}
-        recorder = Recorder(model, opt, steps=recorded, scaler=scaler if scaled else None, meta=meta)
+        # Inline summaries: the recorded steps are off the clock anyway, and a summary process working beside
+        # the timed steps would share their cores and slow them.
+        recorder = Recorder(model, opt, steps=recorded, scaler=scaler if scaled else None, meta=meta, background=False)
     # Recorded steps summarise their tensors on the CPU: keep that off the clock and out of the peak, unless
     # every step is recorded (then there is nothing else to time).
     off_clock = frozenset(recorded) if len(recorded) < n else frozenset()

@@ -53,12 +53,16 @@ step used (GradScaler backs off only after an inf or NaN). These per-step scalar
 each.
 
 Cost: at steps that are not recorded, each hooked module and each optimizer step runs one Python call that
-returns at once. At recorded steps the summaries are computed in the hooks, inside the training step, in CPU
-time about 1 to 2 ns per value of torch integer work (keys and one ``bincount``) plus, per tensor, about 100
-to 300 microseconds for its non-empty fine bins and Python: on the small reference model
-(:mod:`lensa.live.reference`, 120 tensors, 5.1 M values) a recorded step costs about 5 times a bare one, and
-a 300-step run with 11 recorded steps about 1.15 times (``make bench``, docs/performance.md). Fewer ``kinds``
-or ``modules`` cost less.
+returns at once. At recorded steps, by default (``background=True``), a hook only copies its tensor as
+float32 into a ring of shared memory (128 MiB, made when the recorder is), and a numpy-only process
+(:mod:`lensa.live.summaries`) summarises the copies beside the training loop, on another core; the records
+come back when the run is read (:meth:`Recorder.stats`, :meth:`Recorder.save`, :meth:`Recorder.close`). On
+the small reference model (:mod:`lensa.live.reference`, 120 tensors, 5.1 M values a recorded step) a
+recorded step then costs the training thread about 1.2 times a bare one; summarised inside the step
+(``background=False``), about 5 times: about 1 to 2 ns per value of torch integer work plus 100 to 300
+microseconds per tensor (``make bench``, docs/performance.md). When the ring is full, a hook waits for the
+process (:attr:`Recorder.waited_seconds` says how long), so memory stays bounded; a tensor larger than the
+ring is summarised in the hook. Fewer ``kinds`` or ``modules`` cost less either way.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ import torch
 
 from lensa.live.schedule import DEFAULT_RECORDED_STEPS as DEFAULT_RECORDED_STEPS
 from lensa.live.schedule import log_spaced_steps
+from lensa.live.summaries import InlineSummaries, ProcessSummaries
 from lensa.runstats import BINADE_MIN, KINDS, N_BINADES, RunStats, TensorStats, exact_fractions, from_histograms
 
 
@@ -250,6 +255,11 @@ def summarize_update_tensors(w_before: torch.Tensor, w_after: torch.Tensor) -> T
     return _summarize_bits(update.view(torch.int32), lost_counts=tuple(lost))
 
 
+def _summarize_unscaled(values: torch.Tensor, scale: float) -> TensorStats:
+    """:func:`summarize_tensor` of the true gradient: float32 ``values`` divided by the loss ``scale``."""
+    return summarize_tensor(_unscaled(values, scale))
+
+
 def _unscaled(values: torch.Tensor, scale: float) -> torch.Tensor:
     """float32 ``values / scale``, each quotient correctly rounded (numpy's float32 division).
 
@@ -271,7 +281,9 @@ class Recorder:
     ``weight_grad`` just before each step; ``scaler`` (a ``torch.amp.GradScaler``) gives the loss scale
     history, the skipped steps and true activation gradients. ``kinds`` limits what is recorded (a subset
     of :data:`lensa.runstats.KINDS`); ``modules`` names the modules whose outputs are recorded (default:
-    every leaf module). ``meta`` (JSON values) is stored with the run.
+    every leaf module). ``meta`` (JSON values) is stored with the run. ``background`` (default True): the
+    summaries are made by a process of their own from copies of the tensors (see the module's text); False
+    makes them inside the step, with torch (the same records, bit for bit).
 
     Call :meth:`step` once per training step, after ``optimizer.step()`` (and ``scaler.update()``).
     """
@@ -286,6 +298,7 @@ class Recorder:
         kinds: Iterable[str] = KINDS,
         modules: Iterable[str] | None = None,
         meta: Mapping[str, Any] | None = None,
+        background: bool = True,
     ) -> None:
         self._kinds = tuple(kinds)
         unknown = [k for k in self._kinds if k not in KINDS]
@@ -305,6 +318,8 @@ class Recorder:
         self._optimizer = optimizer
         self._scaler = scaler
         self._run = RunStats(meta)
+        self._background = background
+        self._summary_sink: InlineSummaries | ProcessSummaries | None = None
         self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         all_modules = dict(model.named_modules())
         if modules is None:
@@ -334,6 +349,8 @@ class Recorder:
         if optimizer is not None:
             self._handles.append(optimizer.register_step_pre_hook(self._on_optimizer_pre))
             self._handles.append(optimizer.register_step_post_hook(self._on_optimizer_post))
+        if self._steps is None or self._steps:
+            self._summaries  # noqa: B018  (starts the summary process now, while the caller sets up its loop)
 
     # --- schedule ---------------------------------------------------------------------------------------
 
@@ -352,8 +369,25 @@ class Recorder:
 
     # --- hooks ------------------------------------------------------------------------------------------
 
+    @property
+    def waited_seconds(self) -> float:
+        """Seconds the training loop waited for the summary process to free room for its copies (0 inline)."""
+        return 0.0 if self._summary_sink is None else self._summary_sink.waited
+
+    @property
+    def _summaries(self) -> InlineSummaries | ProcessSummaries:
+        if self._summary_sink is None:
+            if self._background:
+                try:
+                    self._summary_sink = ProcessSummaries(self._run)
+                except OSError:  # no shared memory or no child processes here: summarise in the step
+                    self._summary_sink = InlineSummaries(self._run)
+            else:
+                self._summary_sink = InlineSummaries(self._run)
+        return self._summary_sink
+
     def _add(self, kind: str, name: str, values: torch.Tensor) -> None:
-        self._run.add(kind, name, self.current_step, summarize_tensor(values))
+        self._summaries.tensor(kind, name, self.current_step, values)
 
     def _on_model_forward(self, module: torch.nn.Module, args: Any) -> None:
         if self._started or not torch.is_grad_enabled():
@@ -385,10 +419,8 @@ class Recorder:
             if step != self.current_step or name in self._grads_seen:
                 return
             self._grads_seen.add(name)
-            values = grad.detach().float().cpu()
-            if self._scaler is not None and self._scaler.is_enabled():
-                values = _unscaled(values, self._scale)
-            self._add("activation_grad", name, values)
+            scaled = self._scaler is not None and self._scaler.is_enabled()
+            self._summaries.tensor("activation_grad", name, step, grad, self._scale if scaled else None)
 
         return hook
 
@@ -405,7 +437,7 @@ class Recorder:
             return
         self._read_grads()
         if self._want("update"):
-            self._before = [p.detach().float().cpu().clone() for _, p in self._params]
+            self._before = [self._summaries.hold(p) for _, p in self._params]
 
     def _on_optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._stepped = True
@@ -414,7 +446,8 @@ class Recorder:
         before, self._before = self._before, None
         for (name, p), b in zip(self._params, before, strict=True):
             if p.grad is not None:
-                self._run.add("update", name, self.current_step, summarize_update_tensors(b, p))
+                self._summaries.update("update", name, self.current_step, b, p)
+        self._summaries.release_held()
 
     # --- the user's calls -------------------------------------------------------------------------------
 
@@ -434,6 +467,8 @@ class Recorder:
             skipped = not self._stepped if self._optimizer is not None else after < scale
             self._scale = after
         self._run.record_step(self.current_step, value, scale, skipped)
+        if self._recording and self._summary_sink is not None:
+            self._summary_sink.flush()  # the step's copies go to the summary process now
         self.current_step += 1
         self._recording = self._is_recorded(self.current_step)
         self._started = self._grads_read = self._stepped = False
@@ -442,18 +477,25 @@ class Recorder:
         self._before = None
 
     def stats(self) -> RunStats:
-        """The run so far (the same object each time; it grows as the run goes on)."""
+        """The run so far, every summary queued until now included (the same object each time; it grows)."""
+        if self._summary_sink is not None:
+            self._summary_sink.drain()
         return self._run
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the run so far to ``path`` (a ``.npz`` file for :func:`lensa.runstats.load`)."""
-        self._run.save(path)
+        self.stats().save(path)
 
     def close(self) -> None:
-        """Remove every hook from the model and the optimizer (the statistics stay available)."""
+        """Remove every hook from the model and the optimizer, and finish the summaries still queued.
+
+        The statistics stay available. Raises the first error met while summarising, if any.
+        """
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        if self._summary_sink is not None:
+            self._summary_sink.close()
 
     def __enter__(self) -> Recorder:
         return self
