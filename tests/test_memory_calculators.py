@@ -166,8 +166,7 @@ def test_lab_states_and_peak():
     cfg = RunConfig(width=512, depth=3, batch_size=1024, features=64)
     m = lab_mlp_memory(cfg.width, cfg.depth, cfg.features, cfg.batch_size, "bf16")
     assert m.params == cfg.parameters()
-    assert (m.weights, m.gradients, m.optimizer) == (4 * m.params, 4 * m.params, 8 * m.params)
-    assert m.data == 1024 * 65 * 4
+    # the states and the data, byte by byte: test_lab_resident_bytes_are_the_tensors_a_cpu_step_keeps
     # the optimizer step holds weights, m, v, gradients and foreach Adam's sqrt(v): 20 B a parameter
     assert m.peak >= 20 * m.params + m.data
     # autocast halves the activations, so BF16 peaks lower than FP32 here
