@@ -16,9 +16,11 @@ from lensa.memory import (
     ModelShape,
     bytes_per_param,
     model_state_bytes,
+    state_bytes_by_component,
     state_components,
 )
 from lensa.speed import GPUS, step_time_s, tokens_per_second, training_flops
+from tests.conftest import requires_torch
 
 
 def test_sample_is_seeded_lognormal_with_one_decade():
@@ -38,14 +40,69 @@ def test_bytes_per_param_by_precision_and_optimizer():
     assert [c.bytes_per_param for c in state_components("mixed")] == [2, 2, 4, 4, 4]
     assert [c.bytes_per_param for c in state_components("fp32")] == [4, 4, 4, 4]
     assert bytes_per_param("mixed", "sgd_momentum") == 12
+    # Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization": 8-bit Adam keeps its two states in
+    # one byte each, 2 B a parameter instead of 8 (bitsandbytes is not a dependency, so not built here)
     assert bytes_per_param("mixed", "adam_8bit") == 10
     with pytest.raises(ValueError):
         bytes_per_param("fp8")  # type: ignore[arg-type]
 
 
-def test_any_model_size():
-    small = ModelShape(params=124e6, d_model=768, layers=12, heads=12, context=1024)
-    assert model_state_bytes(small.params) == 16 * 124e6
+def _states_torch_keeps(precision: str, optimizer: str) -> tuple[int, dict[str, tuple[str, int]]]:
+    """Train a small model one step in torch and weigh every state it keeps: (parameters, key -> (dtype, bytes)).
+
+    Mixed precision as Micikevicius et al. 2018 and the ZeRO paper describe it: an FP16 copy of the model runs
+    forward and backward (FP16 gradients), an FP32 master copy takes the optimizer step. The optimizer is
+    torch.optim's own; its states are whatever tensors it chose to keep (exp_avg, exp_avg_sq, momentum_buffer).
+    """
+    import copy
+
+    import torch
+
+    torch.manual_seed(0)
+    master = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.ReLU(), torch.nn.Linear(40, 3))
+    n = sum(t.numel() for t in master.parameters())
+    model = copy.deepcopy(master).half() if precision == "mixed" else master
+    opt = (
+        torch.optim.Adam(master.parameters(), lr=1e-3)
+        if optimizer == "adam"
+        else torch.optim.SGD(master.parameters(), lr=1e-3, momentum=0.9)
+    )
+    x = torch.randn(16, 24, dtype=next(model.parameters()).dtype)
+    model(x).square().mean().backward()
+    if precision == "mixed":
+        for p16, p32 in zip(model.parameters(), master.parameters(), strict=True):
+            p32.grad = p16.grad.float()  # unscaled into FP32 for the step, then dropped
+    opt.step()
+
+    def weigh(tensors) -> tuple[str, int]:
+        tensors = list(tensors)
+        (dtype,) = {str(t.dtype) for t in tensors}
+        return {"torch.float16": "fp16", "torch.float32": "fp32"}[dtype], sum(
+            t.numel() * t.element_size() for t in tensors
+        )
+
+    kept = {"weights": weigh(model.parameters()), "gradients": weigh(p.grad for p in model.parameters())}
+    if precision == "mixed":
+        kept["master"] = weigh(master.parameters())
+    names = {"exp_avg": "adam_m", "exp_avg_sq": "adam_v", "momentum_buffer": "momentum"}
+    for name in {k for state in opt.state.values() for k in state if k != "step"}:  # Adam's step is a scalar
+        kept[names[name]] = weigh(state[name] for state in opt.state.values())
+    return n, kept
+
+
+@requires_torch
+@pytest.mark.parametrize("precision", ["mixed", "fp32"])
+@pytest.mark.parametrize("optimizer", ["adam", "sgd_momentum"])
+def test_model_states_are_the_tensors_torch_keeps(precision, optimizer):
+    # The states the lesson counts, component by component, are the tensors a real step leaves alive: same
+    # names, same dtypes, and their bytes summed equal the lesson's bytes for that many parameters.
+    n, kept = _states_torch_keeps(precision, optimizer)
+    lesson = {c.key: (c.dtype, b) for c, b in state_bytes_by_component(n, precision, optimizer)}
+    assert lesson == kept
+    assert model_state_bytes(n, precision, optimizer) == sum(b for _, b in kept.values())
+
+
+def test_invalid_model_shapes_are_refused():
     with pytest.raises(ValueError):
         ModelShape(params=0, d_model=1, layers=1, heads=1, context=1)
 

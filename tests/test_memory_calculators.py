@@ -166,8 +166,7 @@ def test_lab_states_and_peak():
     cfg = RunConfig(width=512, depth=3, batch_size=1024, features=64)
     m = lab_mlp_memory(cfg.width, cfg.depth, cfg.features, cfg.batch_size, "bf16")
     assert m.params == cfg.parameters()
-    assert (m.weights, m.gradients, m.optimizer) == (4 * m.params, 4 * m.params, 8 * m.params)
-    assert m.data == 1024 * 65 * 4
+    # the states and the data, byte by byte: test_lab_resident_bytes_are_the_tensors_a_cpu_step_keeps
     # the optimizer step holds weights, m, v, gradients and foreach Adam's sqrt(v): 20 B a parameter
     assert m.peak >= 20 * m.params + m.data
     # autocast halves the activations, so BF16 peaks lower than FP32 here
@@ -198,3 +197,78 @@ def test_lab_prediction_matches_the_measured_saved_tensors():
         for arm, measured in result.arms.items():
             predicted = lab_mlp_memory(width, depth, features, batch, arm).saved_for_backward  # type: ignore[arg-type]
             assert predicted == measured.saved_for_backward_bytes, (width, depth, features, batch, arm)
+
+
+@requires_torch
+@pytest.mark.parametrize("arm", ["fp32", "bf16"])
+def test_lab_resident_bytes_are_the_tensors_a_cpu_step_keeps(arm):
+    # The floor of every moment of the predicted peak (weights, gradients, Adam's moments, the data on the
+    # device), weighed on the tensors one real CPU step of the lab's own model keeps alive.
+    import torch
+
+    from lensa.live.task import _build_mlp, _make_data
+
+    width, depth, features, batch, samples = 48, 3, 20, 32, 96
+    model = _build_mlp(features, width, depth)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = _make_data(samples, features, torch.Generator().manual_seed(0))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=arm == "bf16"):
+        loss = torch.nn.BCEWithLogitsLoss()(model(x[:batch]), y[:batch])
+    loss.backward()
+    opt.step()
+
+    def nbytes(tensors) -> int:
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    predicted = lab_mlp_memory(width, depth, features, batch, arm, resident_samples=samples)
+    assert predicted.params == sum(p.numel() for p in model.parameters())
+    assert predicted.weights == nbytes(model.parameters())
+    assert predicted.gradients == nbytes(p.grad for p in model.parameters())  # FP32 under autocast too
+    assert predicted.optimizer == nbytes(v for s in opt.state.values() for k, v in s.items() if k != "step")
+    assert predicted.data == nbytes((x, y))
+
+
+def test_the_peak_bound_is_the_one_the_lab_states():
+    from lensa.lab_memory import PEAK_SLACK_BYTES, PEAK_TOLERANCE
+    from lensa.ui import i18n
+
+    for lang in i18n.LANGUAGES:
+        caption = i18n.text(lang, "lab.memory_caption")
+        assert f"{PEAK_TOLERANCE:.0%}" in caption and f"{PEAK_SLACK_BYTES / 1e6:.0f} MB" in caption, lang
+    assert "estimate" in i18n.text("en", "lab.mem_peak_pred") and "perkiraan" in i18n.text("id", "lab.mem_peak_pred")
+
+
+@requires_torch
+def test_the_gpu_check_sets_the_predicted_peak_against_the_measured_one(monkeypatch, capsys):
+    # The GPU check's peak rows, driven on the CPU with a stand-in for max_memory_allocated: the prediction
+    # plus the whole slack for cuBLAS workspaces (accepted), 0.9 times it (refused), and no measurement at all
+    # (no row, as on a CPU).
+    import importlib.util
+    from dataclasses import replace
+    from pathlib import Path
+
+    from lensa.lab_memory import PEAK_SLACK_BYTES
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    real_compare = gpu_check.live.compare
+
+    def compare(cfg, **kw):
+        comp = real_compare(cfg, **kw)
+        resident = cfg.train_batches(comp.device) * cfg.batch_size + cfg.eval_size
+        peak = {
+            a: lab_mlp_memory(cfg.width, cfg.depth, cfg.features, cfg.batch_size, a, resident).peak for a in comp.arms
+        }
+        fake = {"fp32": peak["fp32"] + PEAK_SLACK_BYTES, "fp16": int(0.9 * peak["fp16"]), "bf16": None}
+        return replace(comp, arms={a: replace(r, peak_memory_bytes=fake[a]) for a, r in comp.arms.items()})
+
+    monkeypatch.setattr(gpu_check.live, "compare", compare)
+    rc = gpu_check.main(["--device", "cpu", "--small", "--steps", "2", "--skip-bench"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if "measured peak (max_memory_allocated)" in line]
+    assert [r.split("]")[0] + "] " + r.split("] ")[1].split(":")[0] for r in rows] == ["[ok] fp32", "[FAIL] fp16"]
+    assert rc == 1
+    table = out[out.index("peak MB accepted") :]
+    assert "0.900" in next(line for line in table.splitlines() if line.startswith("fp16"))  # measured/pred

@@ -18,6 +18,7 @@ from lensa.models import (
     parameter_count,
     shape_for_params,
 )
+from tests.conftest import requires_torch
 
 # Published parameter counts, each from its checkpoint, not from our table: the parameter count the
 # Hugging Face Hub reads from each repository's safetensors metadata (the "Model size" of the model page,
@@ -54,28 +55,86 @@ def test_architecture_counts_reproduce_the_published_counts():
     assert PRESETS["mistral-7b"].sliding_window == 4096  # config.json of mistralai/Mistral-7B-v0.1
 
 
-def test_where_the_parameters_sit():
-    llama = parameter_count(PRESETS["llama2-7b"])
-    assert llama.embeddings == llama.lm_head == 32000 * 4096 == 131_072_000
-    assert llama.positions == 0
-    assert llama.attention == 32 * 4 * 4096**2  # no GQA: four d x d projections
-    assert llama.mlp == 32 * 3 * 4096 * 11008
-    assert llama.norms == 32 * 2 * 4096 + 4096
-    gqa = parameter_count(PRESETS["llama2-70b"])
-    assert gqa.attention == 80 * (2 * 8192**2 + 2 * 8192 * 8 * 128)  # K and V only 8 heads of 128
-    gpt2 = parameter_count(PRESETS["gpt2"])
-    assert gpt2.lm_head == 0 and gpt2.positions == 1024 * 768
-    assert gpt2.attention == 12 * (768 * 3 * 768 + 3 * 768 + 768 * 768 + 768)
-    for p in PRESETS.values():
-        c = parameter_count(p)
-        assert (
-            c.embeddings
-            + c.positions
-            + c.lm_head
-            + p.layers * p.layer_params()
-            + (2 * p.d_model if p.mlp == "gpt2" else p.d_model)
-            == c.total
+def _build_on_meta(p: ModelPreset):
+    """The preset's architecture as torch modules on the meta device (shapes only, no memory).
+
+    Laid out as Hugging Face's GPT2LMHeadModel and LlamaForCausalLM/MistralForCausalLM lay it out (module names
+    included), from the config numbers alone: a second construction, by torch, of what parameter_count adds up.
+    """
+    import torch
+    from torch import nn
+
+    d, kv = p.d_model, p.kv_heads * p.head_dim
+    with torch.device("meta"):
+        root = nn.Module()
+        if p.mlp == "gpt2":
+            root.wte, root.wpe = nn.Embedding(p.vocab, d), nn.Embedding(p.context, d)
+            blocks = []
+            for _ in range(p.layers):
+                b = nn.Module()
+                b.ln_1, b.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+                b.attn = nn.ModuleDict({"c_attn": nn.Linear(d, d + 2 * kv), "c_proj": nn.Linear(d, d)})
+                b.mlp = nn.ModuleDict({"c_fc": nn.Linear(d, p.ffn), "c_proj": nn.Linear(p.ffn, d)})
+                blocks.append(b)
+            root.h, root.ln_f = nn.ModuleList(blocks), nn.LayerNorm(d)
+            root.embed = root.wte
+        else:
+            root.embed_tokens = nn.Embedding(p.vocab, d)
+            blocks = []
+            for _ in range(p.layers):
+                b = nn.Module()
+                b.input_layernorm, b.post_attention_layernorm = nn.RMSNorm(d), nn.RMSNorm(d)
+                b.self_attn = nn.ModuleDict(
+                    {
+                        "q_proj": nn.Linear(d, d, bias=False),
+                        "k_proj": nn.Linear(d, kv, bias=False),
+                        "v_proj": nn.Linear(d, kv, bias=False),
+                        "o_proj": nn.Linear(d, d, bias=False),
+                    }
+                )
+                b.mlp = nn.ModuleDict({k: nn.Linear(d, p.ffn, bias=False) for k in ("gate_proj", "up_proj")})
+                b.mlp["down_proj"] = nn.Linear(p.ffn, d, bias=False)
+                blocks.append(b)
+            root.layers, root.norm = nn.ModuleList(blocks), nn.RMSNorm(d)
+            root.embed = root.embed_tokens
+        root.lm_head = nn.Linear(d, p.vocab, bias=False)
+        if p.tied_embeddings:
+            root.lm_head.weight = root.embed.weight  # one tensor: named_parameters() yields it once
+    assert all(t.is_meta for t in root.parameters())
+    return root, blocks
+
+
+@requires_torch
+@pytest.mark.parametrize("key", list(PRESETS))
+def test_where_the_parameters_sit_as_torch_builds_them(key):
+    p = PRESETS[key]
+    root, blocks = _build_on_meta(p)
+    where = dict.fromkeys(("embeddings", "positions", "attention", "mlp", "norms", "lm_head"), 0)
+    for name, t in root.named_parameters():  # shared (tied) tensors come once, as the Hub's count has them
+        part = next(
+            part
+            for needle, part in (
+                ("wte", "embeddings"),
+                ("embed_tokens", "embeddings"),
+                ("wpe", "positions"),
+                ("attn", "attention"),
+                ("mlp", "mlp"),
+                ("norm", "norms"),
+                ("ln_", "norms"),
+                ("lm_head", "lm_head"),
+            )
+            if needle in name
         )
+        where[part] += t.numel()
+    assert parameter_count(p).__dict__ == where
+    assert parameter_count(p).total == sum(t.numel() for t in root.parameters())
+    # one block as torch sees it, and DeepSpeed's and accelerate's largest units, from the modules themselves
+    assert p.layer_params() == sum(t.numel() for t in blocks[0].parameters())
+    direct = [sum(t.numel() for t in m.parameters(recurse=False)) for m in root.modules()]
+    assert p.largest_module_params() == max(direct)
+    leaves_outside_blocks = [m for n, m in root.named_children() if n not in ("h", "layers", "lm_head", "embed")]
+    units = [sum(t.numel() for t in m.parameters()) for m in [*leaves_outside_blocks, blocks[0]]]
+    assert p.largest_block_params() == max(units)
 
 
 def test_presets_become_model_shapes():
