@@ -59,16 +59,40 @@ RUN python3 -m venv /opt/venv; \
     /opt/venv/bin/pip check; \
     if [ "${WITH_TORCH}" = 0 ]; then \
         /opt/venv/bin/python -c "import importlib.util as u, streamlit; assert u.find_spec('torch') is None; print('streamlit', streamlit.__version__, '| no torch')"; \
-        /opt/venv/bin/python -m pip uninstall -q -y pip setuptools; \
-        sp=/opt/venv/lib/python3.11/site-packages; \
-        find /opt/venv -name __pycache__ -type d -prune -exec rm -rf {} +; \
-        find "${sp}" -name tests -type d -prune -exec rm -rf {} +; \
-        find "${sp}" \( -name '*.pyx' -o -name '*.pxd' \) -delete; \
-        rm -rf "${sp}"/pyarrow/include "${sp}"/pyarrow/*flight* "${sp}"/pyarrow/_s3fs.* "${sp}"/pyarrow/libarrow_s3.* \
-            "${sp}"/pydeck/nbextension/static "${sp}"/plotly/labextension "${sp}"/plotly/package_data/widgetbundle.js; \
-        /opt/venv/bin/python -B -c "import streamlit.web.bootstrap, pandas, pyarrow.pandas_compat, plotly.graph_objs, plotly.io, pydeck, ml_dtypes"; \
     else \
         /opt/venv/bin/python -c "import streamlit, torch; print('streamlit', streamlit.__version__, '| torch', torch.__version__, '| cuda', torch.version.cuda)"; \
+    fi
+
+# The lesson-only image is kept small (at most 400 MB, scripts/container_check.sh checks): what only development,
+# notebooks or other formats use goes (pip, the packages' tests and headers, Jupyter bundles and plotly.js for HTML
+# export, pyarrow's Flight and S3 libraries, Pillow's AVIF codec), and so do altair and its jsonschema, which only
+# Streamlit's built-in charts use and no page does (tests/test_without_torch.py opens every page without them),
+# the shared libraries lose their symbol tables (binutils' strip; not the *.libs ones auditwheel patched, which strip
+# breaks; skipped where apt cannot reach a mirror), and no bytecode is kept (~110 MB: the server compiles what it
+# imports at start-up, a second or two more). The image with the lab is left as pip made it.
+# hadolint ignore=DL3009
+RUN if [ "${WITH_TORCH}" = 0 ]; then \
+        sp=/opt/venv/lib/python3.11/site-packages; \
+        /opt/venv/bin/python -m pip uninstall -q -y altair jsonschema jsonschema-specifications referencing rpds-py \
+            pip setuptools; \
+        find /opt/venv -name __pycache__ -type d -prune -exec rm -rf {} +; \
+        find "${sp}" -name tests -type d -prune -exec rm -rf {} +; \
+        find "${sp}" \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pyi' \) -delete; \
+        rm -rf "${sp}"/pyarrow/include "${sp}"/pyarrow/*flight* "${sp}"/pyarrow/_s3fs.* "${sp}"/pyarrow/libarrow_s3.* \
+            "${sp}"/pydeck/nbextension/static "${sp}"/plotly/labextension "${sp}"/plotly/package_data/widgetbundle.js \
+            "${sp}"/plotly/package_data/plotly.min.js \
+            "${sp}"/numpy/_core/include "${sp}"/numpy/f2py/src "${sp}"/PIL/_avif.* "${sp}"/pillow.libs/libavif-*; \
+        set -- "${sp}"/pyarrow/libarrow_python.so.*.*.*; real="$(basename "$1")"; \
+        for lib in "${sp}"/pyarrow/libarrow_python.so "${sp}"/pyarrow/libarrow_python.so.[0-9]*; do \
+            [ "$(basename "${lib}")" = "${real}" ] || ln -sf "${real}" "${lib}"; \
+        done; \
+        if timeout 120 apt-get update -qq && timeout 300 apt-get install -y -qq --no-install-recommends binutils=2.40-2; then \
+            find "${sp}" -path '*.libs' -prune -o -type f \( -name '*.so' -o -name '*.so.[0-9]*' \) \
+                -exec strip --strip-unneeded {} +; \
+        else \
+            echo "binutils unavailable: the shared libraries keep their symbol tables"; \
+        fi; \
+        /opt/venv/bin/python -B -c "import streamlit.web.bootstrap, pandas, pyarrow.pandas_compat, plotly.graph_objs, plotly.io, pydeck, ml_dtypes, PIL.Image"; \
     fi
 
 # ---- runtime ----

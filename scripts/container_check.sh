@@ -3,7 +3,7 @@
 # no access to container registries (only a Debian mirror and a Python package index, or this machine's own
 # pip sources).
 #
-#   sudo scripts/container_check.sh        # from anywhere in the repo; ~3.5 min cold, ~25 s warm
+#   sudo scripts/container_check.sh        # from anywhere in the repo; ~7.5 min cold, ~50 s warm (both images)
 #
 # What it does, each phase under a timeout:
 #   1. tools      installs podman, buildah, debootstrap and curl with apt-get when any is missing
@@ -274,7 +274,7 @@ serve_check() { # image label probe-python -> serves it, checks it, appends to S
     local image="$1" label="$2" probe="$3" port ctr health health_rc page page_code page_title page_bytes t_healthy
     local image_user image_cmd_json health_json image_ports inside size deadline
     inspect() { timeout 60 podman image inspect --format "$1" "$image"; }
-    size="$(image_bytes "$image" | awk '{ printf "%.0f MB (%d bytes)", $1 / 1e6, $1 }')"
+    size="$(image_bytes "$image" | awk '{ printf "%.1f MB (%d bytes)", $1 / 1e6, $1 }')"
     image_user="$(inspect '{{.Config.User}}')"
     image_cmd_json="$(inspect '{{json .Config.Cmd}}')"
     health_json="$(inspect '{{json .Config.Healthcheck}}')"
@@ -359,8 +359,8 @@ TIMINGS+=("total $(elapsed "$T_TOTAL") s")
 
 log "container check: PASS"
 printf '  %s\n' "${SUMMARY[@]}"
-printf '  sizes        with the lab %d MB, lesson-only %d MB (limit %d MB)\n' \
-    $((lab_bytes / 1000000)) $((lesson_bytes / 1000000)) "$LESSON_MAX_MB"
+awk -v lab="$lab_bytes" -v lesson="$lesson_bytes" -v max="$LESSON_MAX_MB" 'BEGIN {
+    printf "  sizes        with the lab %.1f MB, lesson-only %.1f MB (limit %d MB)\n", lab / 1e6, lesson / 1e6, max }'
 printf '  timings      %s' "${TIMINGS[0]}"
 printf ' | %s' "${TIMINGS[@]:1}"
 printf '\n'
