@@ -72,8 +72,9 @@ def nvidia_gpu() -> str | None:
     return lines[0].strip() if out.returncode == 0 and lines else None
 
 
-def reachable(index: str, timeout: float = PROBE_TIMEOUT_S) -> tuple[bool, str]:
-    """Whether ``index``'s torch page answers within ``timeout`` seconds, and what happened."""
+def reachable(index: str, timeout: float | None = None) -> tuple[bool, str]:
+    """Whether ``index``'s torch page answers within ``timeout`` s (:data:`PROBE_TIMEOUT_S`), and what happened."""
+    timeout = PROBE_TIMEOUT_S if timeout is None else timeout
     start = time.monotonic()
     try:
         with urllib.request.urlopen(f"{index.rstrip('/')}/torch/", timeout=timeout) as response:
