@@ -3,7 +3,7 @@
 # no access to container registries (only a Debian mirror and a Python package index, or this machine's own
 # pip sources).
 #
-#   sudo scripts/container_check.sh        # from anywhere in the repo; ~7.5 min cold, ~50 s warm (both images)
+#   sudo scripts/container_check.sh        # from anywhere in the repo; ~7.5 min cold, ~25 s warm (both images)
 #
 # What it does, each phase under a timeout:
 #   1. tools      installs podman, buildah, debootstrap and curl with apt-get when any is missing
