@@ -1,4 +1,5 @@
-# Lensa · Mixed Precision as a container: Streamlit on 0.0.0.0:8501, the CPU build of torch by default.
+# Lensa · Mixed Precision as a container: Streamlit on 0.0.0.0:8501, the CPU build of torch by default
+# (or none: WITH_TORCH=0 below).
 #
 #   docker build -t lensa .
 #   docker run --rm -p 8501:8501 lensa                      # then open http://localhost:8501
@@ -8,6 +9,8 @@
 #                    official slim image; scripts/container_check.sh passes a local debootstrap image instead.
 #   TORCH_INDEX_URL  where torch comes from: the CPU wheels (default), or a CUDA build, e.g.
 #                    --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126
+#   WITH_TORCH       1 (default): the image with the lab. 0: the lesson-only image, no torch and no live runs
+#                    (the pages say how to add them), under 400 MB: docker build --build-arg WITH_TORCH=0 -t lensa:lesson .
 #   PIP_INDEX_URL    the index for everything else (a company mirror works too).
 #   WHEELHOUSE_URL   when set, every package comes from this pip --find-links location (a directory of wheels
 #                    from `pip download -r requirements.txt`, served over HTTP) and no index is contacted.
@@ -25,6 +28,7 @@ FROM ${BASE_IMAGE} AS deps
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG PIP_INDEX_URL=https://pypi.org/simple
 ARG WHEELHOUSE_URL=
+ARG WITH_TORCH=1
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -35,19 +39,61 @@ WORKDIR /build
 # Only the requirements: code changes do not invalidate this (slow) layer.
 COPY requirements.txt ./
 
-# torch comes first, from TORCH_INDEX_URL and at the version requirements.txt pins, so that the pip install
-# -r that follows finds it satisfied (torch==2.13.0 accepts 2.13.0+cpu) instead of pulling PyPI's CUDA build.
+# requirements.txt is the one place versions are pinned. Without torch (WITH_TORCH=0) its torch line is dropped.
+# With torch, torch comes first, from TORCH_INDEX_URL and at the version requirements.txt pins, so that the pip
+# install -r that follows finds it satisfied (torch==2.13.0 accepts 2.13.0+cpu) instead of pulling PyPI's CUDA build.
 RUN python3 -m venv /opt/venv; \
+    torch_line='^[[:space:]]*torch[[:space:]]*[=<>~!]'; \
+    if [ "${WITH_TORCH}" = 0 ]; then sed -e "/${torch_line}/d" requirements.txt >app-requirements.txt; \
+    else cp requirements.txt app-requirements.txt; fi; \
     if [ -n "${WHEELHOUSE_URL}" ]; then \
-        /opt/venv/bin/pip install --no-cache-dir --no-index --find-links "${WHEELHOUSE_URL}" -r requirements.txt; \
+        /opt/venv/bin/pip install --no-cache-dir --no-index --find-links "${WHEELHOUSE_URL}" -r app-requirements.txt; \
+    elif [ "${WITH_TORCH}" = 0 ]; then \
+        /opt/venv/bin/pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -r app-requirements.txt; \
     else \
         torch_req="$(sed -n -e 's/[[:space:]]*#.*$//' -e 's/^[[:space:]]*\(torch[[:space:]]*[=<>~!].*\)$/\1/p' requirements.txt | head -n 1)"; \
         [ -n "${torch_req}" ] || { echo "requirements.txt pins no torch version" >&2; exit 1; }; \
         /opt/venv/bin/pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "${torch_req}"; \
-        /opt/venv/bin/pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -r requirements.txt; \
+        /opt/venv/bin/pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -r app-requirements.txt; \
     fi; \
     /opt/venv/bin/pip check; \
-    /opt/venv/bin/python -c "import streamlit, torch; print('streamlit', streamlit.__version__, '| torch', torch.__version__, '| cuda', torch.version.cuda)"
+    if [ "${WITH_TORCH}" = 0 ]; then \
+        /opt/venv/bin/python -c "import importlib.util as u, streamlit; assert u.find_spec('torch') is None; print('streamlit', streamlit.__version__, '| no torch')"; \
+    else \
+        /opt/venv/bin/python -c "import streamlit, torch; print('streamlit', streamlit.__version__, '| torch', torch.__version__, '| cuda', torch.version.cuda)"; \
+    fi
+
+# The lesson-only image is kept small (at most 400 MB, scripts/container_check.sh checks): what only development,
+# notebooks or other formats use goes (pip, the packages' tests and headers, Jupyter bundles and plotly.js for HTML
+# export, pyarrow's Flight and S3 libraries, Pillow's AVIF codec), and so do altair and its jsonschema, which only
+# Streamlit's built-in charts use and no page does (tests/test_without_torch.py opens every page without them),
+# the shared libraries lose their symbol tables (binutils' strip; not the *.libs ones auditwheel patched, which strip
+# breaks; skipped where apt cannot reach a mirror), and no bytecode is kept (~110 MB: the server compiles what it
+# imports at start-up, a second or two more). The image with the lab is left as pip made it.
+# hadolint ignore=DL3009
+RUN if [ "${WITH_TORCH}" = 0 ]; then \
+        sp=/opt/venv/lib/python3.11/site-packages; \
+        /opt/venv/bin/python -m pip uninstall -q -y altair jsonschema jsonschema-specifications referencing rpds-py \
+            pip setuptools; \
+        find /opt/venv -name __pycache__ -type d -prune -exec rm -rf {} +; \
+        find "${sp}" -name tests -type d -prune -exec rm -rf {} +; \
+        find "${sp}" \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pyi' \) -delete; \
+        rm -rf "${sp}"/pyarrow/include "${sp}"/pyarrow/*flight* "${sp}"/pyarrow/_s3fs.* "${sp}"/pyarrow/libarrow_s3.* \
+            "${sp}"/pydeck/nbextension/static "${sp}"/plotly/labextension "${sp}"/plotly/package_data/widgetbundle.js \
+            "${sp}"/plotly/package_data/plotly.min.js \
+            "${sp}"/numpy/_core/include "${sp}"/numpy/f2py/src "${sp}"/PIL/_avif.* "${sp}"/pillow.libs/libavif-*; \
+        set -- "${sp}"/pyarrow/libarrow_python.so.*.*.*; real="$(basename "$1")"; \
+        for lib in "${sp}"/pyarrow/libarrow_python.so "${sp}"/pyarrow/libarrow_python.so.[0-9]*; do \
+            [ "$(basename "${lib}")" = "${real}" ] || ln -sf "${real}" "${lib}"; \
+        done; \
+        if timeout 120 apt-get update -qq && timeout 300 apt-get install -y -qq --no-install-recommends binutils=2.40-2; then \
+            find "${sp}" -path '*.libs' -prune -o -type f \( -name '*.so' -o -name '*.so.[0-9]*' \) \
+                -exec strip --strip-unneeded {} +; \
+        else \
+            echo "binutils unavailable: the shared libraries keep their symbol tables"; \
+        fi; \
+        /opt/venv/bin/python -B -c "import streamlit.web.bootstrap, pandas, pyarrow.pandas_compat, plotly.graph_objs, plotly.io, pydeck, ml_dtypes, PIL.Image"; \
+    fi
 
 # ---- runtime ----
 FROM ${BASE_IMAGE}

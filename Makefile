@@ -10,19 +10,27 @@ TOOLS := $(TOOLS_VENV)/bin
 PORT ?= 8501
 PYTEST_ARGS ?=
 IMAGE ?= lensa
-TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+# Where torch comes from. Empty (the default): scripts/install_torch.py chooses, the CPU build from PyTorch's CPU
+# index unless `nvidia-smi -L` finds a GPU (then PyPI's CUDA build); set, it wins, for the venv and docker-build.
+TORCH_INDEX_URL ?=
+# docker-build with WITH_TORCH=0: the lesson-only image, without torch and the live runs (under 400 MB).
+WITH_TORCH ?= 1
 
-.PHONY: run test lint format clean screenshots bench reference-run docker-build docker-run container-check
+.PHONY: run test torch lint format clean screenshots bench reference-run docker-build docker-run container-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.app-installed: requirements.txt | $(BIN)/python
+# torch first, the build this machine needs (scripts/install_torch.py says which and why), then the rest: the
+# torch==X pin in requirements.txt is then already met (by X+cpu too) and pip leaves it alone.
+$(VENV)/.app-installed: requirements.txt scripts/install_torch.py | $(BIN)/python
+	TORCH_INDEX_URL="$(TORCH_INDEX_URL)" $(BIN)/python scripts/install_torch.py
 	$(BIN)/pip install -q -r requirements.txt
 	touch $@
 
-$(VENV)/.dev-installed: requirements.txt requirements-dev.txt | $(BIN)/python
+$(VENV)/.dev-installed: requirements.txt requirements-dev.txt scripts/install_torch.py | $(BIN)/python
+	TORCH_INDEX_URL="$(TORCH_INDEX_URL)" $(BIN)/python scripts/install_torch.py
 	$(BIN)/pip install -q -r requirements-dev.txt
 	touch $@ $(VENV)/.app-installed
 
@@ -35,6 +43,10 @@ $(TOOLS_VENV)/.installed: requirements-tools.txt
 ## Serve the app on http://localhost:$(PORT) (PORT=8502 make run for a second copy).
 run: $(VENV)/.app-installed
 	$(BIN)/python -m lensa.ui.serve --server.port $(PORT)
+
+## Install (or check) torch alone in .venv: the lab's "PyTorch is not installed" message names this.
+torch: | $(BIN)/python
+	TORCH_INDEX_URL="$(TORCH_INDEX_URL)" $(BIN)/python scripts/install_torch.py
 
 ## Lint, then the whole test suite: the fast tests on every core, then the browser tests
 ## (skipped, with the reason, where /usr/bin/chromium is missing).
@@ -73,15 +85,17 @@ reference-run: $(VENV)/.app-installed
 screenshots: $(VENV)/.dev-installed
 	$(BIN)/python scripts/screenshots.py
 
-## Build the image: CPU torch; TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 for CUDA.
+## Build the image: CPU torch (the Dockerfile's default); TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126
+## for CUDA; WITH_TORCH=0 for the lesson-only image without torch.
 docker-build:
-	docker build --build-arg TORCH_INDEX_URL=$(TORCH_INDEX_URL) -t $(IMAGE) .
+	docker build $(if $(TORCH_INDEX_URL),--build-arg TORCH_INDEX_URL=$(TORCH_INDEX_URL)) \
+		--build-arg WITH_TORCH=$(WITH_TORCH) -t $(IMAGE) .
 
 ## Serve the image on http://localhost:$(PORT).
 docker-run:
 	docker run --rm -p $(PORT):8501 $(IMAGE)
 
-## Build the real Dockerfile with podman and prove the image serves (as root; no Docker engine needed).
+## Build the real Dockerfile with podman, both images (with the lab, lesson-only), and prove they serve (as root; no Docker engine needed).
 container-check:
 	scripts/container_check.sh
 

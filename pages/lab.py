@@ -17,7 +17,7 @@ st.markdown(f"#### {page.t('headline')}")
 
 if not live_view.torch_available():
     widgets.after_controls(page)
-    st.error(page.t("live.torch_missing"), icon=":material/error:")
+    st.error(live_view.torch_missing_text(page), icon=":material/error:")
     st.stop()
 
 from lensa import live  # noqa: E402  (settings and tables only: the runs themselves happen in the worker process)

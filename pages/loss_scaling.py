@@ -214,7 +214,7 @@ with st.expander(page.t("real_title"), icon=":material/science:", expanded=real 
     st.markdown(page.t("real_intro", interval=page.num(SPIKES.growth_interval), steps=_list(page, overflow_steps)))
     job = st.session_state.get(REAL_JOB)
     if not live_view.torch_available():
-        st.info(page.t("live.torch_missing"))
+        st.info(live_view.torch_missing_text(page))
     elif st.button(
         page.t("real_run"), key="loss_scaling.real_run", icon=":material/play_arrow:", disabled=job is not None
     ):

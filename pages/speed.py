@@ -151,7 +151,7 @@ widgets.explain(page, paragraph, page.t("try"))
 with st.expander(page.t("measure_title"), icon=":material/speed:", expanded=MEASURED in st.session_state):
     st.markdown(page.t("measure_intro"))
     if not live_view.torch_available():
-        st.info(page.t("live.torch_missing"))
+        st.info(live_view.torch_missing_text(page))
     elif st.button(
         page.t("measure_run"), key="speed.measure", icon=":material/play_arrow:", disabled=MEASURING in st.session_state
     ):

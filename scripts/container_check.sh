@@ -3,7 +3,7 @@
 # no access to container registries (only a Debian mirror and a Python package index, or this machine's own
 # pip sources).
 #
-#   sudo scripts/container_check.sh        # from anywhere in the repo; ~3.5 min cold, ~25 s warm
+#   sudo scripts/container_check.sh        # from anywhere in the repo; ~7.5 min cold, ~25 s warm (both images)
 #
 # What it does, each phase under a timeout:
 #   1. tools      installs podman, buildah, debootstrap and curl with apt-get when any is missing
@@ -11,13 +11,16 @@
 #                 podman, standing in for python:3.11-slim; kept between runs (BASE_REBUILD=1 makes it anew)
 #   3. wheelhouse pip downloads requirements.txt (CPU torch) for CPython 3.11 on this machine, cached
 #                 per requirements.txt between runs, and serves it on 127.0.0.1 for the build (WHEELHOUSE_URL)
-#   4. build      podman build --isolation=chroot --format docker of the real Dockerfile with that base
-#   5. serve      starts the image's own CMD with buildah run on a free port (host network), polls
+#   4. build      podman build --isolation=chroot --format docker of the real Dockerfile with that base, twice:
+#                 the image with the lab (torch) and the lesson-only image (--build-arg WITH_TORCH=0), whose
+#                 size must stay within LESSON_MAX_MB and which must hold no torch
+#   5. serve      for each image: starts its own CMD with buildah run on a free port (host network), polls
 #                 /_stcore/health until it says "ok", fetches / and checks it is Streamlit's page, and runs
 #                 the image's HEALTHCHECK command inside the container
-# then prints a summary and removes the running container (also on failure or Ctrl-C). Exit status 0 = pass.
+# then prints a summary and removes the running containers (also on failure or Ctrl-C). Exit status 0 = pass.
 #
-# Knobs (environment): IMAGE (localhost/lensa:check), BASE_IMAGE_NAME (localhost/lensa-check-base:bookworm),
+# Knobs (environment): IMAGE (localhost/lensa:check), LESSON_IMAGE (localhost/lensa:check-lesson), LESSON_MAX_MB
+# (400), BASE_IMAGE_NAME (localhost/lensa-check-base:bookworm-slim),
 # BASE_REBUILD=1, DEBIAN_MIRROR (default: the one apt uses here), CACHE_DIR (~/.cache/lensa-container-check),
 # TORCH_CPU_INDEX (https://download.pytorch.org/whl/cpu, tried first when reachable), PORT (a free one),
 # WHEEL_PORT (38651), BUILD_TIMEOUT (1800 s), SERVE_TIMEOUT (180 s).
@@ -27,7 +30,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 IMAGE="${IMAGE:-localhost/lensa:check}"
-BASE_IMAGE_NAME="${BASE_IMAGE_NAME:-localhost/lensa-check-base:bookworm}"
+LESSON_IMAGE="${LESSON_IMAGE:-localhost/lensa:check-lesson}"
+LESSON_MAX_MB="${LESSON_MAX_MB:-400}"
+BASE_IMAGE_NAME="${BASE_IMAGE_NAME:-localhost/lensa-check-base:bookworm-slim}"
 BASE_REBUILD="${BASE_REBUILD:-0}"
 CACHE_DIR="${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lensa-container-check}"
 TORCH_CPU_INDEX="${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
@@ -36,7 +41,7 @@ SERVE_TIMEOUT="${SERVE_TIMEOUT:-180}"
 PY_VERSION=3.11 # what the Dockerfile's base images carry, and what the wheelhouse is downloaded for
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/lensa-container-check.XXXXXX")"
-CTR=""
+CTRS=() # every working container we made, removed on exit
 CTRS_BEFORE_BUILD="" # set while podman build runs: its working containers outlive a killed build
 SERVER_PID=""
 WHEEL_SERVER_PID=""
@@ -81,9 +86,9 @@ cleanup() {
         timeout 60 buildah containers -a -q --notruncate 2>/dev/null | grep -vxF -f "$CTRS_BEFORE_BUILD" |
             xargs -r timeout 120 buildah rm >/dev/null 2>&1 || true
     fi
-    if [[ -n "$CTR" ]]; then
-        timeout 60 buildah rm "$CTR" >/dev/null 2>&1 || echo "warning: could not remove working container $CTR" >&2
-    fi
+    for c in "${CTRS[@]}"; do
+        timeout 60 buildah rm "$c" >/dev/null 2>&1 || echo "warning: could not remove working container $c" >&2
+    done
     if [[ $rc -ne 0 ]]; then
         echo "container check FAILED (exit $rc); logs kept in $WORK" >&2
     elif [[ "$KEEP_WORK" == 0 ]]; then
@@ -146,6 +151,8 @@ else
         bookworm "$rootfs" "$mirror" >"$WORK/debootstrap.log" 2>&1 ||
         die "debootstrap failed, see $WORK/debootstrap.log"
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+    # As Debian's -slim images (under python:3.11-slim) do: no documentation, man pages or translations.
+    rm -rf "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/*
     base_py="$(chroot "$rootfs" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
     [[ "$base_py" == "$PY_VERSION" ]] || die "the base image has Python $base_py, not $PY_VERSION"
     timeout 600 tar -C "$rootfs" --numeric-owner -cf - . |
@@ -223,107 +230,137 @@ echo "served on $WHEELHOUSE_URL"
 TIMINGS+=("wheelhouse $(elapsed "$t") s ($wheel_note)")
 
 # ---------------------------------------------------------------- 4. build
-log "4/5 build $IMAGE (log: $WORK/build.log)"
-t="$(now_us)"
-# chroot isolation: no network namespace, so RUN steps reach the wheel server on 127.0.0.1.
-old_image_id="$(timeout 60 podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
 CTRS_BEFORE_BUILD="$WORK/containers-before-build"
 { timeout 60 buildah containers -a -q --notruncate || true; } >"$CTRS_BEFORE_BUILD"
 echo "-" >>"$CTRS_BEFORE_BUILD" # never an empty pattern file: grep -v -f of nothing would select them all
-if ! timeout --kill-after=30 "$BUILD_TIMEOUT" podman build --isolation=chroot --format docker --pull=never \
-    --build-arg "BASE_IMAGE=$BASE_IMAGE_NAME" \
-    --build-arg "WHEELHOUSE_URL=$WHEELHOUSE_URL" \
-    -t "$IMAGE" -f Dockerfile . 2>&1 | tee "$WORK/build.log"; then
-    die "podman build failed or timed out after ${BUILD_TIMEOUT}s, see $WORK/build.log"
-fi
+build_image() { # name log extra-build-args... -> builds it, replaces the previous image of that name
+    local name="$1" build_log="$2" old_id new_id
+    shift 2
+    old_id="$(timeout 60 podman image inspect --format '{{.Id}}' "$name" 2>/dev/null || true)"
+    # chroot isolation: no network namespace, so RUN steps reach the wheel server on 127.0.0.1.
+    if ! timeout --kill-after=30 "$BUILD_TIMEOUT" podman build --isolation=chroot --format docker --pull=never \
+        --build-arg "BASE_IMAGE=$BASE_IMAGE_NAME" \
+        --build-arg "WHEELHOUSE_URL=$WHEELHOUSE_URL" "$@" \
+        -t "$name" -f Dockerfile . 2>&1 | tee "$build_log"; then
+        die "podman build of $name failed or timed out after ${BUILD_TIMEOUT}s, see $build_log"
+    fi
+    new_id="$(timeout 60 podman image inspect --format '{{.Id}}' "$name")"
+    if [[ -n "$old_id" && "$old_id" != "$new_id" ]]; then
+        # The previous check image, now untagged; its shared layers stay as the build cache.
+        timeout 120 podman rmi "$old_id" >/dev/null 2>&1 || true
+    fi
+}
+log "4/5 build $IMAGE, with the lab (log: $WORK/build.log)"
+t="$(now_us)"
+build_image "$IMAGE" "$WORK/build.log"
+TIMINGS+=("build $(elapsed "$t") s ($(grep -c -- '--> Using cache' "$WORK/build.log" || true) steps from cache)")
+log "4/5 build $LESSON_IMAGE, lesson-only: WITH_TORCH=0 (log: $WORK/build-lesson.log)"
+t="$(now_us)"
+build_image "$LESSON_IMAGE" "$WORK/build-lesson.log" --build-arg WITH_TORCH=0
+TIMINGS+=("lesson build $(elapsed "$t") s ($(grep -c -- '--> Using cache' "$WORK/build-lesson.log" || true) steps from cache)")
 CTRS_BEFORE_BUILD=""
-new_image_id="$(timeout 60 podman image inspect --format '{{.Id}}' "$IMAGE")"
-if [[ -n "$old_image_id" && "$old_image_id" != "$new_image_id" ]]; then
-    # The previous check image, now untagged; its shared layers stay as the build cache.
-    timeout 120 podman rmi "$old_image_id" >/dev/null 2>&1 || true
-fi
 stop_group "$WHEEL_SERVER_PID"
 WHEEL_SERVER_PID=""
-build_cached="$(grep -c -- '--> Using cache' "$WORK/build.log" || true)"
-TIMINGS+=("build $(elapsed "$t") s ($build_cached steps from cache)")
 
-inspect() { timeout 60 podman image inspect --format "$1" "$IMAGE"; }
-image_size="$(inspect '{{.Size}}' | awk '{ printf "%.2f GB (%d bytes)", $1 / 1e9, $1 }')"
-image_user="$(inspect '{{.Config.User}}')"
-image_cmd_json="$(inspect '{{json .Config.Cmd}}')"
-health_json="$(inspect '{{json .Config.Healthcheck}}')"
-image_ports="$(inspect '{{json .Config.ExposedPorts}}')"
-[[ -n "$image_user" && "$image_user" != root && "$image_user" != 0 && "${image_user%%:*}" != 0 ]] ||
-    die "the image runs as root (User: '${image_user}')"
-[[ "$health_json" == *_stcore/health* ]] || die "the image has no HEALTHCHECK on /_stcore/health: $health_json"
-[[ "$image_ports" == *8501/tcp* ]] || die "the image does not EXPOSE 8501: $image_ports"
 json_argv() { # JSON array (optionally dropping the first N items) -> NUL-separated argv
     python3 -c 'import json, sys; a = json.loads(sys.argv[1]); a = a if isinstance(a, list) else a["Test"]
 sys.stdout.write("".join(x + "\0" for x in a[int(sys.argv[2]):]))' "$1" "$2"
 }
-mapfile -d '' image_cmd < <(json_argv "$image_cmd_json" 0)
-mapfile -d '' health_cmd < <(json_argv "$health_json" 1) # drop "CMD"
-((${#image_cmd[@]})) || die "the image has no CMD"
+image_bytes() { timeout 60 podman image inspect --format '{{.Size}}' "$1"; }
 
 # ---------------------------------------------------------------- 5. serve
-PORT="${PORT:-$(free_port)}"
-log "5/5 serve: ${image_cmd[*]} with STREAMLIT_SERVER_PORT=$PORT (log: $WORK/serve.log)"
-t="$(now_us)"
-CTR="$(timeout 120 buildah from --pull=never --name "lensa-check-$$" "$IMAGE")"
-# buildah run keeps the image's USER, WORKDIR and ENV; chroot isolation shares this host's network.
-setsid timeout "$((SERVE_TIMEOUT + 120))" buildah run --isolation chroot \
-    --env "STREAMLIT_SERVER_PORT=$PORT" "$CTR" -- "${image_cmd[@]}" >"$WORK/serve.log" 2>&1 &
-SERVER_PID=$!
-health=""
-deadline=$((SECONDS + SERVE_TIMEOUT))
-while ((SECONDS < deadline)); do
-    health="$(curl -sS -m 3 "http://127.0.0.1:$PORT/_stcore/health" 2>/dev/null || true)"
-    [[ "$health" == ok ]] && break
-    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-        tail -n 30 "$WORK/serve.log" >&2
-        die "the server exited before it was healthy"
+declare -a SUMMARY=()
+serve_check() { # image label probe-python -> serves it, checks it, appends to SUMMARY
+    local image="$1" label="$2" probe="$3" port ctr health health_rc page page_code page_title page_bytes t_healthy
+    local image_user image_cmd_json health_json image_ports inside size deadline
+    inspect() { timeout 60 podman image inspect --format "$1" "$image"; }
+    size="$(image_bytes "$image" | awk '{ printf "%.1f MB (%d bytes)", $1 / 1e6, $1 }')"
+    image_user="$(inspect '{{.Config.User}}')"
+    image_cmd_json="$(inspect '{{json .Config.Cmd}}')"
+    health_json="$(inspect '{{json .Config.Healthcheck}}')"
+    image_ports="$(inspect '{{json .Config.ExposedPorts}}')"
+    [[ -n "$image_user" && "$image_user" != root && "$image_user" != 0 && "${image_user%%:*}" != 0 ]] ||
+        die "$image runs as root (User: '${image_user}')"
+    [[ "$health_json" == *_stcore/health* ]] || die "$image has no HEALTHCHECK on /_stcore/health: $health_json"
+    [[ "$image_ports" == *8501/tcp* ]] || die "$image does not EXPOSE 8501: $image_ports"
+    local -a image_cmd health_cmd
+    mapfile -d '' image_cmd < <(json_argv "$image_cmd_json" 0)
+    mapfile -d '' health_cmd < <(json_argv "$health_json" 1) # drop "CMD"
+    ((${#image_cmd[@]})) || die "$image has no CMD"
+
+    port="$(free_port)"
+    log "5/5 serve $image: ${image_cmd[*]} with STREAMLIT_SERVER_PORT=$port (log: $WORK/serve-$label.log)"
+    local t
+    t="$(now_us)"
+    ctr="$(timeout 120 buildah from --pull=never --name "lensa-check-$label-$$" "$image")"
+    CTRS+=("$ctr")
+    # buildah run keeps the image's USER, WORKDIR and ENV; chroot isolation shares this host's network.
+    setsid timeout "$((SERVE_TIMEOUT + 120))" buildah run --isolation chroot \
+        --env "STREAMLIT_SERVER_PORT=$port" "$ctr" -- "${image_cmd[@]}" >"$WORK/serve-$label.log" 2>&1 &
+    SERVER_PID=$!
+    health=""
+    deadline=$((SECONDS + SERVE_TIMEOUT))
+    while ((SECONDS < deadline)); do
+        health="$(curl -sS -m 3 "http://127.0.0.1:$port/_stcore/health" 2>/dev/null || true)"
+        [[ "$health" == ok ]] && break
+        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+            tail -n 30 "$WORK/serve-$label.log" >&2
+            die "the server of $image exited before it was healthy"
+        fi
+        sleep 0.5
+    done
+    if [[ "$health" != ok ]]; then
+        tail -n 30 "$WORK/serve-$label.log" >&2
+        die "/_stcore/health of $image did not answer ok within ${SERVE_TIMEOUT}s (last answer: '${health}')"
     fi
-    sleep 0.5
-done
-if [[ "$health" != ok ]]; then
-    tail -n 30 "$WORK/serve.log" >&2
-    die "/_stcore/health did not answer ok within ${SERVE_TIMEOUT}s (last answer: '${health}')"
-fi
-t_healthy="$(elapsed "$t")"
+    t_healthy="$(elapsed "$t")"
 
-page="$WORK/index.html"
-page_code="$(curl -sS -m 20 -o "$page" -w '%{http_code}' "http://127.0.0.1:$PORT/")" || die "GET / failed"
-[[ "$page_code" == 200 ]] || die "GET / answered HTTP $page_code"
-if ! grep -q '<div id="root">' "$page" || ! grep -q '<title>Streamlit</title>' "$page" ||
-    ! grep -q 'src="./static/js/' "$page"; then
-    die "GET / is not Streamlit's page: $(head -c 300 "$page")"
-fi
-page_title="$(sed -n 's:.*<title>\([^<]*\)</title>.*:\1:p' "$page" | head -n 1)"
-page_bytes="$(wc -c <"$page")"
+    page="$WORK/index-$label.html"
+    page_code="$(curl -sS -m 20 -o "$page" -w '%{http_code}' "http://127.0.0.1:$port/")" || die "GET / failed"
+    [[ "$page_code" == 200 ]] || die "GET / of $image answered HTTP $page_code"
+    if ! grep -q '<div id="root">' "$page" || ! grep -q '<title>Streamlit</title>' "$page" ||
+        ! grep -q 'src="./static/js/' "$page"; then
+        die "GET / of $image is not Streamlit's page: $(head -c 300 "$page")"
+    fi
+    page_title="$(sed -n 's:.*<title>\([^<]*\)</title>.*:\1:p' "$page" | head -n 1)"
+    page_bytes="$(wc -c <"$page")"
 
-# The image's own HEALTHCHECK command, run inside the container against the server above.
-health_rc=0
-timeout 60 buildah run --isolation chroot --env "STREAMLIT_SERVER_PORT=$PORT" "$CTR" -- "${health_cmd[@]}" \
-    >"$WORK/healthcheck.log" 2>&1 || health_rc=$?
-[[ $health_rc -eq 0 ]] || die "the image's HEALTHCHECK command exited $health_rc, see $WORK/healthcheck.log"
-whoami_in="$(timeout 60 buildah run --isolation chroot "$CTR" -- python3 -c \
-    'import os, sys, torch, streamlit; print(f"uid {os.getuid()}, cwd {os.getcwd()}, {sys.executable}, python {sys.version.split()[0]}, streamlit {streamlit.__version__}, torch {torch.__version__} (cuda {torch.version.cuda})")')"
-TIMINGS+=("serve to healthy $t_healthy s")
+    # The image's own HEALTHCHECK command, run inside the container against the server above.
+    health_rc=0
+    timeout 60 buildah run --isolation chroot --env "STREAMLIT_SERVER_PORT=$port" "$ctr" -- "${health_cmd[@]}" \
+        >"$WORK/healthcheck-$label.log" 2>&1 || health_rc=$?
+    [[ $health_rc -eq 0 ]] || die "the HEALTHCHECK command of $image exited $health_rc, see $WORK/healthcheck-$label.log"
+    inside="$(timeout 60 buildah run --isolation chroot "$ctr" -- python3 -c "$probe")" ||
+        die "the check inside $image failed: $inside"
+    TIMINGS+=("$label serve to healthy $t_healthy s")
+    stop_group "$SERVER_PID"
+    SERVER_PID=""
+    SUMMARY+=(
+        "image        $image  $size  (base $BASE_IMAGE_NAME, user $image_user)"
+        "  inside     $inside"
+        "  cmd        ${image_cmd[*]}  (served on 0.0.0.0:$port via STREAMLIT_SERVER_PORT)"
+        "  health     GET /_stcore/health -> $health; the image's HEALTHCHECK inside the container -> exit $health_rc"
+        "  page       GET / -> HTTP $page_code, $page_bytes bytes, <title>$page_title</title>, Streamlit's root div and JS bundle"
+    )
+}
+PROBE_PREFIX='import os, sys, streamlit; head = f"uid {os.getuid()}, cwd {os.getcwd()}, {sys.executable}, python {sys.version.split()[0]}, streamlit {streamlit.__version__}"'
+serve_check "$IMAGE" lab "$PROBE_PREFIX
+import torch; print(f\"{head}, torch {torch.__version__} (cuda {torch.version.cuda})\")"
+serve_check "$LESSON_IMAGE" lesson "$PROBE_PREFIX
+import importlib.util as u; assert u.find_spec(\"torch\") is None, \"torch is in the lesson image\"
+print(f\"{head}, no torch\")"
 
-stop_group "$SERVER_PID"
-SERVER_PID=""
+lesson_bytes="$(image_bytes "$LESSON_IMAGE")"
+lab_bytes="$(image_bytes "$IMAGE")"
+((lesson_bytes <= LESSON_MAX_MB * 1000000)) ||
+    die "the lesson image $LESSON_IMAGE is $((lesson_bytes / 1000000)) MB, over LESSON_MAX_MB=$LESSON_MAX_MB"
 KEEP_WORK=0
 TIMINGS+=("total $(elapsed "$T_TOTAL") s")
 
 log "container check: PASS"
-cat <<EOF
-  image        $IMAGE  $image_size  (base $BASE_IMAGE_NAME, user $image_user)
-  inside       $whoami_in
-  cmd          ${image_cmd[*]}  (served on 0.0.0.0:$PORT via STREAMLIT_SERVER_PORT)
-  health       GET /_stcore/health -> $health
-  page         GET / -> HTTP $page_code, $page_bytes bytes, <title>$page_title</title>, Streamlit's root div and JS bundle
-  healthcheck  the image's HEALTHCHECK command inside the container -> exit $health_rc
-EOF
+printf '  %s\n' "${SUMMARY[@]}"
+awk -v lab="$lab_bytes" -v lesson="$lesson_bytes" -v max="$LESSON_MAX_MB" 'BEGIN {
+    printf "  sizes        with the lab %.1f MB, lesson-only %.1f MB (limit %d MB)\n", lab / 1e6, lesson / 1e6, max }'
 printf '  timings      %s' "${TIMINGS[0]}"
 printf ' | %s' "${TIMINGS[@]:1}"
 printf '\n'

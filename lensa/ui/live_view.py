@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,10 +19,27 @@ from lensa.scaling import simulate
 from lensa.ui.frame import Page
 
 _LOG = logging.getLogger(__name__)
+REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements.txt"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
+
+
+def torch_pip_command() -> str:
+    """The pip command that adds the CPU build of the torch that requirements.txt pins (its only pin)."""
+    try:
+        lines = REQUIREMENTS.read_text().splitlines()
+    except OSError:
+        lines = []
+    pins = [re.sub(r"\s+", "", line.split("#", 1)[0]) for line in lines if re.match(r"^\s*torch\s*[=<>~!]", line)]
+    return f'pip install "{pins[0] if pins else "torch"}" --index-url {CPU_INDEX}'
+
+
+def torch_missing_text(page: Page) -> str:
+    """What a learner reads where a live run would be: PyTorch is missing, and the exact command that adds it."""
+    return page.t("live.torch_missing", pip=torch_pip_command())
 
 
 def error_text(page: Page, exc: BaseException) -> str:
