@@ -6,7 +6,7 @@ from lensa.memory import training_memory, zero_divisor
 from lensa.models import PRESETS, shape_for_params
 from lensa.ui import figures, widgets
 from lensa.ui.frame import setup
-from lensa.ui.i18n import compact
+from lensa.ui.i18n import compact, compact_exact
 
 DTYPE_COLOURS = {
     "fp16": figures.FORMAT_COLOURS["fp16"],
@@ -24,8 +24,20 @@ customised = any(k in st.query_params for k in SETUP_CONTROLS)
 with st.expander(page.t("setup_title"), icon=":material/tune:", expanded=customised):
     model_key = widgets.select(page, "model", page.t("model"), lambda k: page.t(f"model_{k.replace('-', '_')}"))
     if model_key == "custom":
-        params = widgets.slider(page, "params", page.t("params"), lambda v: compact(v, page.lang))
+        params_control = page.info.control("params")
+        show_count = lambda v: compact_exact(v, page.lang)  # noqa: E731
+        params_help = page.t("params_help", lo=show_count(params_control.lo), hi=show_count(params_control.hi))
+        params = widgets.count(page, "params", page.t("params"), show_count, help=params_help)
         model = shape_for_params(params)
+        st.caption(
+            page.t(
+                "params_count",
+                count=page.num(model.params),
+                layers=page.num(model.layers),
+                d_model=page.num(model.d_model),
+                heads=page.num(model.heads),
+            )
+        )
     else:
         model = PRESETS[model_key].shape()
     optimizer = widgets.choice(page, "optimizer", page.t("optimizer"), lambda v: page.t(f"optimizer_{v}"))

@@ -213,3 +213,19 @@ def compact(x: float, lang: str) -> str:
             text = text.rstrip("0").rstrip(".") if "." in text else text
             return _localise(text, lang) + suffix
     return number(x, lang)
+
+
+def compact_exact(count: float, lang: str) -> str:
+    """A whole count in short form with every digit kept: ``7.5B`` / ``7,5 miliar``, ``1.234567891B``.
+
+    Unlike :func:`compact` nothing is rounded, so the text reads back as the
+    same count (:func:`lensa.ui.controls.parse_count` reads both languages).
+    Below a thousand it is the plain number.
+    """
+    if not math.isfinite(count):
+        return _non_finite(count)
+    for size, suffix in _SCALE_WORDS[lang]:
+        if abs(count) >= size:
+            mantissa = (Decimal(int(count)) / Decimal(int(size))).normalize()
+            return _localise(f"{mantissa:f}", lang) + suffix
+    return number(count, lang)
