@@ -379,3 +379,18 @@ def custom_shape(params: float, d_model: int, layers: int, heads: int, context: 
     if d_model % heads:
         raise ValueError("heads must divide d_model")
     return ModelShape(params=float(params), d_model=d_model, layers=layers, heads=heads, context=context)
+
+
+# With one GPU ZeRO splits nothing, so step 1's comparison of calculators shows a common node of eight instead.
+COMPARISON_GPUS = 8
+
+
+def others_comparison(model_key: str, model: ModelShape, gpus: int) -> OthersComparison:
+    """How other calculators count ``model``'s states over ``gpus`` GPUs, or :data:`COMPARISON_GPUS` when one.
+
+    A preset (``model_key`` in :data:`PRESETS`) brings its own embedding and
+    largest layers; any other model gets the estimators' defaults.
+    """
+    count = gpus if gpus > 1 else COMPARISON_GPUS
+    preset = PRESETS.get(model_key)
+    return preset.how_others_count(count) if preset is not None else how_others_count(model, count)

@@ -225,13 +225,22 @@ def decade_ticks(lo: int, hi: int, every: int = 2) -> dict:
 # --- step 1 -------------------------------------------------------------------
 
 
+BYTES_PER_GB = 1e9  # the figures' memory axes are in decimal gigabytes
+
+
 @dataclass(frozen=True)
 class BarPart:
+    """One part of a stacked memory column, in bytes (drawn in GB)."""
+
     label: str
-    gb: float
+    n_bytes: float
     colour: str
     pattern: str = ""
     hover: str = ""
+
+    @property
+    def gb(self) -> float:
+        return self.n_bytes / BYTES_PER_GB
 
 
 def stacked_memory(parts: Sequence[BarPart], gpu_gb: float, gpu_label: str, axis_title: str, lang: str) -> go.Figure:

@@ -229,3 +229,18 @@ def compact_exact(count: float, lang: str) -> str:
             mantissa = (Decimal(int(count)) / Decimal(int(size))).normalize()
             return _localise(f"{mantissa:f}", lang) + suffix
     return number(count, lang)
+
+
+def states_formula(params: float, whole_bytes: float, split_bytes: float, gpus: int, lang: str) -> str:
+    """Step 1's model-state sum per GPU: ``6.74B × 16 B``, ``70B × 16 B ÷ 8`` or ``7B × (4 + 12 ÷ 8) B``.
+
+    ``whole_bytes`` and ``split_bytes`` are bytes a parameter that every GPU
+    keeps and that ZeRO splits over ``gpus`` (:func:`lensa.memory.split_bytes_per_param`).
+    """
+    count = compact(params, lang)
+    whole, split, n = number(whole_bytes, lang), number(split_bytes, lang), number(gpus, lang)
+    if split_bytes == 0:
+        return f"{count} × {whole} B"
+    if whole_bytes == 0:
+        return f"{count} × {split} B ÷ {n}"
+    return f"{count} × ({whole} + {split} ÷ {n}) B"
