@@ -760,6 +760,60 @@ def labelled_bars(
     return _figure(data, layout, table=table, alt=alt)
 
 
+# Step 6's two bar charts: a row per math mode, over room for the axis (and the GPU line's label above).
+BAR_ROW_PX = 45
+TIME_BARS_FRAME_PX = 150
+MEMORY_BARS_FRAME_PX = 110
+MEMORY_AXIS_MIN_GB = 200.0  # step 1's column starts at 0-200 GB too, so the two pages read alike
+MEMORY_AXIS_HEADROOM = 1.2  # room beside the longest bar for its label
+
+
+def step_time_bars(
+    names: Sequence[str],
+    times_s: Sequence[float],
+    colours: Sequence[str],
+    texts: Sequence[str],
+    axis_title: str,
+    patterns: Sequence[str],
+    hovers: Sequence[str],
+    lang: str,
+) -> go.Figure:
+    """Seconds a training step takes in each mode, a bar each (:func:`labelled_bars`, sized to its rows)."""
+    height = TIME_BARS_FRAME_PX + BAR_ROW_PX * len(names)
+    return labelled_bars(names, times_s, colours, texts, axis_title, patterns, hovers, height=height, lang=lang)
+
+
+def memory_total_bars(
+    names: Sequence[str],
+    totals_bytes: Sequence[float],
+    colours: Sequence[str],
+    texts: Sequence[str],
+    axis_title: str,
+    patterns: Sequence[str],
+    hovers: Sequence[str],
+    gpu_line: tuple[float, str],
+    lang: str,
+) -> go.Figure:
+    """Training memory in each mode in decimal GB, a bar each, with the GPU's memory (GB, label) as a line.
+
+    The axis reaches at least :data:`MEMORY_AXIS_MIN_GB`, and past the longest bar.
+    """
+    gbs = [t / BYTES_PER_GB for t in totals_bytes]
+    return labelled_bars(
+        names,
+        gbs,
+        colours,
+        texts,
+        axis_title,
+        patterns,
+        hovers,
+        line=gpu_line,
+        x_max=max(MEMORY_AXIS_MIN_GB, max(gbs) * MEMORY_AXIS_HEADROOM),
+        height=MEMORY_BARS_FRAME_PX + BAR_ROW_PX * len(names),
+        lang=lang,
+    )
+
+
 # --- step 5 -------------------------------------------------------------------------
 
 RANGE_LO, RANGE_HI = -46, 40

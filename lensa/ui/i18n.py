@@ -244,3 +244,8 @@ def states_formula(params: float, whole_bytes: float, split_bytes: float, gpus: 
     if whole_bytes == 0:
         return f"{count} × {split} B ÷ {n}"
     return f"{count} × ({whole} + {split} ÷ {n}) B"
+
+
+def teraflops(flops_per_s: float, lang: str, digits: int = 4) -> str:
+    """A rate in FLOP/s written in TFLOP/s (10**12) to ``digits`` significant digits: ``312``, ``19,5``."""
+    return significant(flops_per_s / 1e12, lang, digits)
