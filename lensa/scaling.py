@@ -13,6 +13,7 @@ would overflow float32).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -31,6 +32,11 @@ TORCH_GROWTH_INTERVAL = 2000
 def scaled_gradients(sample: ArrayLike, k: int, fmt: str | FloatFormat = "fp16") -> NDArray[np.float64]:
     """The gradients of S x loss with S = 2**k, as stored in ``fmt`` (float64 values)."""
     return quantize(np.ldexp(np.asarray(sample, dtype=np.float64), int(k)), fmt)
+
+
+def scale_from_exp(k: int) -> float:
+    """The loss scale S = 2**k as a float, exactly (k from -1074 to 1023; beyond, 0 or OverflowError)."""
+    return math.ldexp(1.0, int(k))
 
 
 def loss_scaled(sample: ArrayLike, k: int) -> NDArray[np.float64]:

@@ -192,7 +192,7 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
     """(file, template) -> every full catalogue key the template can build, from the values the code can pass."""
     from typing import get_args
 
-    from lensa import estimators, formats, memory
+    from lensa import estimators, formats, inspector, memory
     from lensa.live import ARMS
     from lensa.live.errors import ErrorKind
     from lensa.models import PRESETS
@@ -212,7 +212,7 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
     others = {r.key for p in PRESETS.values() for r in p.how_others_count(8).rows}
     others |= {r.key for r in estimators.how_others_count(PRESETS["gpt2"].shape(), 8).rows}
     modes = {m for g in GPUS.values() for m in ("fp32", "tf32", mixed_precision_mode(g), "fp8") if g.peak(m)}
-    fields = dict(ast.literal_eval(re.search(r"FIELDS = (.*)", (ROOT / "pages/formats.py").read_text()).group(1)))
+    fields = [f.name for f in inspector.field_bits(inspector.inspect("0.1", "fp16"))]
     bf16_regimes = set(re.findall(r'regime = "(\w+)"', (ROOT / "pages/bf16.py").read_text()))
     bounds = set(
         re.findall(r'key = "(\w+)" if bounds.window else "(\w+)"', (ROOT / "pages/loss_scaling.py").read_text())[0]
@@ -233,7 +233,7 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
         ("pages/formats.py", "category.{report.category}"): section(
             "category", set(get_args(formats.Category)) - {"nan"}
         ),
-        ("pages/formats.py", "field_{field}"): section("formats", (f"field_{f}" for f in fields)),
+        ("pages/formats.py", "field_{field.name}"): section("formats", (f"field_{f}" for f in fields)),
         ("pages/fp16_range.py", "fp16_range_data.explain_{regime}"): section(
             "fp16_range_data", (f"explain_{r}" for r in regimes)
         ),
