@@ -574,3 +574,37 @@ def _positive_grid(lo: float, hi: float, f: FloatFormat) -> NDArray[np.float64]:
     if last - first >= 100_000:
         raise ValueError("too many values in that interval")
     return from_bits(np.arange(first, last + 1), f)
+
+
+# --- what steps 2 and 5 say about a sample ---------------------------------------------------------------
+
+Fp16AgainstBf16 = Literal["fp16_overflows", "fp16_loses", "both_hold"]
+
+
+def largest_magnitude(x: ArrayLike) -> float:
+    """The largest |value| (a tensor's amax); 0 for an empty array; NaN is ignored unless all are NaN."""
+    a = np.abs(np.asarray(x, dtype=np.float64))
+    if a.size == 0:
+        return 0.0
+    return float(np.nanmax(a)) if not np.all(np.isnan(a)) else math.nan
+
+
+def mean_relative_error(x: ArrayLike, fmt: str | FloatFormat) -> float:
+    """The mean of :func:`relative_error` over ``x`` (0..1, inf if a value overflows to inf; NaN if empty)."""
+    errors = relative_error(x, fmt)
+    return float(errors.mean()) if errors.size else math.nan
+
+
+def most_common_category(shares: dict[str, float], among: tuple[str, ...] = ("zero", "subnormal", "normal")) -> str:
+    """The category of ``among`` with the largest share (the first of them on a tie: all-zero shares give
+    ``among[0]``)."""
+    return max(among, key=lambda c: shares[c])
+
+
+def fp16_against_bf16(fp16_overflow_share: float, fp16_error: float, bf16_error: float) -> Fp16AgainstBf16:
+    """Step 5's verdict: FP16 overflows some values, or loses more (a larger mean relative error), or both hold."""
+    if fp16_overflow_share > 0:
+        return "fp16_overflows"
+    if fp16_error > bf16_error:
+        return "fp16_loses"
+    return "both_hold"

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from lensa import measured
-from lensa.formats import FORMATS
+from lensa.formats import FORMATS, largest_magnitude
 from lensa.gradients import gradient_sample
 from lensa.scaling import (
     TORCH_INIT_SCALE,
@@ -272,7 +272,7 @@ if fp8:
     st.markdown(
         page.t(
             "fp8_explain",
-            amax=page.sci(float(sample.max())),
+            amax=page.sci(largest_magnitude(sample)),
             e4m3_scale=power_of_two(scale_exps["fp8_e4m3"]),
             e5m2_scale=power_of_two(scale_exps["fp8_e5m2"]),
         )

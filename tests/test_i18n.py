@@ -213,7 +213,7 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
     others |= {r.key for r in estimators.how_others_count(PRESETS["gpt2"].shape(), 8).rows}
     modes = {m for g in GPUS.values() for m in ("fp32", "tf32", mixed_precision_mode(g), "fp8") if g.peak(m)}
     fields = [f.name for f in inspector.field_bits(inspector.inspect("0.1", "fp16"))]
-    bf16_regimes = set(re.findall(r'regime = "(\w+)"', (ROOT / "pages/bf16.py").read_text()))
+    verdicts = get_args(formats.Fp16AgainstBf16)
     bounds = set(
         re.findall(r'key = "(\w+)" if bounds.window else "(\w+)"', (ROOT / "pages/loss_scaling.py").read_text())[0]
     )
@@ -226,7 +226,8 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
         ("app.py", "idea_{i}"): section("overview", (f"idea_{i}" for i in range(1, len(STEPS) + 1))),
         ("app.py", "faq_q{i}"): section("overview", (f"faq_q{i}" for i in range(1, 7))),
         ("app.py", "faq_a{i}"): section("overview", (f"faq_a{i}" for i in range(1, 7))),
-        ("pages/bf16.py", "bf16_data.{regime}"): section("bf16_data", bf16_regimes),
+        ("pages/bf16.py", "bf16_data.explain_{verdict}"): section("bf16_data", (f"explain_{v}" for v in verdicts)),
+        ("pages/bf16.py", "explain_{verdict}"): section("bf16", (f"explain_{v}" for v in verdicts)),
         ("pages/formats.py", "out_of_range_{parsed.out_of_range}"): section(
             "formats", ("out_of_range_huge", "out_of_range_tiny")
         ),

@@ -694,10 +694,12 @@ def labelled_bars(
     height: int = 240,
     lang: str = "en",
     percent: bool = False,
+    headroom: float = 1.25,
 ) -> go.Figure:
     """Horizontal bars, one per row top to bottom, each with its value written beside it.
 
-    ``percent``: the values are shares (0..1) and the axis is labelled in percent.
+    ``percent``: the values are shares (0..1) and the axis is labelled in percent. Without ``x_max`` the axis
+    reaches ``headroom`` times the longest bar (or the line), leaving room for the written values.
     """
     data = [
         {
@@ -730,7 +732,7 @@ def labelled_bars(
                 "font": {"size": 12},
             }
         )
-    top = x_max if x_max is not None else max([*values, line[0] if line else 0.0]) * 1.25 or 1.0
+    top = x_max if x_max is not None else max([*values, line[0] if line else 0.0]) * headroom or 1.0
     layout = _layout(
         height,
         lang,
