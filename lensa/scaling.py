@@ -29,11 +29,6 @@ TORCH_BACKOFF_FACTOR = 0.5
 TORCH_GROWTH_INTERVAL = 2000
 
 
-def scaled_gradients(sample: ArrayLike, k: int, fmt: str | FloatFormat = "fp16") -> NDArray[np.float64]:
-    """The gradients of S x loss with S = 2**k, as stored in ``fmt`` (float64 values)."""
-    return quantize(np.ldexp(np.asarray(sample, dtype=np.float64), int(k)), fmt)
-
-
 def scale_from_exp(k: int) -> float:
     """The loss scale S = 2**k as a float, exactly (k from -1074 to 1023; beyond, 0 or OverflowError)."""
     return math.ldexp(1.0, int(k))
@@ -80,16 +75,6 @@ def per_tensor_scale_exp(values: ArrayLike, fmt: str | FloatFormat, margin: int 
     if amax == 0.0:
         return 0
     return int(np.floor(np.log2(f.max / amax))) - margin
-
-
-def per_tensor_scale(values: ArrayLike, fmt: str | FloatFormat, margin: int = 0) -> float:
-    """FP8's per-tensor scale S = 2**k, k from :func:`per_tensor_scale_exp` (same rules and errors)."""
-    return float(np.ldexp(1.0, per_tensor_scale_exp(values, fmt, margin)))
-
-
-def unscale(stored: ArrayLike, k: int) -> NDArray[np.float64]:
-    """Divide stored scaled gradients by 2**k again (exact in FP32; inf stays inf)."""
-    return np.ldexp(np.asarray(stored, dtype=np.float64), -int(k))
 
 
 @dataclass

@@ -6,7 +6,6 @@ import csv
 import io
 import math
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from lensa.measured import ScalerHistory
@@ -14,7 +13,6 @@ from lensa.measured import ScalerHistory
 if TYPE_CHECKING:
     from lensa.live.arms import ArmResult, Comparison
     from lensa.live.matmul import MatmulRow
-    from lensa.live.trace import TraceStep
 
 
 def speedup(comparison: Comparison, arm: str) -> float | None:
@@ -102,8 +100,3 @@ def rows_to_csv(rows: Sequence[dict[str, Any]] | Sequence[ComparisonRow] | Seque
     for row in rows:
         writer.writerow({k: "" if v is None else v for k, v in row.items()})
     return buf.getvalue()
-
-
-def trace_rows(trace: Sequence[TraceStep]) -> list[dict[str, Any]]:
-    """The trace as plain dicts (one per step), e.g. for a table or :func:`rows_to_csv`."""
-    return [asdict(s) for s in trace]

@@ -12,7 +12,6 @@ function of what the URL, the session and the browser say.
 from __future__ import annotations
 
 import math
-import string
 import tomllib
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
@@ -51,11 +50,6 @@ def catalogue(lang: str) -> dict[str, str]:
         return _flatten(tomllib.load(fh))
 
 
-def placeholders(text: str) -> set[str]:
-    """The named fields ``{name}`` a text expects."""
-    return {field for _, field, _, _ in string.Formatter().parse(text) if field}
-
-
 def text(lang: str, key: str, **values: object) -> str:
     """The text for ``key`` in ``lang`` with its placeholders filled.
 
@@ -65,10 +59,6 @@ def text(lang: str, key: str, **values: object) -> str:
     """
     template = catalogue(lang)[key]
     return template.format(**values) if values else template
-
-
-def has_text(lang: str, key: str) -> bool:
-    return key in catalogue(lang)
 
 
 @cache
