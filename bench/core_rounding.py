@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from bench.common import median, publish, table, verdict
+from bench.common import WORKERS, median, publish, table, verdict
 
 TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
 TARGET = {"fp16": 0.5, "bf16": 0.5}
@@ -33,8 +33,8 @@ def timed(fn, repeats: int) -> float:
 def _row(formats, torch, x, tx, name: str, tname: str, repeats: int) -> list[str]:
     tdtype = getattr(torch, tname)
     to_torch = lambda: tx.to(tdtype)  # noqa: E731
-    quantize = lambda: formats.quantize(x, name)  # noqa: E731
-    cast = lambda: formats.cast(x, name)  # noqa: E731
+    quantize = lambda: formats.quantize(x, name, workers=WORKERS)  # noqa: E731
+    cast = lambda: formats.cast(x, name, workers=WORKERS)  # noqa: E731
     for fn in (to_torch, quantize, cast):  # warm up all three
         fn()
     t_torch, t_quantize, t_cast = (timed(fn, repeats) for fn in (to_torch, quantize, cast))
@@ -68,7 +68,7 @@ def main() -> None:
     rows = [_row(formats, torch, x, tx, name, tname, args.repeats) for name, tname in TORCH_DTYPES.items()]
     body = (
         f"{args.n:,} float32 values from a standard normal, median of {args.repeats} runs each, "
-        f"torch {torch.__version__} with {torch.get_num_threads()} threads.\n\n"
+        f"torch {torch.__version__} with {torch.get_num_threads()} threads, lensa with {WORKERS}.\n\n"
         + table(
             [
                 "format",

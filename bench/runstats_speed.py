@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from bench.common import median, publish, table, verdict
+from bench.common import WORKERS, median, publish, table, verdict
 
 
 def values(n: int, seed: int = 0) -> np.ndarray:
@@ -41,12 +41,12 @@ def main() -> None:
     tx = torch.from_numpy(x)
 
     def ours() -> object:
-        return runstats.summarize(x)
+        return runstats.summarize(x, workers=WORKERS)
 
     def theirs() -> object:
         return int((tx.to(torch.float16) == 0).sum())
 
-    ours(), theirs()  # warm up: the class tables, the thread pools
+    ours(), theirs()  # warm up: the class tables, torch's thread pool
     t_ours, t_theirs = [], []
     for _ in range(args.repeats):  # interleaved, so both see the same machine
         for fn, times in ((theirs, t_theirs), (ours, t_ours)):
@@ -60,14 +60,15 @@ def main() -> None:
     ours_zeros = stats.counts("fp16")["exact_zero"] + stats.counts("fp16")["zero"]
     body = (
         f"{args.n:,} float32 values, log-uniform over 2^-40 … 2^10 with 5% zeros; median of {args.repeats} "
-        f"interleaved runs each, torch {torch.__version__} with {torch.get_num_threads()} threads. "
+        f"interleaved runs each, torch {torch.__version__} with {torch.get_num_threads()} threads, lensa with "
+        f"{WORKERS}. "
         "Shared machine: read the ratio, not the times.\n\n"
         + table(
             ["what", "median ms", "speed vs torch", "FP16 zeros", "target"],
             [
                 ["torch `.to(float16)` + `(y == 0).sum()`", f"{m_theirs * 1e3:.1f}", "1.00×", f"{torch_zeros:,}", "—"],
                 [
-                    "`runstats.summarize(x)` (4 formats)",
+                    "`runstats.summarize(x, workers)` (4 formats)",
                     f"{m_ours * 1e3:.1f}",
                     f"{ratio:.2f}×",
                     f"{ours_zeros:,}" + (" (same)" if ours_zeros == torch_zeros else " (DIFFERS)"),

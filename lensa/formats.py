@@ -32,7 +32,6 @@ rational value, which no float64 path can hold.)
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -191,20 +190,20 @@ def _quantize_tf32_bits(x32: NDArray[np.float32]) -> NDArray[np.float64]:
     return out.astype(np.float64).reshape(shape)
 
 
-def quantize(x: ArrayLike, fmt: str | FloatFormat) -> NDArray[np.float64]:
+def quantize(x: ArrayLike, fmt: str | FloatFormat, workers: int = 1) -> NDArray[np.float64]:
     """Round each value to the nearest value of ``fmt``, ties to even.
 
     Returns float64 values of the same shape. 0 and -0 are kept; NaN stays
     NaN; overflow (and ±inf) gives ±inf, except FP8 E4M3 which saturates to
     ±448 (see the module docstring). Rounding is from the input's exact
-    value, never through an intermediate format. Large float32 arrays are
-    rounded in chunks on all cores.
+    value, never through an intermediate format. With ``workers`` > 1 a large
+    float32 array is rounded in chunks on that many threads (same result).
     """
     f = get_format(fmt)
     a = _as_float_array(x)
     if a.dtype in _EXACT_IN_FLOAT32 and f.name != "tf32":
         out = np.empty(a.shape, np.float64)
-        _in_chunks(a, out, lambda src, dst: np.copyto(dst, _library_cast(src, f)))
+        _in_chunks(a, out, lambda src, dst: np.copyto(dst, _library_cast(src, f)), workers)
         return out
     with np.errstate(invalid="ignore", over="ignore"):
         if a.dtype in _EXACT_IN_FLOAT32:
@@ -240,14 +239,14 @@ def scalar_rounder(fmt: str | FloatFormat) -> Callable[[float], float]:
     return rnd
 
 
-def cast(x: ArrayLike, fmt: str | FloatFormat) -> NDArray:
+def cast(x: ArrayLike, fmt: str | FloatFormat, workers: int = 1) -> NDArray:
     """Store each value in ``fmt``: the array in the format's own numpy dtype, like ``torch.Tensor.to``.
 
     Same rounding as :func:`quantize` (bit for bit torch's casts on float32
     inputs, FP8 E4M3 saturating; a NaN stays NaN, though the libraries pick
     different NaN bit patterns). TF32 has no storage type of its own: it
-    comes back as float32 holding TF32 values. Large float32 arrays are cast
-    in chunks on all cores.
+    comes back as float32 holding TF32 values. With ``workers`` > 1 a large
+    float32 array is cast in chunks on that many threads (same result).
     """
     f = get_format(fmt)
     a = _as_float_array(x)
@@ -257,7 +256,7 @@ def cast(x: ArrayLike, fmt: str | FloatFormat) -> NDArray:
         with np.errstate(invalid="ignore", over="ignore"):
             return quantize(a, f).astype(f.dtype)  # exact: every value is already in the format
     out = np.empty(a.shape, f.dtype)
-    _in_chunks(a, out, lambda src, dst: np.copyto(dst, _library_cast(src, f)))
+    _in_chunks(a, out, lambda src, dst: np.copyto(dst, _library_cast(src, f)), workers)
     return out
 
 
@@ -270,31 +269,29 @@ def _library_cast(a: NDArray, f: FloatFormat) -> NDArray:
 
 
 _CHUNK = 1 << 20  # values per task: big enough to amortise a task, small enough to spread the work
-_pool: ThreadPoolExecutor | None = None
 
 
-def _in_chunks(src: NDArray, out: NDArray, work) -> None:
-    """Apply ``work(src_part, out_part)`` over matching flat chunks, on a thread per core.
+def _in_chunks(src: NDArray, out: NDArray, work, workers: int = 1) -> None:
+    """Apply ``work(src_part, out_part)`` over matching flat chunks, on ``workers`` threads when more than one.
 
     numpy and ml_dtypes release the GIL in casts and ufuncs, so threads use
-    the cores. Arrays under two chunks are done inline.
+    the cores. The pool lives for this call only (the core keeps no threads);
+    arrays under two chunks, or one worker, are done inline. Every value is
+    rounded on its own, so the result does not depend on ``workers``.
     """
-    global _pool
     flat_src, flat_out = np.ascontiguousarray(src).reshape(-1), out.reshape(-1)
     n = flat_src.size
-    workers = min(os.cpu_count() or 1, 8)
 
     def part(i: int, size: int) -> None:
         # numpy's error state is per thread: signalling NaNs and overflow are documented results here.
         with np.errstate(invalid="ignore", over="ignore"):
             work(flat_src[i : i + size], flat_out[i : i + size])
 
-    if n < 2 * _CHUNK or workers == 1:
+    if n < 2 * _CHUNK or workers <= 1:
         part(0, n)
         return
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lensa-round")
-    list(_pool.map(lambda i: part(i, _CHUNK), range(0, n, _CHUNK)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lensa-round") as pool:
+        list(pool.map(lambda i: part(i, _CHUNK), range(0, n, _CHUNK)))
 
 
 def classify(x: ArrayLike, fmt: str | FloatFormat) -> NDArray[np.str_]:
@@ -574,3 +571,37 @@ def _positive_grid(lo: float, hi: float, f: FloatFormat) -> NDArray[np.float64]:
     if last - first >= 100_000:
         raise ValueError("too many values in that interval")
     return from_bits(np.arange(first, last + 1), f)
+
+
+# --- what steps 2 and 5 say about a sample ---------------------------------------------------------------
+
+Fp16AgainstBf16 = Literal["fp16_overflows", "fp16_loses", "both_hold"]
+
+
+def largest_magnitude(x: ArrayLike) -> float:
+    """The largest |value| (a tensor's amax); 0 for an empty array; NaN is ignored unless all are NaN."""
+    a = np.abs(np.asarray(x, dtype=np.float64))
+    if a.size == 0:
+        return 0.0
+    return float(np.nanmax(a)) if not np.all(np.isnan(a)) else math.nan
+
+
+def mean_relative_error(x: ArrayLike, fmt: str | FloatFormat) -> float:
+    """The mean of :func:`relative_error` over ``x`` (0..1, inf if a value overflows to inf; NaN if empty)."""
+    errors = relative_error(x, fmt)
+    return float(errors.mean()) if errors.size else math.nan
+
+
+def most_common_category(shares: dict[str, float], among: tuple[str, ...] = ("zero", "subnormal", "normal")) -> str:
+    """The category of ``among`` with the largest share (the first of them on a tie: all-zero shares give
+    ``among[0]``)."""
+    return max(among, key=lambda c: shares[c])
+
+
+def fp16_against_bf16(fp16_overflow_share: float, fp16_error: float, bf16_error: float) -> Fp16AgainstBf16:
+    """Step 5's verdict: FP16 overflows some values, or loses more (a larger mean relative error), or both hold."""
+    if fp16_overflow_share > 0:
+        return "fp16_overflows"
+    if fp16_error > bf16_error:
+        return "fp16_loses"
+    return "both_hold"

@@ -39,15 +39,3 @@ def gradient_sample(typical: float) -> NDArray[np.float64]:
     if not (np.isfinite(typical) and typical > 0):
         raise ValueError(f"typical gradient size must be positive and finite, got {typical!r}")
     return typical * np.power(10.0, SPREAD_DECADES * _standard_draws())
-
-
-def expected_share_below(threshold: float, typical: float) -> float:
-    """Probability (0..1) that one magnitude of the model lies below ``threshold``.
-
-    This is what the sample's shares estimate; with 400 values their
-    standard error is sqrt(p(1-p)/400), about 1.2 points at p = 6%.
-    """
-    from math import erf, log10, sqrt
-
-    z = (log10(threshold) - log10(typical)) / SPREAD_DECADES
-    return 0.5 * (1.0 + erf(z / sqrt(2.0)))

@@ -19,11 +19,12 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Literal
 
 from lensa.exact import Parsed, exact_decimal, parse_exact, round_exact_overflow
 from lensa.formats import FORMATS, BitFields, Category, FloatFormat, code_of, get_format, value_of
 
-__all__ = ["FormatReport", "flip_bit", "flip_bits", "inspect", "inspect_all"]
+__all__ = ["FieldBits", "FormatReport", "field_bits", "flip_bit", "flip_bits", "inspect", "inspect_all"]
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,42 @@ def flip_bit(source: FormatReport | int, fmt: str | FloatFormat | None, bit_inde
     index or code outside the format's width.
     """
     return flip_bits(source, fmt, (bit_index,))
+
+
+@dataclass(frozen=True)
+class FieldBits:
+    """One field of a report's code as the inspector draws it: its bits, top first, and each one's bit number.
+
+    Bit numbers count down from the sign bit (``bits - 1``) to the last significand bit (0), as in the code,
+    so ``numbers[i]`` is the bit that character ``i`` of ``bits`` shows.
+    """
+
+    name: Literal["sign", "exponent", "significand"]
+    bits: str
+    numbers: tuple[int, ...]
+
+    @property
+    def set_positions(self) -> list[int]:
+        """Positions (in ``bits``) of the bits that are 1."""
+        return [i for i, b in enumerate(self.bits) if b == "1"]
+
+    def bit_numbers(self, positions: Iterable[int]) -> list[int]:
+        """The bit numbers of the given positions, for :func:`flip_bits`."""
+        return [self.numbers[i] for i in positions]
+
+
+def field_bits(report: FormatReport) -> tuple[FieldBits, FieldBits, FieldBits]:
+    """The sign, exponent and significand fields of ``report``'s code, each with its bit numbers."""
+    top = report.fmt.bits - 1
+    out = []
+    for name, bits in (
+        ("sign", report.sign_str),
+        ("exponent", report.exponent_str),
+        ("significand", report.significand_str),
+    ):
+        out.append(FieldBits(name, bits, tuple(range(top, top - len(bits), -1))))  # type: ignore[arg-type]
+        top -= len(bits)
+    return out[0], out[1], out[2]
 
 
 def flip_bits(source: FormatReport | int, fmt: str | FloatFormat | None, bit_indices: Iterable[int]) -> float:

@@ -9,7 +9,12 @@ format and the result is the larger operand either way).
 
 from __future__ import annotations
 
-from lensa.formats import FloatFormat, get_format, quantize, scalar_rounder
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from lensa.formats import FloatFormat, get_format, quantize, representable_between, scalar_rounder, spacing
 
 
 def round_scalar(value: float, fmt: str | FloatFormat) -> float:
@@ -51,3 +56,58 @@ def is_update_lost(w: float, update: float, fmt: str | FloatFormat) -> bool:
     f = get_format(fmt)
     start = round_scalar(w, f)
     return round_scalar(start + round_scalar(update, f), f) == start
+
+
+@dataclass(frozen=True)
+class MasterWeightExample:
+    """Step 4's example: one weight ``w`` and one ``update``, in a 16-bit format and with an FP32 master copy.
+
+    ``spacing``: the gap between ``fmt`` values at ``w``; ``w_stored``: ``w``
+    as ``fmt`` stores it; ``after_one``: that weight after one update, all in
+    ``fmt``; ``grid``: the ``fmt`` values near ``w`` (enough to show
+    ``ticks_each_side`` spacings, and the update itself); ``exact_change``,
+    ``fp32_change`` and ``low_change``: what ``steps`` updates add exactly, to an
+    FP32 master copy, and to a weight kept in ``fmt``; ``ratio``: the update
+    over the spacing (below one half, a single update is lost).
+    """
+
+    w: float
+    update: float
+    steps: int
+    spacing: float
+    w_stored: float
+    after_one: float
+    grid: NDArray[np.float64]
+    exact_change: float
+    fp32_change: float
+    low_change: float
+
+    @property
+    def ratio(self) -> float:
+        return self.update / self.spacing
+
+
+# The number line reaches a little past the update itself, so its mark is never on the edge.
+REACH_PAST_UPDATE = 1.05
+
+
+def master_weight_example(
+    w: float, update: float, steps: int, fmt: str | FloatFormat = "fp16", ticks_each_side: int = 4
+) -> MasterWeightExample:
+    """Everything step 4 draws for one weight and update (see :class:`MasterWeightExample`)."""
+    f = get_format(fmt)
+    gap = float(spacing(w, f))
+    w_stored = round_scalar(w, f)
+    reach = max(ticks_each_side * gap, update * REACH_PAST_UPDATE)
+    return MasterWeightExample(
+        w=w,
+        update=update,
+        steps=steps,
+        spacing=gap,
+        w_stored=w_stored,
+        after_one=round_scalar(w_stored + round_scalar(update, f), f),
+        grid=representable_between(w_stored - reach, w_stored + reach, f),
+        exact_change=steps * update,
+        fp32_change=total_change(w, update, steps, "fp32"),
+        low_change=total_change(w, update, steps, f),
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -237,6 +238,31 @@ class ScalerHistory:
     @property
     def skipped_steps(self) -> tuple[int, ...]:
         return tuple(s for s, k in zip(self.steps, self.skipped, strict=True) if k)
+
+    @property
+    def first_k(self) -> int:
+        """The exponent k of the first step's scale S = 2**k (nearest whole k)."""
+        return round(self.log2_scales[0])
+
+    @property
+    def last_k(self) -> int:
+        """The exponent k of the last step's scale (nearest whole k)."""
+        return round(self.log2_scales[-1])
+
+
+class ScaleStep(Protocol):
+    """A step of a loss-scaling run: :class:`lensa.scaling.ScalerStep`, or a live run's ``TraceStep``."""
+
+    step: int
+    scale: float
+    skipped: bool
+
+
+def history_of(run: Sequence[ScaleStep]) -> ScalerHistory:
+    """A simulated (:func:`lensa.scaling.dynamic_run`) or live run, as the same history a recording gives."""
+    return ScalerHistory(
+        tuple(s.step for s in run), tuple(float(np.log2(s.scale)) for s in run), tuple(s.skipped for s in run)
+    )
 
 
 def scaler_history(run: RunStats) -> ScalerHistory | None:

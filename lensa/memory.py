@@ -250,3 +250,50 @@ def training_memory(
     states = state_bytes_by_component(model.params, precision, optimizer, zero_stage, gpus)
     acts = activation_bytes(model, tokens, precision, checkpointing, flash_attention)
     return MemoryBreakdown(states=states, activations=acts)
+
+
+# --- what step 1 says about a breakdown -----------------------------------------------------------------------
+
+BYTES_PER_GB = 10**9  # decimal gigabytes, as GPU datasheets and the lesson write them
+Fit = Literal["states_over", "total_over", "fits"]
+
+
+def split_bytes_per_param(
+    precision: Precision = "mixed", optimizer: Optimizer = "adam", zero_stage: int = 0, gpus: int = 1
+) -> tuple[float, float]:
+    """Bytes of model state per parameter that every GPU keeps whole, and those ZeRO splits over ``gpus``.
+
+    One GPU holds ``whole + split / gpus`` bytes a parameter: the ZeRO paper's
+    ``4 + K/N`` at stage 1 and ``2 + (2 + K)/N`` at stage 2. Without ZeRO, or
+    on one GPU, nothing is split: ``(bytes_per_param, 0)``.
+    """
+    whole = split = 0.0
+    for c in state_components(precision, optimizer):
+        if zero_divisor(c.group, zero_stage, gpus) == 1:
+            whole += c.bytes_per_param
+        else:
+            split += c.bytes_per_param
+    return whole, split
+
+
+def activation_format(precision: Precision) -> str:
+    """The format activations are stored in: 16-bit (``"fp16"``) with mixed precision, else ``"fp32"``."""
+    return "fp16" if precision == "mixed" else "fp32"
+
+
+def other_precision(precision: Precision) -> Precision:
+    """The precision step 1 compares against: FP32 for mixed precision and the other way round."""
+    return "fp32" if precision == "mixed" else "mixed"
+
+
+def fit_on_gpu(memory: MemoryBreakdown, gpu_gb: float) -> Fit:
+    """Whether a breakdown fits one GPU of ``gpu_gb`` decimal GB: the states alone too big, only the total, or all.
+
+    Exactly full counts as fitting.
+    """
+    gpu_bytes = gpu_gb * BYTES_PER_GB
+    if memory.model_states > gpu_bytes:
+        return "states_over"
+    if memory.total > gpu_bytes:
+        return "total_over"
+    return "fits"

@@ -20,8 +20,7 @@ turns a preset into the :class:`lensa.memory.ModelShape` the memory and speed
 models take; the count used there is the published one.
 
 Custom sizes: :func:`shape_for_params` picks ``d_model`` and ``layers`` for a
-bare parameter count (rule in its docstring); :func:`custom_shape` takes all
-four numbers from the caller.
+bare parameter count (rule in its docstring).
 """
 
 from __future__ import annotations
@@ -330,14 +329,6 @@ PRESETS: dict[str, ModelPreset] = {
 DEFAULT_PRESET = "chat7b"
 
 
-def get_preset(key: str) -> ModelPreset:
-    """The preset called ``key``; ValueError naming the choices for an unknown key."""
-    try:
-        return PRESETS[key]
-    except KeyError:
-        raise ValueError(f"unknown model {key!r}; choose from {', '.join(PRESETS)}") from None
-
-
 # --- custom sizes -------------------------------------------------------------------------------
 
 # Kaplan et al. 2020 ("Scaling Laws for Neural Language Models", sec. 2.1): a transformer's non-embedding
@@ -371,11 +362,16 @@ def shape_for_params(params: float, context: int = 4096) -> ModelShape:
     )
 
 
-def custom_shape(params: float, d_model: int, layers: int, heads: int, context: int = 4096) -> ModelShape:
-    """A :class:`ModelShape` from the caller's own numbers; ValueError when ``heads`` does not divide ``d_model``."""
-    for name, value in (("d_model", d_model), ("layers", layers), ("heads", heads), ("context", context)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive whole number (got {value!r})")
-    if d_model % heads:
-        raise ValueError("heads must divide d_model")
-    return ModelShape(params=float(params), d_model=d_model, layers=layers, heads=heads, context=context)
+# With one GPU ZeRO splits nothing, so step 1's comparison of calculators shows a common node of eight instead.
+COMPARISON_GPUS = 8
+
+
+def others_comparison(model_key: str, model: ModelShape, gpus: int) -> OthersComparison:
+    """How other calculators count ``model``'s states over ``gpus`` GPUs, or :data:`COMPARISON_GPUS` when one.
+
+    A preset (``model_key`` in :data:`PRESETS`) brings its own embedding and
+    largest layers; any other model gets the estimators' defaults.
+    """
+    count = gpus if gpus > 1 else COMPARISON_GPUS
+    preset = PRESETS.get(model_key)
+    return preset.how_others_count(count) if preset is not None else how_others_count(model, count)

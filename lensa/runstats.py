@@ -466,14 +466,11 @@ def _count_subnormals(sub: NDArray[np.uint32], acc: _Partial, unaligned: tuple[i
         acc.sub_exact_at[i] += np.bincount(row[frac == f_exact], minlength=_N_SUBNORMAL_BINADES)
 
 
-_pool: ThreadPoolExecutor | None = None
-
-
-def _count(bits: NDArray[np.uint32]) -> _Partial:
-    """Count all of ``bits`` in chunks, one contiguous part per core (numpy releases the GIL)."""
-    global _pool
+def _count(bits: NDArray[np.uint32], workers: int = 1) -> _Partial:
+    """Count all of ``bits`` in chunks; with ``workers`` > 1, one contiguous part per thread (numpy releases the
+    GIL), on a pool that lives for this call only. Counts and sums are exact, so the parts add up to the same
+    record whatever ``workers`` is."""
     unaligned = _unaligned()
-    workers = min(os.cpu_count() or 1, 8)
 
     def part(lo: int, hi: int) -> _Partial:
         acc = _empty_partial()
@@ -483,12 +480,11 @@ def _count(bits: NDArray[np.uint32]) -> _Partial:
         return acc
 
     n = bits.size
-    if n < 2 * _CHUNK or workers == 1:
+    if n < 2 * _CHUNK or workers <= 1:
         return part(0, n)
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lensa-runstats")
     cuts = [n * i // workers for i in range(workers + 1)]
-    parts = list(_pool.map(lambda i: part(cuts[i], cuts[i + 1]), range(workers)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lensa-runstats") as pool:
+        parts = list(pool.map(lambda i: part(cuts[i], cuts[i + 1]), range(workers)))
     total = parts[0]
     for p in parts[1:]:
         total += p
@@ -502,15 +498,16 @@ def _as_float32(x: ArrayLike) -> NDArray[np.float32]:
     return np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
 
 
-def summarize(x: ArrayLike) -> TensorStats:
+def summarize(x: ArrayLike, workers: int = 1) -> TensorStats:
     """Summarise the values of a float array, read as float32 (float64 values are rounded to float32 first).
 
     Exact counts of ±0, ±inf and NaN, the binade and significand interval of every finite non-zero value,
     and the relative error sums; the size of the record does not depend on the array's. The sign of a
-    value plays no part (every class is symmetric). An empty array gives size 0.
+    value plays no part (every class is symmetric). An empty array gives size 0. ``workers`` > 1 counts a large
+    array on that many threads, with the same result.
     """
     bits = _as_float32(x).view(np.uint32)
-    acc = _count(bits)
+    acc = _count(bits, workers)
 
     # The fine bins of the finite non-zero values, on the grid of binades -149 ... 127 (2**11 bins each):
     # float32 subnormals by their own binade (rows 0 ... 22), then exponent fields 1 ... 254 (rows 23 ... 276).

@@ -13,7 +13,10 @@ would overflow float32).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -26,23 +29,43 @@ TORCH_BACKOFF_FACTOR = 0.5
 TORCH_GROWTH_INTERVAL = 2000
 
 
-def scaled_gradients(sample: ArrayLike, k: int, fmt: str | FloatFormat = "fp16") -> NDArray[np.float64]:
-    """The gradients of S x loss with S = 2**k, as stored in ``fmt`` (float64 values)."""
-    return quantize(np.ldexp(np.asarray(sample, dtype=np.float64), int(k)), fmt)
+def scale_from_exp(k: int) -> float:
+    """The loss scale S = 2**k as a float, exactly (k from -1074 to 1023; beyond, 0 or OverflowError)."""
+    return math.ldexp(1.0, int(k))
+
+
+def loss_scaled(sample: ArrayLike, k: int) -> NDArray[np.float64]:
+    """The sample times S = 2**k, exactly (float64, before any format stores it)."""
+    return np.ldexp(np.asarray(sample, dtype=np.float64), int(k))
 
 
 def static_shift_shares(sample: ArrayLike, k: int, fmt: str | FloatFormat = "fp16") -> dict[str, float]:
     """Shares (0..1) of the sample, scaled by 2**k, in each category of ``fmt``."""
-    return category_shares(np.ldexp(np.asarray(sample, dtype=np.float64), int(k)), fmt)
+    return category_shares(loss_scaled(sample, k), fmt)
 
 
-def per_tensor_scale(values: ArrayLike, fmt: str | FloatFormat, margin: int = 0) -> float:
-    """FP8's per-tensor scale: the power of two bringing the largest magnitude (amax) up to the format's top.
+StaticRegime = Literal["over", "fits", "none", "some"]
 
-    S = 2**(floor(log2(max / amax)) - margin), so amax * S <= max and nothing
+
+def static_shift_regime(shares: Mapping[str, float], k: int) -> StaticRegime:
+    """What a static shift by 2**k did, from its :func:`static_shift_shares`: some values overflow
+    (``"over"``), none is lost (``"fits"``), values are lost and there is no shift (``"none"``, k = 0), or a
+    shift that still loses some (``"some"``)."""
+    if shares["overflow"] > 0:
+        return "over"
+    if shares["zero"] == 0:
+        return "fits"
+    return "none" if k == 0 else "some"
+
+
+def per_tensor_scale_exp(values: ArrayLike, fmt: str | FloatFormat, margin: int = 0) -> int:
+    """FP8's per-tensor scale as its exponent k (S = 2**k): the power of two bringing the largest magnitude
+    (amax) up to the format's top.
+
+    k = floor(log2(max / amax)) - margin, so amax * S <= max and nothing
     overflows; ``margin`` leaves headroom for growth between steps (FP8
     recipes track amax over recent steps). An all-zero or empty tensor gets
-    S = 1. inf or NaN in ``values`` raises ValueError: they have no scale.
+    k = 0 (S = 1). inf or NaN in ``values`` raises ValueError: they have no scale.
     """
     f = get_format(fmt)
     a = np.abs(np.asarray(values, dtype=np.float64))
@@ -50,13 +73,8 @@ def per_tensor_scale(values: ArrayLike, fmt: str | FloatFormat, margin: int = 0)
         raise ValueError("values must be finite to choose a scale")
     amax = float(a.max()) if a.size else 0.0
     if amax == 0.0:
-        return 1.0
-    return float(np.ldexp(1.0, int(np.floor(np.log2(f.max / amax))) - margin))
-
-
-def unscale(stored: ArrayLike, k: int) -> NDArray[np.float64]:
-    """Divide stored scaled gradients by 2**k again (exact in FP32; inf stays inf)."""
-    return np.ldexp(np.asarray(stored, dtype=np.float64), -int(k))
+        return 0
+    return int(np.floor(np.log2(f.max / amax))) - margin
 
 
 @dataclass

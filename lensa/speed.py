@@ -16,7 +16,9 @@ Helpers: :func:`step_time_s` (seconds a step), :func:`tokens_per_second`,
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 FLOPS_PER_PARAM_PER_TOKEN = 6
 DEFAULT_MFU = 0.40
@@ -178,3 +180,58 @@ def days_to_train(params: float, tokens: float, peak_flops: float, gpus: int = 1
     if not (math.isfinite(params) and math.isfinite(tokens)):
         raise ValueError("params and tokens must be finite")
     return training_flops(params, tokens) / (peak_flops * mfu * gpus) / SECONDS_PER_DAY
+
+
+# --- step 6's comparison of one chip's modes -----------------------------------------------------------------
+
+# The precision of the memory each math mode trains with: TF32 is FP32 storage with a faster multiply;
+# FP8 training keeps a mixed-precision (16-bit) memory picture here, its own savings are not modelled.
+MEMORY_PRECISION = {"fp32": "fp32", "tf32": "fp32", "bf16": "mixed", "fp16": "mixed", "fp8": "mixed"}
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Seconds a training step takes in each math mode one chip has, slowest first (FP32 leads)."""
+
+    modes: tuple[str, ...]
+    seconds: tuple[float, ...]
+
+    def of(self, mode: str) -> float:
+        """Seconds a step in ``mode``; KeyError where the chip lacks it."""
+        if mode not in self.modes:
+            raise KeyError(mode)
+        return self.seconds[self.modes.index(mode)]
+
+    def speedup(self, mode: str) -> float:
+        """How many times faster a step in ``mode`` is than in FP32 (1 for FP32 itself)."""
+        return self.of("fp32") / self.of(mode)
+
+    @property
+    def fastest(self) -> str:
+        """The mode with the shortest step (the chip's narrowest tensor-core format)."""
+        return min(zip(self.seconds, self.modes, strict=True))[1]
+
+
+def step_times(gpu: Gpu, params: float, tokens: float, mfu: float = DEFAULT_MFU) -> StepTimes:
+    """Step time (:func:`step_time_s`) in FP32, TF32, the chip's 16-bit mixed mode and FP8, where it has them."""
+    modes = tuple(m for m in ("fp32", "tf32", mixed_precision_mode(gpu), "fp8") if gpu.peak(m) is not None)
+    return StepTimes(modes, tuple(step_time_s(params, tokens, gpu.peak(m), mfu) for m in modes))  # type: ignore[arg-type]
+
+
+def gpu_days_to_train(params: float, tokens: float, peak_flops: float, mfu: float = DEFAULT_MFU) -> float:
+    """GPU-days for a token budget: the days on one GPU, which N GPUs share (N x days on N). Errors as
+    :func:`days_to_train`."""
+    return days_to_train(params, tokens, peak_flops, 1, mfu)
+
+
+def peak_speedup(gpu: Gpu, mode: str) -> float | None:
+    """How many times the datasheet's peak in ``mode`` exceeds its FP32 peak; None where the chip lacks it."""
+    peak, fp32 = gpu.peak(mode), gpu.peak("fp32")
+    return None if peak is None or fp32 is None else peak / fp32
+
+
+def measured_speedup(rows: Sequence[Mapping[str, Any]], mode: str) -> float | None:
+    """The same ratio from a matmul benchmark's rows (``mode`` and ``tflops``, None where not run): ``mode`` over
+    FP32, or None unless both were measured."""
+    tflops = {r["mode"]: r["tflops"] for r in rows if r["tflops"]}
+    return tflops[mode] / tflops["fp32"] if "fp32" in tflops and mode in tflops else None

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from lensa import measured
-from lensa.formats import FORMATS, category_shares, relative_error, representable_between
+from lensa.formats import FORMATS, category_shares, fp16_against_bf16, mean_relative_error, representable_between
 from lensa.gradients import gradient_sample
 from lensa.ui import compare, figures, widgets
 from lensa.ui import measured as data
@@ -78,13 +78,8 @@ def show_measured(sel: data.Selection) -> None:
             (page.t("metric_bf16_err"), values["ebf"]),
         ]
     )
-    if over16 > 0:
-        regime = "explain_fp16_overflows"
-    elif errors["fp16"] > errors["bf16"]:
-        regime = "explain_fp16_loses"
-    else:
-        regime = "explain_both_hold"
-    widgets.explain(page, page.t(f"bf16_data.{regime}", **values), page.t("bf16_data.try"))
+    verdict = fp16_against_bf16(over16, errors["fp16"], errors["bf16"])
+    widgets.explain(page, page.t(f"bf16_data.explain_{verdict}", **values), page.t("bf16_data.try"))
     st.subheader(page.t("bf16_data.layers_title"))
     columns = [
         (page.t("metric_fp16_zero"), "fp16", "zero"),
@@ -157,7 +152,7 @@ widgets.chart(
 )
 
 s16, sbf = category_shares(sample, "fp16"), category_shares(sample, "bf16")
-e16, ebf = float(relative_error(sample, "fp16").mean()), float(relative_error(sample, "bf16").mean())
+e16, ebf = mean_relative_error(sample, "fp16"), mean_relative_error(sample, "bf16")
 widgets.metric_row(
     [
         (page.t("metric_fp16_zero"), page.pct(s16["zero"])),
@@ -174,13 +169,8 @@ values = {
     "e16": page.pct(e16),
     "ebf": page.pct(ebf),
 }
-if s16["overflow"] > 0:
-    regime = "explain_fp16_overflows"
-elif e16 > ebf:
-    regime = "explain_fp16_loses"
-else:
-    regime = "explain_both_hold"
-widgets.explain(page, page.t(regime, **values), page.t("try"))
+verdict = fp16_against_bf16(s16["overflow"], e16, ebf)
+widgets.explain(page, page.t(f"explain_{verdict}", **values), page.t("try"))
 if fp8:
     st.subheader(page.t("fp8_title"))
     st.dataframe(compare.format_rows(page, sample, ("fp16", "bf16", *compare.FP8_KEYS)), hide_index=True)

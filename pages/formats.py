@@ -6,8 +6,6 @@ from lensa import exact, inspector
 from lensa.ui import widgets
 from lensa.ui.frame import safe_echo, setup
 
-FIELDS = (("sign", "violet"), ("exponent", "blue"), ("significand", "orange"))
-
 page = setup("formats")
 st.title(page.t("title"))
 st.markdown(f"#### {page.t('headline')}")
@@ -16,13 +14,13 @@ text = widgets.text(page, "x", page.t("input"), help=page.t("input_help"), place
 widgets.after_controls(page)
 
 
-def flip(report: inspector.FormatReport, first_bit: int, was_set: list[int], widget: str) -> None:
+def flip(report: inspector.FormatReport, field: inspector.FieldBits, widget: str) -> None:
     """Pill callback: the pills that changed are bits to flip; the new value goes back into the text box.
 
-    Pill ``i`` of a field is bit ``first_bit - i`` of the code (the pills run from the field's top bit down).
+    Pill ``i`` of a field shows the character ``i`` of its bits (the pills run from the field's top bit down).
     """
-    toggled = set(was_set).symmetric_difference(st.session_state.get(widget) or [])
-    value = inspector.flip_bits(report, None, (first_bit - i for i in toggled))
+    toggled = set(field.set_positions).symmetric_difference(st.session_state.get(widget) or [])
+    value = inspector.flip_bits(report, None, field.bit_numbers(toggled))
     st.session_state[widgets.widget_key(page, "x")] = exact.canonical_text(value)
 
 
@@ -75,21 +73,17 @@ for r in reports:
             f"`{decimal(r.stored_exact)}`  \n"
             f":violet[{r.sign_str}] :blue[{r.exponent_str}] :orange[{r.significand_str}] · {r.code_hex}"
         )
-        top = r.fmt.bits - 1  # bit numbers count down from the sign bit, as in the code
-        first = {"sign": top, "exponent": top - 1, "significand": r.fmt.significand_bits - 1}
-        for field, _ in FIELDS:  # one row per field: rows wrap on a narrow screen, columns would clip
-            bits = {"sign": r.sign_str, "exponent": r.exponent_str, "significand": r.significand_str}[field]
-            key = f"bits.{r.name}.{field}.{r.code}"
-            was_set = [i for i, b in enumerate(bits) if b == "1"]
+        for field in inspector.field_bits(r):  # one row per field: rows wrap on a narrow screen, columns would clip
+            key = f"bits.{r.name}.{field.name}.{r.code}"
             st.pills(
-                page.t(f"field_{field}"),
-                list(range(len(bits))),
+                page.t(f"field_{field.name}"),
+                list(range(len(field.bits))),
                 selection_mode="multi",
-                default=was_set,
-                format_func=lambda i, start=first[field]: str(start - i),  # unique labels: the bit's number
+                default=field.set_positions,
+                format_func=lambda i, numbers=field.numbers: str(numbers[i]),  # unique labels: the bit's number
                 key=key,
                 on_change=flip,
-                args=(r, first[field], was_set, key),
+                args=(r, field, key),
             )
         details = page.t(
             "details",

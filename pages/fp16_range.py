@@ -3,7 +3,7 @@
 import streamlit as st
 
 from lensa import measured
-from lensa.formats import FORMATS, category_shares
+from lensa.formats import FORMATS, category_shares, largest_magnitude, most_common_category
 from lensa.gradients import gradient_sample
 from lensa.ui import compare, widgets
 from lensa.ui import measured as data
@@ -41,7 +41,7 @@ def show_measured(sel: data.Selection) -> None:
         "over": pct["overflow"],
         "normal_limit": page.sci(FP16.smallest_normal),
     }
-    regime = max(("zero", "subnormal", "normal"), key=lambda c: shares[c] if stats.nonzero else 0)
+    regime = most_common_category(shares) if stats.nonzero else "zero"
     paragraph = page.t(f"fp16_range_data.explain_{regime}", **values)
     if shares["overflow"] > 0:
         paragraph += page.t("explain_overflow", **values)
@@ -90,7 +90,7 @@ widgets.chart(
         sub=page.pct(shares["subnormal"]),
         normal=page.pct(shares["normal"]),
         over=page.pct(shares["overflow"]),
-        largest=page.sci(float(sample.max())),
+        largest=page.sci(largest_magnitude(sample)),
     ),
 )
 
@@ -99,7 +99,7 @@ widgets.metric_row(
         (page.t("metric_zero"), page.pct(shares["zero"])),
         (page.t("metric_subnormal"), page.pct(shares["subnormal"])),
         (page.t("metric_normal"), page.pct(shares["normal"])),
-        (page.t("metric_largest"), page.sci(float(sample.max()))),
+        (page.t("metric_largest"), page.sci(largest_magnitude(sample))),
     ]
 )
 
@@ -110,7 +110,7 @@ values = {
     "over": page.pct(shares["overflow"]),
     "normal_limit": page.sci(FP16.smallest_normal),
 }
-regime = max(("zero", "subnormal", "normal"), key=lambda c: shares[c])
+regime = most_common_category(shares)
 paragraph = page.t(f"explain_{regime}", **values)
 if shares["overflow"] > 0:
     paragraph += page.t("explain_overflow", **values)

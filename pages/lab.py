@@ -2,6 +2,8 @@
 
 import streamlit as st
 
+from lensa.measured import history_of
+from lensa.scaling import scale_from_exp
 from lensa.ui import figures, jobs, live_view, measured, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
@@ -144,8 +146,8 @@ with results_area:
                 cards.append((page.t("metric_speedup_bf16"), page.ratio(bf16_speed)))
             if fp16_speed is not None:
                 cards.append((page.t("metric_speedup_fp16"), page.ratio(fp16_speed)))
-            if "bf16" in arms and "fp32" in arms:
-                gap = arms["bf16"].final_loss - arms["fp32"].final_loss
+            gap = live.loss_gap(comparison, "bf16")
+            if gap is not None:
                 cards.append((page.t("metric_loss_gap"), page.num(gap, 4)))
             if "fp16" in arms:
                 cards.append((page.t("metric_skipped"), page.num(arms["fp16"].skipped_steps)))
@@ -153,8 +155,8 @@ with results_area:
                 widgets.metric_row(cards)
             st.dataframe(live_view.comparison_table(page, comparison), hide_index=True, width="stretch")
             if bf16_speed is not None:
-                key = "explain_fast" if bf16_speed > 1.2 else "explain_slow"
-                gap = abs(arms["bf16"].final_loss - arms["fp32"].final_loss)
+                key = "explain_fast" if live.clearly_faster(comparison, "bf16") else "explain_slow"
+                gap = live.loss_gap(comparison, "bf16", magnitude=True)
                 st.markdown(page.t(key, speedup=page.ratio(bf16_speed), gap=page.num(gap, 4)))
             dtypes = {a: (r.layer_output_dtypes[0] if r.layer_output_dtypes else "?") for a, r in arms.items()}
             loss_dtype = next(iter(arms.values())).loss_dtype
@@ -185,12 +187,12 @@ with results_area:
                 page.t("loss_title"),
             )
             if "fp16" in arms:
-                fp16 = arms["fp16"]
+                fp16 = live.arm_scale_history(arms["fp16"])
                 widgets.chart(
                     figures.scaler_run(
-                        list(range(1, len(fp16.loss_scales) + 1)),
-                        live_view.log2([s or 1.0 for s in fp16.loss_scales]),
-                        list(fp16.skipped),
+                        fp16.steps,
+                        fp16.log2_scales,
+                        fp16.skipped,
                         scale_labels(page.t("arm_fp16")),
                         animate=False,
                         lang=page.lang,
@@ -217,7 +219,7 @@ with results_area:
 with trace_result_area:
     pending = st.session_state.get(TRACE_JOB)
     if trace_clicked and pending is None:
-        kwargs = {"init_scale": 2.0**trace_k, "growth_interval": growth}
+        kwargs = {"init_scale": scale_from_exp(trace_k), "growth_interval": growth}
         job = jobs.submit(
             "trace",
             steps=24,
@@ -235,19 +237,20 @@ with trace_result_area:
     if TRACE in st.session_state:
         trace, init_scale, interval = st.session_state[TRACE]
         predicted, differs = live_view.trace_against_prediction(trace, init_scale, interval)
+        real = history_of(trace)
         widgets.chart(
             figures.scaler_run(
-                [s.step for s in trace],
-                live_view.log2([s.scale for s in trace]),
-                [s.skipped for s in trace],
+                real.steps,
+                real.log2_scales,
+                real.skipped,
                 scale_labels(page.t("trace_real")),
                 animate=False,
-                overlay=(page.t("trace_predicted"), live_view.log2([s.scale for s in predicted])),
+                overlay=(page.t("trace_predicted"), history_of(predicted).log2_scales),
                 lang=page.lang,
             ),
             page.t("trace_chart"),
         )
-        skipped = sum(s.skipped for s in trace)
+        skipped = len(real.skipped_steps)
         if differs is None:
             st.success(
                 page.t("trace_match", n=page.num(len(trace)), skipped=page.num(skipped)), icon=":material/check:"

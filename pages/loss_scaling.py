@@ -1,12 +1,19 @@
 """Step 3 · Loss scaling: shift the gradients into range, then shift them back."""
 
-import numpy as np
 import streamlit as st
 
 from lensa import measured
-from lensa.formats import FORMATS
+from lensa.formats import FORMATS, largest_magnitude
 from lensa.gradients import gradient_sample
-from lensa.scaling import SpikeModel, dynamic_run, per_tensor_scale, static_shift_shares
+from lensa.scaling import (
+    TORCH_INIT_SCALE,
+    SpikeModel,
+    dynamic_run,
+    loss_scaled,
+    per_tensor_scale_exp,
+    static_shift_regime,
+    static_shift_shares,
+)
 from lensa.ui import compare, figures, i18n, jobs, live_view, widgets
 from lensa.ui import measured as data
 from lensa.ui.frame import setup
@@ -20,6 +27,7 @@ REAL_JOB = "loss_scaling.real_job"
 # A bad batch in the real run: its gradients times any scale this run reaches overflow FP16,
 # while ordinary steps (|g| ~ 1e-2 at S <= 2^20) stay far below 65504.
 REAL_SPIKE_FACTOR = 1e4
+REGIME_KEYS = {"over": "explain_over", "fits": "explain_fits", "none": "explain_none", "some": "explain_some"}
 
 
 def _list(page, numbers: list[int]) -> str:
@@ -27,17 +35,16 @@ def _list(page, numbers: list[int]) -> str:
 
 
 @st.cache_data(max_entries=1)
-def illustrative_run() -> tuple[list[int], list[float], list[bool]]:
-    run = dynamic_run(SPIKES)
-    return [s.step for s in run], [float(np.log2(s.scale)) for s in run], [s.skipped for s in run]
+def illustrative_run() -> measured.ScalerHistory:
+    return measured.history_of(dynamic_run(SPIKES))
 
 
 @st.cache_resource(max_entries=8)
 def run_figure(lang: str, real: tuple[float, ...] | None):
     """The animated run (40 frames) depends only on the language and a real overlay: build it once for each."""
-    steps, log2_scales, skipped = illustrative_run()
+    run = illustrative_run()
     overlay = None if real is None else (i18n.text(lang, "loss_scaling.real_line"), live_view.log2(real))
-    return figures.scaler_run(steps, log2_scales, skipped, _run_labels(lang), overlay=overlay, lang=lang)
+    return figures.scaler_run(run.steps, run.log2_scales, run.skipped, _run_labels(lang), overlay=overlay, lang=lang)
 
 
 def _run_labels(lang: str) -> figures.RunLabels:
@@ -115,7 +122,7 @@ def show_measured(sel: data.Selection) -> None:
             page.t("loss_scaling_data.run_title"),
             page.t(
                 "loss_scaling_data.run_caption",
-                start=_scale(round(history.log2_scales[0])),
+                start=_scale(history.first_k),
                 skipped=page.num(len(history.skipped_steps)),
                 steps=skipped_list,
             )
@@ -124,8 +131,8 @@ def show_measured(sel: data.Selection) -> None:
             alt=page.t(
                 "loss_scaling_data.alt_run",
                 n=page.num(len(history.steps)),
-                start=_scale(round(history.log2_scales[0])),
-                end=_scale(round(history.log2_scales[-1])),
+                start=_scale(history.first_k),
+                end=_scale(history.last_k),
                 skipped=page.num(len(history.skipped_steps)),
             ),
         )
@@ -143,8 +150,8 @@ def show_measured(sel: data.Selection) -> None:
     if history is not None:
         paragraph += " " + page.t(
             "loss_scaling_data.explain_run",
-            start=_scale(round(history.log2_scales[0])),
-            end=_scale(round(history.log2_scales[-1])),
+            start=_scale(history.first_k),
+            end=_scale(history.last_k),
             skipped=page.num(len(history.skipped_steps)),
             n=page.num(len(history.steps)),
         )
@@ -186,7 +193,7 @@ if selection is not None:  # a recorded run replaces the illustration; the rest 
     end_of_step()
     st.stop()
 
-scaled = np.ldexp(gradient_sample(TYPICAL), k)
+scaled = loss_scaled(gradient_sample(TYPICAL), k)
 shares = static_shift_shares(gradient_sample(TYPICAL), k)
 widgets.chart(
     compare.fp16_histogram(page, scaled),
@@ -195,23 +202,24 @@ widgets.chart(
     alt=page.t("alt", s=power_of_two(k), zero=page.pct(shares["zero"]), over=page.pct(shares["overflow"])),
 )
 
-steps, log2_scales, skipped = illustrative_run()
+run = illustrative_run()
 real = st.session_state.get(REAL_RUN)
 widgets.chart(
     run_figure(page.lang, None if real is None else tuple(s.scale for s in real)),
     page.t("run_title"),
     alt=page.t(
         "run_alt",
-        n=page.num(len(steps)),
-        start=power_of_two(int(log2_scales[0])),
+        n=page.num(len(run.steps)),
+        start=power_of_two(run.first_k),
         interval=page.num(SPIKES.growth_interval),
-        skipped=page.num(sum(skipped)),
-        end=power_of_two(int(log2_scales[-1])),
+        skipped=page.num(len(run.skipped_steps)),
+        end=power_of_two(run.last_k),
     ),
 )
 with st.expander(page.t("real_title"), icon=":material/science:", expanded=real is not None):
-    overflow_steps = [n for n, s in zip(steps, skipped, strict=True) if s]
-    st.markdown(page.t("real_intro", interval=page.num(SPIKES.growth_interval), steps=_list(page, overflow_steps)))
+    st.markdown(
+        page.t("real_intro", interval=page.num(SPIKES.growth_interval), steps=_list(page, list(run.skipped_steps)))
+    )
     job = st.session_state.get(REAL_JOB)
     if not live_view.torch_available():
         st.info(live_view.torch_missing_text(page))
@@ -221,10 +229,10 @@ with st.expander(page.t("real_title"), icon=":material/science:", expanded=real 
         # The run happens in the lab's worker process: this page never imports torch.
         job = st.session_state[REAL_JOB] = jobs.submit(
             "trace",
-            steps=len(steps),
-            init_scale=2.0**16,
+            steps=len(run.steps),
+            init_scale=TORCH_INIT_SCALE,
             growth_interval=SPIKES.growth_interval,
-            spike_steps=tuple(overflow_steps),
+            spike_steps=run.skipped_steps,
             spike_factor=REAL_SPIKE_FACTOR,
         )
     if job is not None:
@@ -233,7 +241,7 @@ with st.expander(page.t("real_title"), icon=":material/science:", expanded=real 
             st.session_state[REAL_RUN] = result
             st.rerun()  # the run's chart, above, gains the real line
     if real is not None:
-        same = [s.scale for s in real] == [2.0**y for y in log2_scales]
+        same = measured.history_of(real).log2_scales == run.log2_scales
         real_overflows = [s.step for s in real if s.found_inf]
         key = "real_match" if same else "real_differs"
         st.markdown(page.t(key, steps=_list(page, real_overflows)))
@@ -242,42 +250,35 @@ widgets.metric_row(
     [
         (page.t("metric_zero"), page.pct(shares["zero"])),
         (page.t("metric_overflow"), page.pct(shares["overflow"])),
-        (page.t("metric_run_start"), power_of_two(int(log2_scales[0]))),
-        (page.t("metric_run_skipped"), page.num(sum(skipped))),
+        (page.t("metric_run_start"), power_of_two(run.first_k)),
+        (page.t("metric_run_skipped"), page.num(len(run.skipped_steps))),
     ]
 )
 
 values = {"s": power_of_two(k), "zero": page.pct(shares["zero"]), "over": page.pct(shares["overflow"])}
-if shares["overflow"] > 0:
-    paragraph = page.t("explain_over", **values)
-elif shares["zero"] == 0:
-    paragraph = page.t("explain_fits", **values)
-elif k == 0:
-    paragraph = page.t("explain_none", **values)
-else:
-    paragraph = page.t("explain_some", **values)
+paragraph = page.t(REGIME_KEYS[static_shift_regime(shares, k)], **values)
 paragraph += " " + page.t(
     "explain_run",
-    start=power_of_two(int(log2_scales[0])),
-    first=page.t("first_overflow" if skipped[0] else "first_clean"),
+    start=power_of_two(run.first_k),
+    first=page.t("first_overflow" if run.skipped[0] else "first_clean"),
     interval=page.num(SPIKES.growth_interval),
-    skipped=page.num(sum(skipped)),
+    skipped=page.num(len(run.skipped_steps)),
 )
 widgets.explain(page, paragraph, page.t("try"))
 if fp8:
     sample = gradient_sample(TYPICAL)
-    scales = {key: per_tensor_scale(sample, key) for key in compare.FP8_KEYS}
+    scale_exps = {key: per_tensor_scale_exp(sample, key) for key in compare.FP8_KEYS}
     st.subheader(page.t("fp8_title"))
     st.markdown(
         page.t(
             "fp8_explain",
-            amax=page.sci(float(sample.max())),
-            e4m3_scale=power_of_two(int(np.log2(scales["fp8_e4m3"]))),
-            e5m2_scale=power_of_two(int(np.log2(scales["fp8_e5m2"]))),
+            amax=page.sci(largest_magnitude(sample)),
+            e4m3_scale=power_of_two(scale_exps["fp8_e4m3"]),
+            e5m2_scale=power_of_two(scale_exps["fp8_e5m2"]),
         )
     )
-    rows = compare.format_rows(page, sample, ("fp16",), {"fp16": 2.0**k})
+    rows = compare.format_rows(page, sample, ("fp16",), {"fp16": k})
     rows += compare.format_rows(page, sample, compare.FP8_KEYS)
-    rows += compare.format_rows(page, sample, compare.FP8_KEYS, scales)
+    rows += compare.format_rows(page, sample, compare.FP8_KEYS, scale_exps)
     st.dataframe(rows, hide_index=True)
 end_of_step()

@@ -3,8 +3,8 @@
 import streamlit as st
 
 from lensa import measured
-from lensa.formats import quantize, representable_between, spacing
-from lensa.master import is_update_lost, total_change
+from lensa.formats import spacing
+from lensa.master import is_update_lost, master_weight_example
 from lensa.ui import figures, widgets
 from lensa.ui import measured as data
 from lensa.ui.frame import setup
@@ -117,21 +117,16 @@ if selection is not None:  # a recorded run replaces the illustration; the rest 
     widgets.step_end(page, page.t("notes"), [page.t("refs.micikevicius2017"), page.t("refs.ieee754")])
     st.stop()
 
-gap = float(spacing(w, "fp16"))
-w16 = float(quantize(w, "fp16"))
-stored = float(quantize(w16 + float(quantize(update, "fp16")), "fp16"))
-reach = max(TICKS_EACH_SIDE * gap, update * 1.05)
-grid = representable_between(w16 - reach, w16 + reach, "fp16")
-change16 = total_change(w, update, STEPS, "fp16")
-change32 = total_change(w, update, STEPS, "fp32")
-exact = STEPS * update
+example = master_weight_example(w, update, STEPS, "fp16", TICKS_EACH_SIDE)
+gap, stored = example.spacing, example.after_one
+exact, change32, change16 = example.exact_change, example.fp32_change, example.low_change
 
 widgets.chart(
     figures.number_line(
-        w16,
+        example.w_stored,
         update,
         stored,
-        grid,
+        example.grid,
         gap,
         {
             "w": page.t("mark_w"),
@@ -147,7 +142,7 @@ widgets.chart(
         "alt",
         w=page.plain(w),
         spacing=page.sci(gap, 3),
-        ratio=page.sci(update / gap),
+        ratio=page.sci(example.ratio),
         stored=figures.exact(stored, page.lang),
     ),
 )
@@ -163,7 +158,7 @@ widgets.chart(
             f"{page.t('bar_master')}: {figures.exact(change32, page.lang)}",
             f"{page.t('bar_fp16')}: {figures.exact(change16, page.lang)}",
         ],
-        x_max=max(exact, change32, change16) * 1.3,
+        headroom=1.3,
     ),
     page.t("bars_title", steps=page.num(STEPS)),
     alt=page.t(
@@ -175,18 +170,17 @@ widgets.chart(
     ),
 )
 
-ratio = update / gap
 widgets.metric_row(
     [
         (page.t("metric_spacing"), page.sci(gap, 3)),
-        (page.t("metric_ratio"), page.sci(ratio)),
+        (page.t("metric_ratio"), page.sci(example.ratio)),
         (page.t("metric_fp16"), page.sci(change16, 3)),
         (page.t("metric_master"), page.sci(change32, 3)),
     ]
 )
 
 values = {
-    "ratio": page.sci(ratio),
+    "ratio": page.sci(example.ratio),
     "w": page.plain(w),
     "steps": page.num(STEPS),
     "master": page.sci(change32, 3),

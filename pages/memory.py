@@ -2,17 +2,25 @@
 
 import streamlit as st
 
-from lensa.memory import training_memory, zero_divisor
-from lensa.models import PRESETS, shape_for_params
+from lensa.memory import (
+    activation_format,
+    fit_on_gpu,
+    other_precision,
+    split_bytes_per_param,
+    training_memory,
+    zero_divisor,
+)
+from lensa.models import PRESETS, others_comparison, shape_for_params
 from lensa.ui import figures, widgets
 from lensa.ui.frame import setup
-from lensa.ui.i18n import compact
+from lensa.ui.i18n import compact_exact, states_formula
 
 DTYPE_COLOURS = {
     "fp16": figures.FORMAT_COLOURS["fp16"],
     "fp32": figures.FORMAT_COLOURS["fp32"],
     "int8": figures.NEUTRAL,
 }
+FIT_KEYS = {"states_over": "fit_states_over", "total_over": "fit_total_over", "fits": "fit_all"}
 SETUP_CONTROLS = ("model", "params", "optimizer", "zero", "gpus", "checkpointing", "attention", "gpu_gb")
 
 page = setup("memory")
@@ -24,8 +32,20 @@ customised = any(k in st.query_params for k in SETUP_CONTROLS)
 with st.expander(page.t("setup_title"), icon=":material/tune:", expanded=customised):
     model_key = widgets.select(page, "model", page.t("model"), lambda k: page.t(f"model_{k.replace('-', '_')}"))
     if model_key == "custom":
-        params = widgets.slider(page, "params", page.t("params"), lambda v: compact(v, page.lang))
+        params_control = page.info.control("params")
+        show_count = lambda v: compact_exact(v, page.lang)  # noqa: E731
+        params_help = page.t("params_help", lo=show_count(params_control.lo), hi=show_count(params_control.hi))
+        params = widgets.count(page, "params", page.t("params"), show_count, help=params_help)
         model = shape_for_params(params)
+        st.caption(
+            page.t(
+                "params_count",
+                count=page.num(model.params),
+                layers=page.num(model.layers),
+                d_model=page.num(model.d_model),
+                heads=page.num(model.heads),
+            )
+        )
     else:
         model = PRESETS[model_key].shape()
     optimizer = widgets.choice(page, "optimizer", page.t("optimizer"), lambda v: page.t(f"optimizer_{v}"))
@@ -41,10 +61,7 @@ widgets.after_controls(page)
 
 flash = attention == "flash"
 memory = training_memory(model, tokens, precision, optimizer, zero, gpus, checkpointing, flash)
-other = training_memory(
-    model, tokens, "fp32" if precision == "mixed" else "mixed", optimizer, 0, 1, checkpointing, flash
-)
-act_dtype = "fp16" if precision == "mixed" else "fp32"
+other = training_memory(model, tokens, other_precision(precision), optimizer, 0, 1, checkpointing, flash)
 
 
 def part_label(component, n_bytes: float) -> str:
@@ -55,29 +72,20 @@ def part_label(component, n_bytes: float) -> str:
     return page.t("component", name=name, bpp=bpp, gb=page.gb(n_bytes))
 
 
-parts = [figures.BarPart(part_label(c, b), b / 1e9, DTYPE_COLOURS[c.dtype]) for c, b in memory.states]
+parts = [figures.BarPart(part_label(c, b), b, DTYPE_COLOURS[c.dtype]) for c, b in memory.states]
 parts.append(
     figures.BarPart(
         page.t("activations_part", tokens=page.num(tokens), gb=page.gb(memory.activations)),
-        memory.activations / 1e9,
-        DTYPE_COLOURS[act_dtype],
+        memory.activations,
+        DTYPE_COLOURS[activation_format(precision)],
         pattern=figures.ACTIVATION_PATTERN,
     )
 )
-per_gpu_states = memory.model_states
-undivided = sum(c.bytes_per_param for c, _ in memory.states if zero_divisor(c.group, zero, gpus) == 1)
-divided = memory.bytes_per_param - undivided
-params_text = compact(model.params, page.lang)
-if divided == 0:
-    formula = f"{params_text} × {page.num(undivided)} B"
-elif undivided == 0:
-    formula = f"{params_text} × {page.num(divided)} B ÷ {page.num(gpus)}"
-else:
-    formula = f"{params_text} × ({page.num(undivided)} + {page.num(divided)} ÷ {page.num(gpus)}) B"
+formula = states_formula(model.params, *split_bytes_per_param(precision, optimizer, zero, gpus), gpus, page.lang)
 widgets.chart(
     figures.stacked_memory(parts, gpu_gb, page.t("gpu_line", gb=page.num(gpu_gb)), page.t("axis"), page.lang),
     page.t("figure_title", model=page.t(f"model_{model_key.replace('-', '_')}")),
-    page.t("caption", formula=formula, states=page.gb(per_gpu_states)),
+    page.t("caption", formula=formula, states=page.gb(memory.model_states)),
     alt=page.t(
         "alt",
         model=page.t(f"model_{model_key.replace('-', '_')}"),
@@ -124,25 +132,13 @@ if checkpointing != "none":
     paragraph += " " + page.t(f"explain_ckpt_{checkpointing}", **values)
 elif not flash:
     paragraph += " " + page.t("explain_scores", **values)
-if memory.model_states > gpu_gb * 1e9:
-    paragraph += " " + page.t("fit_states_over", **values)
-elif memory.total > gpu_gb * 1e9:
-    paragraph += " " + page.t("fit_total_over", **values)
-else:
-    paragraph += " " + page.t("fit_all", **values)
+paragraph += " " + page.t(FIT_KEYS[fit_on_gpu(memory, gpu_gb)], **values)
 widgets.explain(page, paragraph, page.t("try"))
 
 with st.expander(page.t("others_title"), icon=":material/calculate:"):
-    others_gpus = gpus if gpus > 1 else 8
-    preset = PRESETS.get(model_key)
-    if preset is not None:
-        comparison = preset.how_others_count(others_gpus)
-    else:
-        from lensa.estimators import how_others_count
-
-        comparison = how_others_count(model, others_gpus)
+    comparison = others_comparison(model_key, model, gpus)
     st.markdown(
-        page.t("others_intro", model=page.t(f"model_{model_key.replace('-', '_')}"), gpus=page.num(others_gpus))
+        page.t("others_intro", model=page.t(f"model_{model_key.replace('-', '_')}"), gpus=page.num(comparison.gpus))
     )
     # A small fixed table: Markdown, not a dataframe, so a rerun does not convert it through pandas.
     st.markdown(

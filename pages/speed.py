@@ -4,19 +4,29 @@ import streamlit as st
 
 from lensa.live import LiveError
 from lensa.memory import SEVEN_B, training_memory
-from lensa.speed import GPUS, days_to_train, mixed_precision_mode, step_time_s, tokens_per_second
+from lensa.speed import (
+    GPUS,
+    MEMORY_PRECISION,
+    days_to_train,
+    gpu_days_to_train,
+    measured_speedup,
+    mixed_precision_mode,
+    peak_speedup,
+    step_times,
+    tokens_per_second,
+)
 from lensa.ui import figures, jobs, live_view, widgets
 from lensa.ui.frame import setup
-from lensa.ui.i18n import compact
+from lensa.ui.i18n import compact, teraflops
 
 MEASURED = "speed.measured"
 MEASURING = "speed.measuring"
-MODE_STYLE = {  # peak key: (colour, pattern, precision of the memory it needs)
-    "fp32": (figures.FORMAT_COLOURS["fp32"], "", "fp32"),
-    "tf32": (figures.FORMAT_COLOURS["fp32"], figures.TENSOR_CORE_PATTERN, "fp32"),
-    "bf16": (figures.FORMAT_COLOURS["bf16"], "", "mixed"),
-    "fp16": (figures.FORMAT_COLOURS["fp16"], "", "mixed"),
-    "fp8": (figures.FORMAT_COLOURS["fp8_e4m3"], "", "mixed"),
+MODE_STYLE = {  # peak key: (colour, pattern)
+    "fp32": (figures.FORMAT_COLOURS["fp32"], ""),
+    "tf32": (figures.FORMAT_COLOURS["fp32"], figures.TENSOR_CORE_PATTERN),
+    "bf16": (figures.FORMAT_COLOURS["bf16"], ""),
+    "fp16": (figures.FORMAT_COLOURS["fp16"], ""),
+    "fp8": (figures.FORMAT_COLOURS["fp8_e4m3"], ""),
 }
 
 page = setup("speed")
@@ -35,16 +45,16 @@ widgets.after_controls(page)
 
 gpu = GPUS[gpu_key]
 mixed = mixed_precision_mode(gpu)  # BF16 where the chip has it, FP16 on the V100 and T4
-modes = [m for m in ("fp32", "tf32", mixed, "fp8") if gpu.peak(m) is not None]
+timing = step_times(gpu, SEVEN_B.params, tokens, mfu)
+modes, times = timing.modes, timing.seconds
 names = [page.t(f"bar_{m}") for m in modes]
 colours = [MODE_STYLE[m][0] for m in modes]
 patterns = [MODE_STYLE[m][1] for m in modes]
-times = [step_time_s(SEVEN_B.params, tokens, gpu.peak(m), mfu) for m in modes]
 memory_modes = [m for m in modes if m != "fp8"]  # FP8 training memory is not modelled here
-memories = [training_memory(SEVEN_B, tokens, MODE_STYLE[m][2]) for m in memory_modes]
+memories = [training_memory(SEVEN_B, tokens, MEMORY_PRECISION[m]) for m in memory_modes]
 
 widgets.chart(
-    figures.labelled_bars(
+    figures.step_time_bars(
         names,
         times,
         colours,
@@ -52,10 +62,9 @@ widgets.chart(
         axis_title=page.t("axis_time"),
         patterns=patterns,
         hovers=[
-            page.t("hover_time", mode=n, time=page.sec(t), peak=page.sig(gpu.peak(m) / 1e12, 4))
+            page.t("hover_time", mode=n, time=page.sec(t), peak=teraflops(gpu.peak(m), page.lang))
             for n, t, m in zip(names, times, modes, strict=True)
         ],
-        height=150 + 45 * len(modes),
         lang=page.lang,
     ),
     page.t("time_title", gpu=gpu.name),
@@ -68,9 +77,9 @@ widgets.chart(
     ),
 )
 widgets.chart(
-    figures.labelled_bars(
+    figures.memory_total_bars(
         names[: len(memory_modes)],
-        [m.total / 1e9 for m in memories],
+        [m.total for m in memories],
         colours[: len(memory_modes)],
         [page.gb(m.total) for m in memories],
         axis_title=page.t("axis_memory"),
@@ -85,9 +94,7 @@ widgets.chart(
             )
             for n, m in zip(names[: len(memory_modes)], memories, strict=True)
         ],
-        line=(gpu.memory_gb, page.t("gpu_line", gb=page.num(gpu.memory_gb))),
-        x_max=max(200.0, max(m.total for m in memories) / 1e9 * 1.2),
-        height=110 + 45 * len(memory_modes),
+        gpu_line=(gpu.memory_gb, page.t("gpu_line", gb=page.num(gpu.memory_gb))),
         lang=page.lang,
     ),
     page.t("memory_title"),
@@ -99,18 +106,18 @@ widgets.chart(
     ),
 )
 
-fp32_time, mixed_time = times[0], times[modes.index(mixed)]
+fp32_time, mixed_time = timing.of("fp32"), timing.of(mixed)
 mixed_memory = memories[memory_modes.index(mixed)]
 label = mixed.upper()
 widgets.metric_row(
     [
         (page.t("metric_fp32"), page.sec(fp32_time)),
         (page.t("metric_mixed", mode=label), page.sec(mixed_time)),
-        (page.t("metric_speedup"), page.ratio(fp32_time / mixed_time)),
+        (page.t("metric_speedup"), page.ratio(timing.speedup(mixed))),
         (page.t("metric_memory", mode=label), page.gb(mixed_memory.total)),
     ]
 )
-fastest = modes[-1]
+fastest = timing.fastest
 rate = tokens_per_second(gpu.peak(fastest), SEVEN_B.params, mfu)
 days = days_to_train(SEVEN_B.params, budget, gpu.peak(fastest), cluster, mfu)
 widgets.metric_row(
@@ -128,14 +135,12 @@ paragraph = page.t(
     mode=label,
     mixed=page.sec(mixed_time),
     fp32=page.sec(fp32_time),
-    speedup=page.ratio(fp32_time / mixed_time),
+    speedup=page.ratio(timing.speedup(mixed)),
     act32=page.gb(memories[0].activations),
     act16=page.gb(mixed_memory.activations),
 )
 if gpu.peak("fp8") is not None:
-    paragraph += " " + page.t(
-        "fp8_here", fp8=page.sec(times[modes.index("fp8")]), ratio=page.ratio(fp32_time / times[-1])
-    )
+    paragraph += " " + page.t("fp8_here", fp8=page.sec(timing.of("fp8")), ratio=page.ratio(timing.speedup("fp8")))
 else:
     paragraph += page.t("fp8_line")
 paragraph += " " + page.t(
@@ -144,7 +149,7 @@ paragraph += " " + page.t(
     gpus=page.num(cluster),
     days=page.sig(days, 3),
     mode=fastest.upper(),
-    gpu_days=page.num(days * cluster),
+    gpu_days=page.num(gpu_days_to_train(SEVEN_B.params, budget, gpu.peak(fastest), mfu)),
 )
 widgets.explain(page, paragraph, page.t("try"))
 
@@ -169,16 +174,16 @@ with st.expander(page.t("measure_title"), icon=":material/speed:", expanded=MEAS
         info, rows = st.session_state[MEASURED]
         st.markdown(f"{page.t('live.this_machine')}: {live_view.device_line(page, info)}")
         st.dataframe(live_view.benchmark_table(page, rows, gpu), hide_index=True, width="stretch")
-        measured = {r["mode"]: r["tflops"] for r in rows if r["tflops"]}
-        if "fp32" in measured and mixed in measured:
+        measured = measured_speedup(rows, mixed)
+        if measured is not None:
             st.markdown(
                 page.t(
                     "measure_ratio",
                     n=page.num(rows[0]["size"]),
                     mode=mixed.upper(),
                     gpu=gpu.name,
-                    ratio=page.ratio(measured[mixed] / measured["fp32"]),
-                    datasheet=page.ratio(gpu.peak(mixed) / gpu.peak("fp32")),
+                    ratio=page.ratio(measured),
+                    datasheet=page.ratio(peak_speedup(gpu, mixed)),
                 )
             )
         st.caption(page.t("lab.noisy"))

@@ -10,6 +10,7 @@ from lensa.estimators import how_others_count
 from lensa.memory import training_memory
 from lensa.models import PRESETS
 from lensa.speed import GPUS, days_to_train
+from lensa.ui import i18n
 from tests.conftest import requires_torch
 from tests.pagetools import metrics, notices, open_page
 
@@ -63,6 +64,76 @@ def test_gpu_memory_line_changes_the_verdict():
 def test_custom_size():
     at = open_page("memory", lang="en", model="custom", params="1e11")
     assert not at.exception and metrics(at)["Model states"] == "1,600.0 GB"
+    assert at.query_params["params"] == "100e9"  # the same count, in the URL's one spelling
+
+
+# The ZeRO paper's worked example (Rajbhandari et al. 2019, Figure 1): Psi = 7.5B, N_d = 64, K = 12.
+ZERO_PAPER_GB_PER_GPU = {0: "120.0 GB", 1: "31.4 GB", 2: "16.6 GB", 3: "1.9 GB"}
+
+
+@pytest.mark.parametrize("stage", sorted(ZERO_PAPER_GB_PER_GPU))
+@pytest.mark.parametrize(("lang", "typed"), [("en", "7.5B"), ("id", "7,5 miliar"), ("en", "7.5e9")])
+def test_zero_papers_worked_example_from_a_link(stage, lang, typed):
+    at = open_page("memory", lang=lang, model="custom", params=typed, zero=str(stage), gpus="64")
+    expected = ZERO_PAPER_GB_PER_GPU[stage]
+    states = metrics(at)["Model states"]  # the same label in both languages
+    assert states == (expected if lang == "en" else expected.replace(".", ","))
+    assert at.query_params["params"] == "7.5e9" and notices(at) == []
+    count = "7,500,000,000 parameters" if lang == "en" else "7.500.000.000 parameter"
+    assert any(c.value.startswith(count) for c in at.caption)
+
+
+@pytest.mark.parametrize(
+    ("lang", "typed", "url", "count"),
+    [
+        ("en", "175e9", "175e9", "175,000,000,000 parameters"),  # GPT-3
+        ("en", "1.3e9", "1.3e9", "1,300,000,000 parameters"),
+        ("en", "7,500,000,000", "7.5e9", "7,500,000,000 parameters"),
+        ("id", "175 miliar", "175e9", "175.000.000.000 parameter"),
+        ("id", "7,5B", "7.5e9", "7.500.000.000 parameter"),
+    ],
+)
+def test_a_typed_size_is_kept_exactly_and_shown_back(lang, typed, url, count):
+    at = open_page("memory", lang=lang, model="custom")
+    at.text_input[0].input(typed).run()
+    assert not at.exception and notices(at) == [] and at.warning.len == 0
+    assert at.query_params["params"] == url and at.text_input[0].value == typed
+    assert any(c.value.startswith(count) for c in at.caption)
+    # The URL it wrote opens the same page: the count, in the language's own short spelling.
+    again = open_page("memory", lang=lang, model="custom", params=url)
+    assert metrics(again) == metrics(at) and notices(again) == []
+    assert again.text_input[0].value == i18n.compact_exact(float(url), lang)
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_typed_junk_keeps_the_last_size_and_says_so(lang):
+    at = open_page("memory", lang=lang, model="custom", params="175e9")
+    before = metrics(at)
+    at.text_input[0].input("a lot").run()
+    assert not at.exception and metrics(at) == before and at.query_params["params"] == "175e9"
+    assert at.text_input[0].value == i18n.compact_exact(175e9, lang)  # the box shows what the page uses
+    assert [w.value for w in at.warning] == [
+        i18n.text(lang, "common.typed_not_a_number", raw="a lot", value=i18n.compact_exact(175e9, lang))
+    ]
+
+
+def test_typed_size_past_the_range_is_clamped_and_says_so():
+    at = open_page("memory", lang="en", model="custom")
+    at.text_input[0].input("5T").run()
+    assert not at.exception and at.query_params["params"] == "1e12"
+    assert metrics(at)["Model states"] == gb(16e12)
+    assert [w.value for w in at.warning] == ["`5T` is outside 100M … 1T, so the page uses the nearest end, 1T."]
+    at.text_input[0].input("50M").run()
+    assert at.query_params["params"] == "100e6" and "nearest end, 100M" in at.warning[0].value
+
+
+@pytest.mark.parametrize(("raw", "lo_or_hi"), [("5T", "1T"), ("-3", "100M"), ("1e999", "1T")])
+def test_a_links_size_past_the_range_is_clamped_with_a_notice(raw, lo_or_hi):
+    at = open_page("memory", lang="en", model="custom", params=raw)
+    assert not at.exception and at.text_input[0].value == lo_or_hi
+    assert notices(at) == [
+        f"The link asked for **Parameters** = `{raw}`, outside 100M … 1T; it shows the nearest end, {lo_or_hi}."
+    ]
 
 
 def test_how_others_count_table():

@@ -39,7 +39,7 @@ def test_builders_make_valid_figures():
     marks = {"w": "w", "exact": "e", "stored": "s", "half": "h"}
     grid = representable_between(0.996, 1.004, "fp16")
     built = [
-        figures.stacked_memory([figures.BarPart("w · 2 B", 13.5, "#E69F00", "x")], 80, "80 GB", "GB", "id"),
+        figures.stacked_memory([figures.BarPart("w · 2 B", 13.5e9, "#E69F00", "x")], 80, "80 GB", "GB", "id"),
         figures.category_histogram(
             sample, classify(sample, "fp16"), labels, [(2**-24, "sub")], "x", "n", "{lo}{hi}{n}{category}", "en"
         ),

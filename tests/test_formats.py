@@ -359,17 +359,28 @@ def test_cast_is_torchs_to_bit_for_bit_also_in_parallel_chunks(name):  # NaN pay
     x = (rng.standard_normal(3 << 20) * rng.choice([1e-6, 1.0, 1e3], 3 << 20)).astype(np.float32)  # > 2 chunks
     x[::1001] = np.inf
     x[::1003] = np.nan
-    ours = F.cast(x, name)
+    ours = F.cast(x, name, workers=4)  # threads over 3 chunks; the benchmark's path
     assert ours.dtype == F.FORMATS[name].dtype and ours.shape == x.shape
+    assert np.array_equal(ours.view(bits), F.cast(x, name).view(bits))  # one thread: bit for bit the same
     theirs = torch.from_numpy(x).to(tdtype).view(tbits).numpy().view(bits)
     nan = np.isnan(x)
     # NaN stays NaN in both; the libraries pick different NaN payloads (ml_dtypes 0x7E, torch 0x7F in E5M2).
     assert np.array_equal(ours.view(bits)[~nan], theirs[~nan])
     assert np.isnan(ours.astype(np.float32)[nan]).all()
+    assert same(F.quantize(x, name, workers=4), ours.astype(np.float64))
     assert same(F.quantize(x, name), ours.astype(np.float64))
-    assert F.cast(x.reshape(3, -1), name).shape == (3, 1 << 20)
+    assert F.cast(x.reshape(3, -1), name, workers=4).shape == (3, 1 << 20)
 
 
 def test_cast_tf32_is_float32_holding_tf32_values():
     out = F.cast(np.float32([1 + 2**-11 + 2**-13, 3.0]), "tf32")
     assert out.dtype == np.float32 and out.tolist() == [1 + 2**-10, 3.0]
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_threads_round_exactly_as_one_thread(name):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((2 << 20) + 77) * 10.0 ** rng.integers(-9, 6, (2 << 20) + 77)).astype(np.float32)
+    for workers in (2, 5):
+        assert same(F.quantize(x, name, workers=workers), F.quantize(x, name))
+        assert same(F.cast(x, name, workers=workers).astype(np.float64), F.cast(x, name).astype(np.float64))

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from lensa.exact import try_parse_exact
 from lensa.ui import i18n
-from lensa.ui.controls import ChoiceControl, TextControl
+from lensa.ui.controls import ChoiceControl, CountControl, TextControl, parse_count
 from lensa.ui.site import MEASURED_ONLY, PAGES, PAGES_BY_KEY
 from tests.pagetools import notices, open_page
 
@@ -98,6 +98,15 @@ def _check_control(at, key: str, control, raw: str, shown_notice: bool) -> None:
         assert shown_notice == (not usable)
         assert value == (raw.strip() if usable else control.default)
         return
+    if isinstance(control, CountControl):
+        # The box shows the count it uses; the control's own reading decides, checked against a plain number.
+        reading = control.read(raw)
+        assert shown_notice == (reading.problem is not None)
+        assert parse_count(value) == reading.value
+        number = _plain_number(raw) if len(raw) <= 64 else None
+        if number is not None and control.lo <= number <= control.hi:
+            assert reading.problem is None and abs(reading.value - number) <= 1
+        return
     if isinstance(control, ChoiceControl):
         assert value in control.options
         usable = raw.strip().lower() in control.options
@@ -141,7 +150,8 @@ def _fuzz_page(key: str):
             if control.name in MEASURED_ONLY:
                 continue  # read only with a recorded run; the data value is junk or a source with no run here
             if control.name not in params:
-                assert _widget_value(at, key, control.name) == control.default
+                shown = _widget_value(at, key, control.name)
+                assert (parse_count(shown) if isinstance(control, CountControl) else shown) == control.default
                 continue
             raw = _last(params[control.name])
             label = _label(key, control.name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import string
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,15 @@ import pytest
 from lensa.ui import i18n
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def placeholders(text: str) -> set[str]:
+    """The named fields ``{name}`` a text expects."""
+    return {field for _, field, _, _ in string.Formatter().parse(text) if field}
+
+
+def has_text(lang: str, key: str) -> bool:
+    return key in i18n.catalogue(lang)
 
 
 def test_catalogues_have_the_same_keys():
@@ -21,7 +31,7 @@ def test_catalogues_have_the_same_keys():
 
 def test_catalogues_have_the_same_placeholders():
     en, id_ = i18n.catalogue("en"), i18n.catalogue("id")
-    different = {k: (i18n.placeholders(en[k]), i18n.placeholders(id_[k])) for k in en if k in id_}
+    different = {k: (placeholders(en[k]), placeholders(id_[k])) for k in en if k in id_}
     different = {k: v for k, v in different.items() if v[0] != v[1]}
     assert different == {}
 
@@ -60,7 +70,7 @@ def test_every_literal_key_used_by_the_code_exists():
     used = _literal_keys_used_in_code()
     assert len(used) > 80  # the scan really found the pages' texts
     for lang in i18n.LANGUAGES:
-        missing = [f"{s}.{k}" if s else k for s, k in used if not i18n.has_text(lang, f"{s}.{k}" if s else k)]
+        missing = [f"{s}.{k}" if s else k for s, k in used if not has_text(lang, f"{s}.{k}" if s else k)]
         assert missing == [], f"{lang}: {missing}"
 
 
@@ -134,7 +144,7 @@ def test_the_right_answer_is_stored_once_for_every_language():
         assert per_language == [], "the answer lives in answers.toml"
         for question in answers:
             for part in ("a", "b", "c", "why"):
-                assert i18n.has_text(lang, f"quiz.{question}_{part}")
+                assert has_text(lang, f"quiz.{question}_{part}")
     assert set(answers.values()) <= {"a", "b", "c"}
 
 
@@ -173,7 +183,7 @@ def test_every_gpu_source_is_written_in_both_languages():
     from lensa.speed import GPUS
 
     for lang in i18n.LANGUAGES:
-        assert all(i18n.has_text(lang, f"speed.source_{key}") for key in GPUS)
+        assert all(has_text(lang, f"speed.source_{key}") for key in GPUS)
     assert i18n.text("en", "speed.source_a100") == GPUS["a100"].source
 
 
@@ -192,7 +202,7 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
     """(file, template) -> every full catalogue key the template can build, from the values the code can pass."""
     from typing import get_args
 
-    from lensa import estimators, formats, memory
+    from lensa import estimators, formats, inspector, memory
     from lensa.live import ARMS
     from lensa.live.errors import ErrorKind
     from lensa.models import PRESETS
@@ -212,8 +222,8 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
     others = {r.key for p in PRESETS.values() for r in p.how_others_count(8).rows}
     others |= {r.key for r in estimators.how_others_count(PRESETS["gpt2"].shape(), 8).rows}
     modes = {m for g in GPUS.values() for m in ("fp32", "tf32", mixed_precision_mode(g), "fp8") if g.peak(m)}
-    fields = dict(ast.literal_eval(re.search(r"FIELDS = (.*)", (ROOT / "pages/formats.py").read_text()).group(1)))
-    bf16_regimes = set(re.findall(r'regime = "(\w+)"', (ROOT / "pages/bf16.py").read_text()))
+    fields = [f.name for f in inspector.field_bits(inspector.inspect("0.1", "fp16"))]
+    verdicts = get_args(formats.Fp16AgainstBf16)
     bounds = set(
         re.findall(r'key = "(\w+)" if bounds.window else "(\w+)"', (ROOT / "pages/loss_scaling.py").read_text())[0]
     )
@@ -226,14 +236,15 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
         ("app.py", "idea_{i}"): section("overview", (f"idea_{i}" for i in range(1, len(STEPS) + 1))),
         ("app.py", "faq_q{i}"): section("overview", (f"faq_q{i}" for i in range(1, 7))),
         ("app.py", "faq_a{i}"): section("overview", (f"faq_a{i}" for i in range(1, 7))),
-        ("pages/bf16.py", "bf16_data.{regime}"): section("bf16_data", bf16_regimes),
+        ("pages/bf16.py", "bf16_data.explain_{verdict}"): section("bf16_data", (f"explain_{v}" for v in verdicts)),
+        ("pages/bf16.py", "explain_{verdict}"): section("bf16", (f"explain_{v}" for v in verdicts)),
         ("pages/formats.py", "out_of_range_{parsed.out_of_range}"): section(
             "formats", ("out_of_range_huge", "out_of_range_tiny")
         ),
         ("pages/formats.py", "category.{report.category}"): section(
             "category", set(get_args(formats.Category)) - {"nan"}
         ),
-        ("pages/formats.py", "field_{field}"): section("formats", (f"field_{f}" for f in fields)),
+        ("pages/formats.py", "field_{field.name}"): section("formats", (f"field_{f}" for f in fields)),
         ("pages/fp16_range.py", "fp16_range_data.explain_{regime}"): section(
             "fp16_range_data", (f"explain_{r}" for r in regimes)
         ),
@@ -317,5 +328,5 @@ def test_every_key_an_fstring_can_build_exists_in_both_catalogues():
     assert all(keys.values()), [t for t, v in keys.items() if not v]  # every template has values to check
     assert sum(len(v) for v in keys.values()) > 150
     for lang in i18n.LANGUAGES:
-        missing = {t: sorted(k for k in v if not i18n.has_text(lang, k)) for t, v in keys.items()}
+        missing = {t: sorted(k for k in v if not has_text(lang, k)) for t, v in keys.items()}
         assert {t: m for t, m in missing.items() if m} == {}, lang

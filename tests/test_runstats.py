@@ -502,7 +502,20 @@ def test_counts_across_chunks_and_threads_match_torch():
     with np.errstate(invalid="ignore"):
         x = random_bits(2 * R._CHUNK + 12_345, seed=17)  # more than two chunks: the threaded path
     x[::7] = 0.0
-    s = R.summarize(x)
+    s = R.summarize(x, workers=3)  # the benchmark's path: parts on threads, added up
     for name in ("fp16", "fp8_e4m3"):
         assert s.counts(name) == torch_counts(x, name)
+    serial = R.summarize(x)
+    assert np.array_equal(s.table, serial.table) and s.rel_error_sum == serial.rel_error_sum
     assert np.array_equal(s.table, R.combine([R.summarize(x[:1000]), R.summarize(x[1000:])]).table)
+
+
+def test_threads_give_the_same_record_as_one_thread():
+    # Counts are exact integers and the parts' sums are added in a fixed order: any split gives the same record.
+    with np.errstate(invalid="ignore"):
+        x = random_bits(2 * R._CHUNK + 999, seed=5)
+    one = R.summarize(x)
+    for workers in (2, 3, 8):
+        many = R.summarize(x, workers=workers)
+        assert np.array_equal(many.table, one.table) and many.rel_error_sum == one.rel_error_sum
+        assert (many.size, many.exact_zero, many.inf, many.nan) == (one.size, one.exact_zero, one.inf, one.nan)

@@ -20,11 +20,11 @@ the same initial weights. The training step is the PyTorch AMP recipe::
 Public API
 ----------
 - :class:`RunConfig` (``validate``, ``clamped``, ``estimate_seconds``), :data:`LIMITS`,
-  :data:`MAX_RUN_SECONDS`, :func:`suggested_config`, :func:`config_fields`
+  :data:`MAX_RUN_SECONDS`, :func:`suggested_config`
 - :func:`compare` -> :class:`Comparison` of :class:`ArmResult`; :func:`speedup`,
   :func:`comparison_rows`, :func:`rows_to_csv`
 - :func:`matmul_benchmark` -> list of :class:`MatmulRow`
-- :func:`gradscaler_trace` -> list of :class:`TraceStep`; :func:`trace_rows`
+- :func:`gradscaler_trace` -> list of :class:`TraceStep`
 - :func:`device_info` -> :class:`DeviceInfo`; :func:`resolve_device`
 - :func:`is_busy`, :func:`run_slot`, :class:`LiveError`
 
@@ -69,7 +69,6 @@ from lensa.live.config import (
     Progress,
     RunConfig,
     ShouldStop,
-    config_fields,
     suggested_config,
 )
 from lensa.live.device import (
@@ -93,11 +92,14 @@ from lensa.live.matmul import (
     matmul_benchmark,
 )
 from lensa.live.rows import (
+    CLEARLY_FASTER,
     ComparisonRow,
+    arm_scale_history,
+    clearly_faster,
     comparison_rows,
+    loss_gap,
     rows_to_csv,
     speedup,
-    trace_rows,
 )
 from lensa.live.slot import (
     is_busy,
@@ -112,6 +114,7 @@ from lensa.live.trace import (
 __all__ = [
     "ARMS",
     "ARM_LABELS",
+    "CLEARLY_FASTER",
     "COST_MODELS",
     "CPU_FLAGS_OF_INTEREST",
     "DEVICES",
@@ -137,17 +140,18 @@ __all__ = [
     "RunConfig",
     "ShouldStop",
     "TraceStep",
+    "arm_scale_history",
+    "clearly_faster",
     "compare",
     "comparison_rows",
-    "config_fields",
     "device_info",
     "gradscaler_trace",
     "is_busy",
+    "loss_gap",
     "matmul_benchmark",
     "resolve_device",
     "rows_to_csv",
     "run_slot",
     "speedup",
     "suggested_config",
-    "trace_rows",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lensa.live.device import DEVICES, resolve_device
@@ -290,8 +290,3 @@ def _check_arms(arms: Sequence[str]) -> tuple[str, ...]:
     if len(set(arms)) != len(arms):
         raise LiveError("invalid", "Each arm may be asked for only once.")
     return arms
-
-
-def config_fields() -> list[str]:
-    """Names of the :class:`RunConfig` fields, in order (for building a form)."""
-    return [f.name for f in fields(RunConfig)]

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from lensa.measured import ScalerHistory
+
 if TYPE_CHECKING:
-    from lensa.live.arms import Comparison
+    from lensa.live.arms import ArmResult, Comparison
     from lensa.live.matmul import MatmulRow
-    from lensa.live.trace import TraceStep
 
 
 def speedup(comparison: Comparison, arm: str) -> float | None:
@@ -20,6 +21,37 @@ def speedup(comparison: Comparison, arm: str) -> float | None:
     if base is None or other is None or other.time_s <= 0:
         return None
     return base.time_s / other.time_s
+
+
+# A speed-up past this is more than the noise of timing a short run on a shared machine: below it the lab
+# says this CPU or GPU has no fast path for the format (its step is then about as slow as FP32's, or slower).
+CLEARLY_FASTER = 1.2
+
+
+def clearly_faster(comparison: Comparison, arm: str) -> bool | None:
+    """Whether ``arm`` beat FP32 by more than :data:`CLEARLY_FASTER`; None when the speed-up is unknown."""
+    ratio = speedup(comparison, arm)
+    return None if ratio is None else ratio > CLEARLY_FASTER
+
+
+def loss_gap(comparison: Comparison, arm: str, magnitude: bool = False) -> float | None:
+    """``arm``'s final training loss minus FP32's (its absolute value with ``magnitude``); None when either
+    arm is missing. NaN when a loss was NaN."""
+    base, other = comparison.arms.get("fp32"), comparison.arms.get(arm)
+    if base is None or other is None:
+        return None
+    gap = other.final_loss - base.final_loss
+    return abs(gap) if magnitude else gap
+
+
+def arm_scale_history(result: ArmResult) -> ScalerHistory:
+    """An arm's loss scale step by step (steps from 1), as :class:`~lensa.measured.ScalerHistory`.
+
+    A step without a scale (an arm with no scaler) is drawn at 2**0, the scale that changes nothing.
+    """
+    steps = tuple(range(1, len(result.loss_scales) + 1))
+    log2_scales = tuple(math.log2(s) if s else 0.0 for s in result.loss_scales)
+    return ScalerHistory(steps, log2_scales, tuple(result.skipped))
 
 
 class ComparisonRow(TypedDict):
@@ -68,8 +100,3 @@ def rows_to_csv(rows: Sequence[dict[str, Any]] | Sequence[ComparisonRow] | Seque
     for row in rows:
         writer.writerow({k: "" if v is None else v for k, v in row.items()})
     return buf.getvalue()
-
-
-def trace_rows(trace: Sequence[TraceStep]) -> list[dict[str, Any]]:
-    """The trace as plain dicts (one per step), e.g. for a table or :func:`rows_to_csv`."""
-    return [asdict(s) for s in trace]

@@ -280,11 +280,6 @@ class LabWorker:
             except ValueError:
                 return None
 
-    def waiting(self) -> int:
-        """How many jobs wait behind the running one."""
-        with self._lock:
-            return len(self._pending)
-
     def busy(self) -> bool:
         """True while a job runs or waits."""
         with self._lock:

@@ -9,8 +9,10 @@ import numpy as np
 
 from lensa.formats import FORMATS, category_shares, classify, relative_error
 from lensa.measured import ZoneHistogram
+from lensa.scaling import loss_scaled
 from lensa.ui import figures
 from lensa.ui.frame import Page
+from lensa.ui.i18n import power_of_two
 
 FP8_KEYS = ("fp8_e4m3", "fp8_e5m2")
 
@@ -61,8 +63,9 @@ def fp16_binades(page: Page, hist: ZoneHistogram) -> object:
     )
 
 
-def format_rows(page: Page, values: np.ndarray, keys: Sequence[str], scales: dict[str, float] | None = None) -> list:
-    """Per format: its range, what it does to ``values`` (times that format's scale, if any), and the error.
+def format_rows(page: Page, values: np.ndarray, keys: Sequence[str], scale_exps: dict[str, int] | None = None) -> list:
+    """Per format: its range, what it does to ``values`` (times 2**k, that format's scale exponent if any), and
+    the error.
 
     The mean relative error is measured after dividing by the scale again, so
     it is the error the gradients really carry; a value lost to 0 counts 100%.
@@ -71,12 +74,12 @@ def format_rows(page: Page, values: np.ndarray, keys: Sequence[str], scales: dic
     rows = []
     for key in keys:
         f = FORMATS[key]
-        scale = (scales or {}).get(key, 1.0)
-        scaled = np.asarray(values, dtype=np.float64) * scale
+        k = (scale_exps or {}).get(key, 0)
+        scaled = loss_scaled(values, k)
         shares = category_shares(scaled, f)
         error = float(relative_error(scaled, f).mean())
         row = {
-            head["format"]: f.label + ("" if scale == 1.0 else f" × 2^{int(np.log2(scale))}"),
+            head["format"]: f.label + ("" if k == 0 else f" × {power_of_two(k)}"),
             head["range"]: f"{page.sci(f.smallest_subnormal)} … {page.num(f.max) if f.max < 1e6 else page.sci(f.max)}",
             head["zero"]: page.pct(shares["zero"]),
             head["subnormal"]: page.pct(shares["subnormal"]),

@@ -225,13 +225,22 @@ def decade_ticks(lo: int, hi: int, every: int = 2) -> dict:
 # --- step 1 -------------------------------------------------------------------
 
 
+BYTES_PER_GB = 1e9  # the figures' memory axes are in decimal gigabytes
+
+
 @dataclass(frozen=True)
 class BarPart:
+    """One part of a stacked memory column, in bytes (drawn in GB)."""
+
     label: str
-    gb: float
+    n_bytes: float
     colour: str
     pattern: str = ""
     hover: str = ""
+
+    @property
+    def gb(self) -> float:
+        return self.n_bytes / BYTES_PER_GB
 
 
 def stacked_memory(parts: Sequence[BarPart], gpu_gb: float, gpu_label: str, axis_title: str, lang: str) -> go.Figure:
@@ -685,10 +694,12 @@ def labelled_bars(
     height: int = 240,
     lang: str = "en",
     percent: bool = False,
+    headroom: float = 1.25,
 ) -> go.Figure:
     """Horizontal bars, one per row top to bottom, each with its value written beside it.
 
-    ``percent``: the values are shares (0..1) and the axis is labelled in percent.
+    ``percent``: the values are shares (0..1) and the axis is labelled in percent. Without ``x_max`` the axis
+    reaches ``headroom`` times the longest bar (or the line), leaving room for the written values.
     """
     data = [
         {
@@ -721,7 +732,7 @@ def labelled_bars(
                 "font": {"size": 12},
             }
         )
-    top = x_max if x_max is not None else max([*values, line[0] if line else 0.0]) * 1.25 or 1.0
+    top = x_max if x_max is not None else max([*values, line[0] if line else 0.0]) * headroom or 1.0
     layout = _layout(
         height,
         lang,
@@ -749,6 +760,60 @@ def labelled_bars(
     table = _table(lang, (_words(lang, "col_item"), axis_title or _words(lang, "col_value")), rows)
     alt = _words(lang, "alt_bars", bars="; ".join(f"{name}: {text}" for name, text in rows))
     return _figure(data, layout, table=table, alt=alt)
+
+
+# Step 6's two bar charts: a row per math mode, over room for the axis (and the GPU line's label above).
+BAR_ROW_PX = 45
+TIME_BARS_FRAME_PX = 150
+MEMORY_BARS_FRAME_PX = 110
+MEMORY_AXIS_MIN_GB = 200.0  # step 1's column starts at 0-200 GB too, so the two pages read alike
+MEMORY_AXIS_HEADROOM = 1.2  # room beside the longest bar for its label
+
+
+def step_time_bars(
+    names: Sequence[str],
+    times_s: Sequence[float],
+    colours: Sequence[str],
+    texts: Sequence[str],
+    axis_title: str,
+    patterns: Sequence[str],
+    hovers: Sequence[str],
+    lang: str,
+) -> go.Figure:
+    """Seconds a training step takes in each mode, a bar each (:func:`labelled_bars`, sized to its rows)."""
+    height = TIME_BARS_FRAME_PX + BAR_ROW_PX * len(names)
+    return labelled_bars(names, times_s, colours, texts, axis_title, patterns, hovers, height=height, lang=lang)
+
+
+def memory_total_bars(
+    names: Sequence[str],
+    totals_bytes: Sequence[float],
+    colours: Sequence[str],
+    texts: Sequence[str],
+    axis_title: str,
+    patterns: Sequence[str],
+    hovers: Sequence[str],
+    gpu_line: tuple[float, str],
+    lang: str,
+) -> go.Figure:
+    """Training memory in each mode in decimal GB, a bar each, with the GPU's memory (GB, label) as a line.
+
+    The axis reaches at least :data:`MEMORY_AXIS_MIN_GB`, and past the longest bar.
+    """
+    gbs = [t / BYTES_PER_GB for t in totals_bytes]
+    return labelled_bars(
+        names,
+        gbs,
+        colours,
+        texts,
+        axis_title,
+        patterns,
+        hovers,
+        line=gpu_line,
+        x_max=max(MEMORY_AXIS_MIN_GB, max(gbs) * MEMORY_AXIS_HEADROOM),
+        height=MEMORY_BARS_FRAME_PX + BAR_ROW_PX * len(names),
+        lang=lang,
+    )
 
 
 # --- step 5 -------------------------------------------------------------------------

@@ -12,7 +12,6 @@ function of what the URL, the session and the browser say.
 from __future__ import annotations
 
 import math
-import string
 import tomllib
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
@@ -51,11 +50,6 @@ def catalogue(lang: str) -> dict[str, str]:
         return _flatten(tomllib.load(fh))
 
 
-def placeholders(text: str) -> set[str]:
-    """The named fields ``{name}`` a text expects."""
-    return {field for _, field, _, _ in string.Formatter().parse(text) if field}
-
-
 def text(lang: str, key: str, **values: object) -> str:
     """The text for ``key`` in ``lang`` with its placeholders filled.
 
@@ -65,10 +59,6 @@ def text(lang: str, key: str, **values: object) -> str:
     """
     template = catalogue(lang)[key]
     return template.format(**values) if values else template
-
-
-def has_text(lang: str, key: str) -> bool:
-    return key in catalogue(lang)
 
 
 @cache
@@ -213,3 +203,39 @@ def compact(x: float, lang: str) -> str:
             text = text.rstrip("0").rstrip(".") if "." in text else text
             return _localise(text, lang) + suffix
     return number(x, lang)
+
+
+def compact_exact(count: float, lang: str) -> str:
+    """A whole count in short form with every digit kept: ``7.5B`` / ``7,5 miliar``, ``1.234567891B``.
+
+    Unlike :func:`compact` nothing is rounded, so the text reads back as the
+    same count (:func:`lensa.ui.controls.parse_count` reads both languages).
+    Below a thousand it is the plain number.
+    """
+    if not math.isfinite(count):
+        return _non_finite(count)
+    for size, suffix in _SCALE_WORDS[lang]:
+        if abs(count) >= size:
+            mantissa = (Decimal(int(count)) / Decimal(int(size))).normalize()
+            return _localise(f"{mantissa:f}", lang) + suffix
+    return number(count, lang)
+
+
+def states_formula(params: float, whole_bytes: float, split_bytes: float, gpus: int, lang: str) -> str:
+    """Step 1's model-state sum per GPU: ``6.74B × 16 B``, ``70B × 16 B ÷ 8`` or ``7B × (4 + 12 ÷ 8) B``.
+
+    ``whole_bytes`` and ``split_bytes`` are bytes a parameter that every GPU
+    keeps and that ZeRO splits over ``gpus`` (:func:`lensa.memory.split_bytes_per_param`).
+    """
+    count = compact(params, lang)
+    whole, split, n = number(whole_bytes, lang), number(split_bytes, lang), number(gpus, lang)
+    if split_bytes == 0:
+        return f"{count} × {whole} B"
+    if whole_bytes == 0:
+        return f"{count} × {split} B ÷ {n}"
+    return f"{count} × ({whole} + {split} ÷ {n}) B"
+
+
+def teraflops(flops_per_s: float, lang: str, digits: int = 4) -> str:
+    """A rate in FLOP/s written in TFLOP/s (10**12) to ``digits`` significant digits: ``312``, ``19,5``."""
+    return significant(flops_per_s / 1e12, lang, digits)

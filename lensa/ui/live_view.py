@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from lensa.scaling import simulate
+from lensa.ui import i18n
 from lensa.ui.frame import Page
 
 _LOG = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ def benchmark_table(page: Page, rows: Sequence[Any], gpu: Any) -> list[dict[str,
             {
                 header["mode"]: row["mode"].upper(),
                 header["measured"]: measured,
-                header["datasheet"]: "—" if peak is None else page.sig(peak / 1e12, 3),
+                header["datasheet"]: "—" if peak is None else i18n.teraflops(peak, page.lang, 3),
             }
         )
     return out

@@ -9,7 +9,15 @@ from lensa.memory import CHECKPOINTING, OPTIMIZERS
 from lensa.models import DEFAULT_PRESET, PRESETS
 from lensa.runstats import KINDS
 from lensa.speed import DEFAULT_GPU, DEFAULT_MFU, GPUS
-from lensa.ui.controls import ChoiceControl, Control, NumberControl, TextControl, log_stops, power_of_two_stops
+from lensa.ui.controls import (
+    ChoiceControl,
+    Control,
+    CountControl,
+    NumberControl,
+    TextControl,
+    log_stops,
+    power_of_two_stops,
+)
 
 STEP_COUNT = 6
 
@@ -53,7 +61,8 @@ PAGES: tuple[PageInfo, ...] = (
             ChoiceControl("precision", ("mixed", "fp32"), "mixed"),
             NumberControl("tokens", TOKENS_STOPS, 2048, log=True, integer=True),
             ChoiceControl("model", (*PRESETS, "custom"), DEFAULT_PRESET),
-            NumberControl("params", log_stops(8, 12), 7e9, log=True),
+            # Typed, not a slider: a custom size is kept exactly (GPT-3's 175e9, the ZeRO paper's 7.5B).
+            CountControl("params", 7e9, 1e8, 1e12),
             ChoiceControl("optimizer", OPTIMIZERS, "adam"),
             NumberControl("zero", (0, 1, 2, 3), 0, integer=True),
             NumberControl("gpus", GPU_COUNTS, 1, log=True, integer=True),

@@ -14,18 +14,27 @@ from collections.abc import Callable, Sequence
 import streamlit as st
 
 from lensa.ui import i18n
-from lensa.ui.controls import ChoiceControl, Control, NumberControl, TextControl
+from lensa.ui.controls import (
+    MAX_URL_VALUE_CHARS,
+    ChoiceControl,
+    Control,
+    CountControl,
+    NumberControl,
+    TextControl,
+)
 from lensa.ui.frame import Page, draw_navigation, link_params, page_label, remembered, safe_echo, seen_urls, step_of
 from lensa.ui.site import STEP_COUNT
 
 _MISSING = object()
 MAX_NOTICE_OPTIONS = 12
 LINK_NOTICE_ICON = ":material/link_off:"
+TYPED_NOTICE_ICON = ":material/edit_off:"
 _NOTICE_KEYS = {
     "not_a_number": "notice.not_a_number",
     "out_of_range": "notice.out_of_range",
     "not_an_option": "notice.not_an_option",
 }
+_TYPED_KEYS = {"not_a_number": "common.typed_not_a_number", "out_of_range": "common.typed_out_of_range"}
 
 
 def widget_key(page: Page, name: str) -> str:
@@ -44,6 +53,8 @@ def _is_position(control: Control, value: object) -> bool:
         return value in control.stops
     if isinstance(control, TextControl):
         return isinstance(value, str)
+    if isinstance(control, CountControl):
+        return isinstance(value, float) and control.lo <= value <= control.hi
     return value in control.options
 
 
@@ -87,7 +98,7 @@ def _value_from_url(
         value = reading.value
         if reading.problem:
             extra = {}
-            if isinstance(control, NumberControl):
+            if isinstance(control, NumberControl | CountControl):
                 extra = {"lo": show(control.lo), "hi": show(control.hi)}
             elif isinstance(control, ChoiceControl):
                 extra = {"options": _option_list(control, show)}
@@ -234,6 +245,39 @@ def text(page: Page, name: str, label: str, help: str | None = None, placeholder
     if control.read(value).problem is None:
         _value_to_url(page, control, value.strip())
     return value
+
+
+def count(page: Page, name: str, label: str, show: Callable[[object], str], help: str | None = None) -> float:
+    """A URL-bound text box for a count typed as a person writes it (``7.5B``, ``175e9``); returns the count.
+
+    The box keeps what was typed; the URL gets the count's exact engineering
+    spelling (``7.5e9``). Typed text outside the control's range is clamped and
+    text that is no count at all keeps the last good value, each with a short
+    warning under the box (a link's bad value gets the page's usual notice).
+    ``show`` writes a count for people, exactly (it also fills the box).
+    """
+    control = page.info.control(name)
+    assert isinstance(control, CountControl)
+    key = widget_key(page, name)
+    typed = st.session_state.get(key)
+    typed_here = isinstance(typed, str) and not page.switched and not url_moved(page, name)
+    reading = control.read(typed) if typed_here else None
+
+    def from_widget(text: object) -> float | None:
+        if not isinstance(text, str):
+            return None
+        got = control.read(text)
+        return float(got.value) if got.problem != "not_a_number" else None  # type: ignore[arg-type]
+
+    value = _value_from_url(page, control, label, show, to_widget=show, from_widget=from_widget)
+    st.text_input(label, key=key, max_chars=MAX_URL_VALUE_CHARS)
+    _help(help)
+    if reading is not None and reading.problem is not None:
+        extra = {"lo": show(control.lo), "hi": show(control.hi)}
+        message = page.t(_TYPED_KEYS[reading.problem], raw=safe_echo(typed), value=show(value), **extra)
+        st.warning(message, icon=TYPED_NOTICE_ICON)
+    _value_to_url(page, control, value)
+    return float(value)  # type: ignore[arg-type]
 
 
 def toggle(page: Page, name: str, label: str, help: str | None = None) -> bool:

@@ -90,6 +90,18 @@ def test_deep_link_as_the_first_request_to_a_fresh_server(page):
         assert page.locator(METRIC).nth(0).inner_text() == "7.81e-3"  # FP16 spacing at 10
 
 
+def test_custom_size_is_typed_and_kept_exactly(server, page):
+    # The ZeRO paper's worked example: 7.5B parameters, stage 1 over 64 GPUs, 31.4 GB of model states per GPU.
+    page.goto(url_of(server, "memory", lang="en", model="custom", zero="1", gpus="64"))
+    wait_for_app(page)
+    box = page.get_by_label(i18n.text("en", "memory.params"))
+    box.fill("7.5B")
+    box.press("Enter")
+    wait_until(page, lambda: query(page).get("params") == "7.5e9")
+    wait_until(page, lambda: metric_values(page)[1] == "31.4 GB")
+    assert page.get_by_text("7,500,000,000 parameters").count() == 1
+
+
 def test_deep_link_in_indonesian_with_junk(server, page):
     page.goto(url_of(server, "memory", lang="id", precision="fp32", tokens="abc"))
     wait_for_app(page)
