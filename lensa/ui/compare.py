@@ -61,7 +61,9 @@ def fp16_binades(page: Page, hist: ZoneHistogram) -> object:
     )
 
 
-def format_rows(page: Page, values: np.ndarray, keys: Sequence[str], scales: dict[str, float] | None = None) -> list:
+def format_rows(
+    page: Page, values: np.ndarray, keys: Sequence[str], scales: dict[str, float] | None = None
+) -> list[dict[str, str]]:
     """Per format: its range, what it does to ``values`` (times that format's scale, if any), and the error.
 
     The mean relative error is measured after dividing by the scale again, so
