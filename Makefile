@@ -59,6 +59,7 @@ test: lint
 lint: $(VENV)/.dev-installed $(TOOLS_VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
 	BC_SKIP_MAPPING=TRUE $(TOOLS)/checkov --quiet --compact --skip-download --framework kubernetes -d deploy/kubernetes
 	BC_SKIP_MAPPING=TRUE $(TOOLS)/checkov --quiet --compact --skip-download --framework dockerfile -f Dockerfile

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 import ml_dtypes
 import numpy as np
@@ -147,7 +147,7 @@ def get_format(fmt: str | FloatFormat) -> FloatFormat:
 _EXACT_IN_FLOAT32 = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
 
 
-def _as_float_array(x: ArrayLike) -> NDArray:
+def _as_float_array(x: ArrayLike) -> NDArray[Any]:
     a = np.asarray(x)
     if a.dtype in _EXACT_IN_FLOAT32 or a.dtype == np.float64:
         return a
@@ -163,7 +163,8 @@ def _round_unbounded(a: NDArray[np.float64], f: FloatFormat) -> NDArray[np.float
     _, e = np.frexp(a)  # a = m * 2**e with m in [0.5, 1)
     binade = np.maximum(e - 1, f.emin)  # subnormals share the lowest binade's spacing
     shift = f.significand_bits - binade
-    return np.ldexp(np.rint(np.ldexp(a, shift)), -shift)
+    rounded: NDArray[np.float64] = np.ldexp(np.rint(np.ldexp(a, shift)), -shift)
+    return rounded
 
 
 def _quantize_direct(x: NDArray[np.float64], f: FloatFormat) -> NDArray[np.float64]:
@@ -239,7 +240,7 @@ def scalar_rounder(fmt: str | FloatFormat) -> Callable[[float], float]:
     return rnd
 
 
-def cast(x: ArrayLike, fmt: str | FloatFormat, workers: int = 1) -> NDArray:
+def cast(x: ArrayLike, fmt: str | FloatFormat, workers: int = 1) -> NDArray[Any]:
     """Store each value in ``fmt``: the array in the format's own numpy dtype, like ``torch.Tensor.to``.
 
     Same rounding as :func:`quantize` (bit for bit torch's casts on float32
@@ -260,7 +261,7 @@ def cast(x: ArrayLike, fmt: str | FloatFormat, workers: int = 1) -> NDArray:
     return out
 
 
-def _library_cast(a: NDArray, f: FloatFormat) -> NDArray:
+def _library_cast(a: NDArray[Any], f: FloatFormat) -> NDArray[Any]:
     """numpy's / ml_dtypes' cast of float32-exact values, with E4M3's saturation applied first."""
     if f.overflow == "saturate":
         # The library gives NaN past 464; beyond max every finite value saturates (clip keeps NaN).
@@ -271,7 +272,9 @@ def _library_cast(a: NDArray, f: FloatFormat) -> NDArray:
 _CHUNK = 1 << 20  # values per task: big enough to amortise a task, small enough to spread the work
 
 
-def _in_chunks(src: NDArray, out: NDArray, work, workers: int = 1) -> None:
+def _in_chunks(
+    src: NDArray[Any], out: NDArray[Any], work: Callable[[NDArray[Any], NDArray[Any]], None], workers: int = 1
+) -> None:
     """Apply ``work(src_part, out_part)`` over matching flat chunks, on ``workers`` threads when more than one.
 
     numpy and ml_dtypes release the GIL in casts and ufuncs, so threads use

@@ -213,7 +213,8 @@ def lost_by_layer(run: RunStats, step: int, fmts: Sequence[str]) -> list[LostRow
 
 def lost_over_training(run: RunStats, layer: str, fmts: Sequence[str]) -> tuple[list[int], dict[str, list[float]]]:
     """Per recorded step: the share of updates (one tensor's, or all) that each format would lose."""
-    steps, shares = [], {f: [] for f in fmts}
+    steps: list[int] = []
+    shares: dict[str, list[float]] = {f: [] for f in fmts}
     for step in run.steps("update"):
         try:
             stats = select(run, "update", layer, step)

@@ -37,6 +37,7 @@ Precision = Literal["mixed", "fp32"]
 Optimizer = Literal["adam", "sgd_momentum", "adam_8bit"]
 Checkpointing = Literal["none", "selective", "full"]
 Group = Literal["params", "grads", "optimizer"]
+StateKey = Literal["weights", "gradients", "master", "momentum", "adam_m", "adam_v"]
 
 PRECISIONS: tuple[Precision, ...] = ("mixed", "fp32")
 OPTIMIZERS: tuple[Optimizer, ...] = ("adam", "sgd_momentum", "adam_8bit")
@@ -72,13 +73,13 @@ SEVEN_B = ModelShape(params=6.74e9, d_model=4096, layers=32, heads=32, context=4
 class StateComponent:
     """One slice of the model states: what it is, its bytes per parameter, its ZeRO group."""
 
-    key: Literal["weights", "gradients", "master", "momentum", "adam_m", "adam_v"]
+    key: StateKey
     dtype: str  # "fp16", "fp32", "int8"
     bytes_per_param: float
     group: Group
 
 
-_OPTIMIZER_STATES: dict[Optimizer, tuple[tuple[str, str, float], ...]] = {
+_OPTIMIZER_STATES: dict[Optimizer, tuple[tuple[StateKey, str, float], ...]] = {
     "adam": (("adam_m", "fp32", 4), ("adam_v", "fp32", 4)),
     "sgd_momentum": (("momentum", "fp32", 4),),
     # bitsandbytes' 8-bit Adam: both moments block-quantised to one byte.
@@ -108,7 +109,7 @@ def state_components(precision: Precision = "mixed", optimizer: Optimizer = "ada
             StateComponent("weights", "fp32", 4, "params"),
             StateComponent("gradients", "fp32", 4, "grads"),
         ]
-    parts += [StateComponent(k, d, b, "optimizer") for k, d, b in _OPTIMIZER_STATES[optimizer]]  # type: ignore[arg-type]
+    parts += [StateComponent(k, d, b, "optimizer") for k, d, b in _OPTIMIZER_STATES[optimizer]]
     return tuple(parts)
 
 

@@ -58,4 +58,5 @@ def load_reference() -> tuple[RunStats, RunStats]:
 
 def reference_recipe() -> dict[str, Any]:
     """The reference run's recipe (JSON values: sizes in tokens, learning rate, seed, torch version ...)."""
-    return load_reference()[0].meta["recipe"]
+    recipe: dict[str, Any] = load_reference()[0].meta["recipe"]
+    return recipe

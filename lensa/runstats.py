@@ -60,6 +60,7 @@ import io
 import json
 import math
 import os
+import typing
 import zipfile
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -193,8 +194,8 @@ def _stored_in_fine_bins(name: str) -> NDArray[np.float64]:
 # --- the per-tensor record -----------------------------------------------------------------------------------
 
 
-def _frozen(a: ArrayLike, dtype: type) -> NDArray:
-    out = np.array(a, dtype=dtype, copy=True)
+def _frozen(a: ArrayLike, dtype: type) -> NDArray[Any]:
+    out: NDArray[Any] = np.array(a, dtype=dtype, copy=True)
     out.setflags(write=False)
     return out
 
@@ -407,7 +408,8 @@ def _count_chunk(bits: NDArray[np.uint32], acc: _Partial, unaligned: tuple[int, 
     k0 = int(key.min()) if n else 0
     if k0:
         np.subtract(key, np.uint32(k0), out=key)
-    packed = np.bincount(key, weights=weight)  # bins k0 ... the largest key
+    # bins k0 ... the largest key; float64 with weights, though numpy's stubs say intp whatever the weights
+    packed = typing.cast(NDArray[np.float64], np.bincount(key, weights=weight))
     top = k0 + packed.size
     acc.key_lo, acc.key_hi = min(acc.key_lo, k0), max(acc.key_hi, top)
     count = packed * (1 / _PACK)
@@ -777,7 +779,8 @@ class RunStats:
 
     @property
     def meta(self) -> dict[str, Any]:
-        return json.loads(json.dumps(self._meta))
+        meta: dict[str, Any] = json.loads(json.dumps(self._meta))
+        return meta
 
     def __len__(self) -> int:
         return len(self._tensors)
@@ -847,7 +850,7 @@ class RunStats:
         }
         n_cols = len(_edges())
         steps = sorted(self._steps)
-        arrays: dict[str, NDArray] = {
+        arrays: dict[str, NDArray[Any]] = {
             "header": np.array(json.dumps(header, allow_nan=False)),
             "tensor_kind": np.array([KINDS.index(k) for k, _, _ in labels], np.int64),
             "tensor_name": np.array([name_index[n] for _, n, _ in labels], np.int64),
@@ -871,7 +874,8 @@ class RunStats:
             "step_skipped": np.array([self._steps[s][2] for s in steps], np.bool_),
         }
         buf = io.BytesIO()
-        np.savez_compressed(buf, **arrays)
+        # allow_pickle=True is numpy's default; naming it tells the type checker no array takes that name.
+        np.savez_compressed(buf, allow_pickle=True, **arrays)
         data = buf.getvalue()
         if len(data) > MAX_FILE_BYTES:
             raise ValueError(f"the file would be {len(data):,} bytes; load() reads at most {MAX_FILE_BYTES:,}")
@@ -992,7 +996,7 @@ def _load_bytes(data: bytes) -> RunStats:
     return _from_arrays(arrays)
 
 
-def _from_arrays(a: dict[str, NDArray]) -> RunStats:
+def _from_arrays(a: dict[str, NDArray[Any]]) -> RunStats:
     try:
         header = json.loads(str(a["header"][()]))
     except json.JSONDecodeError as e:

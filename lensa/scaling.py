@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -125,9 +125,18 @@ class ScalerStep:
     scale_after: float  # S after the update, used by the next step
 
 
-def simulate(found_inf: list[bool], **scaler_args: float) -> list[ScalerStep]:
+class ScalerArgs(TypedDict, total=False):
+    """The keyword arguments of :class:`DynamicLossScaler`, each optional."""
+
+    init_scale: float
+    growth_factor: float
+    backoff_factor: float
+    growth_interval: int
+
+
+def simulate(found_inf: list[bool], **scaler_args: Unpack[ScalerArgs]) -> list[ScalerStep]:
     """Run a :class:`DynamicLossScaler` over a given pattern of overflowing steps."""
-    scaler = DynamicLossScaler(**scaler_args)  # type: ignore[arg-type]
+    scaler = DynamicLossScaler(**scaler_args)
     out = []
     for i, inf in enumerate(found_inf, start=1):
         used = float(scaler.scale)

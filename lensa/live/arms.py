@@ -180,7 +180,7 @@ def _train_arm(
         def step(i: int) -> torch.Tensor:
             opt.zero_grad(set_to_none=True)
             with ctx:
-                loss = criterion(model(x[i % pool]), y[i % pool])
+                loss: torch.Tensor = criterion(model(x[i % pool]), y[i % pool])
             scaler.scale(loss).backward()
             if cfg.clip_grad_norm is not None:
                 scaler.unscale_(opt)  # clip the true gradients, not the scaled ones

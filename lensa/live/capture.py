@@ -74,10 +74,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 
 from lensa.live.schedule import DEFAULT_RECORDED_STEPS as DEFAULT_RECORDED_STEPS
-from lensa.live.schedule import log_spaced_steps
-from lensa.live.summaries import InlineSummaries, ProcessSummaries
+from lensa.live.schedule import log_spaced_steps as log_spaced_steps
+from lensa.live.summaries import Held, InlineSummaries, ProcessSummaries
 from lensa.runstats import BINADE_MIN, KINDS, N_BINADES, RunStats, TensorStats, exact_fractions, from_histograms
 
 
@@ -131,10 +132,10 @@ def _summarize_bits(bits: torch.Tensor, lost_counts: tuple[int, ...] | None = No
     keys, counts, lows = [], [], []
     for start in range(0, n, _CHUNK):
         b = bits[start : start + _CHUNK]
-        key = torch.bitwise_right_shift(b, 12).bitwise_and_(0x7FFFF)
-        lo = int(key.min())
+        chunk_key = torch.bitwise_right_shift(b, 12).bitwise_and_(0x7FFFF)
+        lo = int(chunk_key.min())
         weight = torch.bitwise_and(b, 0xFFF).to(torch.float64).add_(_PACK)
-        packed = torch.bincount(key.sub_(lo), weights=weight).numpy()
+        packed = torch.bincount(chunk_key.sub_(lo), weights=weight).numpy()
         nz = np.flatnonzero(packed)
         p = packed[nz]
         # count * 2**32 + low sum, the low sum below 2**32 (at most 2**20 values of at most 4095): floor is the count
@@ -142,6 +143,9 @@ def _summarize_bits(bits: torch.Tensor, lost_counts: tuple[int, ...] | None = No
         keys.append(nz + lo)
         counts.append(c)
         lows.append(p - c * _PACK)
+    key: NDArray[Any]
+    count: NDArray[Any]
+    low: NDArray[Any]
     if len(keys) > 1:
         key, where = np.unique(np.concatenate(keys), return_inverse=True)
         count = np.bincount(where, weights=np.concatenate(counts))  # exact: integers below 2**53
@@ -181,8 +185,8 @@ def _summarize_bits(bits: torch.Tensor, lost_counts: tuple[int, ...] | None = No
         m = m[(m >= 0x00800000) & (m < 0x7F800000)]  # normal values; subnormals are counted below
         exact += _exact_counts(m & 0x7FFFFF, (m >> 23).astype(np.int64) + _SUB_ROWS - 1)
     if subnormals:
-        m = magnitudes()
-        sub = m[(m < 0x00800000) & (m != 0)].numpy()
+        mags = magnitudes()
+        sub = mags[(mags < 0x00800000) & (mags != 0)].numpy()
         # Times 2**64 is exact for a float32 subnormal and makes it normal: its exponent is then its binade + 64.
         norm = (sub.view(np.float32) * np.float32(2.0**64)).view(np.int32)
         row = (norm >> 23).astype(np.int64) - 127 - 64 - BINADE_MIN
@@ -340,7 +344,7 @@ class Recorder:
         self._grads_seen: set[str] = set()  # modules whose output gradient this step has been read
         self._grads_read = False
         self._stepped = False
-        self._before: list[torch.Tensor] | None = None
+        self._before: list[Held] | None = None
         self._scale = float(scaler.get_scale()) if scaler is not None else None  # the scale this step uses
 
         self._handles: list[Any] = [model.register_forward_pre_hook(self._on_model_forward)]
@@ -461,7 +465,7 @@ class Recorder:
             self._read_grads()  # a skipped step, or no optimizer: .grad as it is now
         value = math.nan if loss is None else float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
         scale, skipped = None, False
-        if self._scaler is not None and self._scaler.is_enabled():
+        if self._scaler is not None and self._scale is not None and self._scaler.is_enabled():
             after = float(self._scaler.get_scale())
             scale = self._scale
             skipped = not self._stepped if self._optimizer is not None else after < scale

@@ -152,6 +152,9 @@ def device_info(device: str = "auto", *, cpuinfo_path: str = "/proc/cpuinfo") ->
         )
     parsed = _read_cpuinfo(cpuinfo_path)
     notes = []
+    name: str | None
+    cores: int | None
+    flags: set[str]
     if parsed is None:
         name, cores, flags = (platform.processor() or platform.machine() or "CPU"), None, set()
         fast = units = None

@@ -167,7 +167,7 @@ def _matmul_mode(
             _sync(device)
             times.append((time.perf_counter() - t0) / inner)
     median = statistics.median(times)
-    row.update(applicable=True, median_s=median, tflops=2.0 * n**3 / median / 1e12, runs=repeats * inner)
+    row.update({"applicable": True, "median_s": median, "tflops": 2.0 * n**3 / median / 1e12, "runs": repeats * inner})
     if device == "cpu" and mode == "fp16":
         row["reason"] = "Runs on the CPU's vector units; there are no FP16 matrix units unless the CPU has amx_fp16."
     return row

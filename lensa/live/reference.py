@@ -95,7 +95,7 @@ def _strings(node: Any) -> Iterator[str]:
 def corpus(recipe: Recipe) -> bytes:
     """The training text: every string of the recipe's catalogues, in file order, joined by newlines, UTF-8."""
     root = TEXT_DIR.parent.parent
-    parts = []
+    parts: list[str] = []
     for rel in recipe.text:
         with open(root / rel, "rb") as fh:
             parts.extend(_strings(tomllib.load(fh)))
@@ -127,7 +127,8 @@ class CausalSelfAttention(nn.Module):
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+        out: torch.Tensor = self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return out
 
 
 class MLP(nn.Module):
@@ -138,7 +139,8 @@ class MLP(nn.Module):
         self.proj = nn.Linear(r.d_mlp, r.d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(self.act(self.fc(x)))
+        out: torch.Tensor = self.proj(self.act(self.fc(x)))
+        return out
 
 
 class Block(nn.Module):
@@ -151,7 +153,8 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+        out: torch.Tensor = x + self.mlp(self.ln2(x))
+        return out
 
 
 class TinyGPT(nn.Module):
@@ -176,7 +179,8 @@ class TinyGPT(nn.Module):
         x = self.tok(tokens) + self.pos(torch.arange(tokens.shape[1]))
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x))
+        logits: torch.Tensor = self.head(self.ln_f(x))
+        return logits
 
 
 def lr_at(step: int, r: Recipe) -> float:

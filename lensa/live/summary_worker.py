@@ -47,7 +47,8 @@ def read_message(stream: IO[bytes]) -> dict[str, Any] | None:
     body = stream.read(size)
     if len(body) < size:
         return None
-    return json.loads(body)
+    message: dict[str, Any] = json.loads(body)
+    return message
 
 
 def write_message(stream: IO[bytes], message: dict[str, Any], payload: bytes = b"") -> None:

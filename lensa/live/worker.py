@@ -107,7 +107,7 @@ def _serve(requests: Any, events: Any, stop_id: Any, nice: int, threads: int) ->
         torch.set_num_interop_threads(1)
     from lensa import live
 
-    infos: dict[str, tuple] = {}
+    infos: dict[str, tuple[Any, ...]] = {}
     for device in DEVICES:
         try:
             infos[device] = ("ok", live.device_info(device))
@@ -124,8 +124,10 @@ def _serve(requests: Any, events: Any, stop_id: Any, nice: int, threads: int) ->
             events.put(("progress", job_id, fraction))
 
         def should_stop(job_id: int = job_id) -> bool:
-            return stop_id.value == job_id
+            current: int = stop_id.value
+            return current == job_id
 
+        result: object
         try:
             if task == "compare":
                 result = live.compare(progress=progress, should_stop=should_stop, **kwargs)
@@ -246,7 +248,7 @@ class LabWorker:
         self._stop_id: Any = None
         self._started_at = 0.0
         self._ready = threading.Event()
-        self._infos: dict[str, tuple] = {}
+        self._infos: dict[str, tuple[Any, ...]] = {}
         self._start_error: LiveError | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -398,7 +400,7 @@ class LabWorker:
                 self._pending.remove(job)
                 self._finish(job, error=LiveError("cancelled", "Nobody was waiting for this run any more."))
 
-    def _handle(self, message: tuple) -> None:
+    def _handle(self, message: tuple[Any, ...]) -> None:
         kind, *rest = message
         if kind == "hello":
             _pid, infos = rest

@@ -63,7 +63,9 @@ def fp16_binades(page: Page, hist: ZoneHistogram) -> object:
     )
 
 
-def format_rows(page: Page, values: np.ndarray, keys: Sequence[str], scale_exps: dict[str, int] | None = None) -> list:
+def format_rows(
+    page: Page, values: np.ndarray, keys: Sequence[str], scale_exps: dict[str, int] | None = None
+) -> list[dict[str, str]]:
     """Per format: its range, what it does to ``values`` (times 2**k, that format's scale exponent if any), and
     the error.
 

@@ -30,11 +30,13 @@ alternative (``fig.alt``) that a page may replace with its own.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+from numpy.typing import ArrayLike
 
 from lensa.ui import i18n
 
@@ -68,6 +70,8 @@ ACTIVATION_PATTERN = "x"
 
 FONT = {"size": 13}
 HIDE_TRACE_NAME = "<extra></extra>"
+# A plotly figure, trace, layout or shape as the plain dict plotly.js reads.
+Spec = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ class DataTable:
     lang: str = "en"
 
 
-class SpecFigure(go.Figure):
+class SpecFigure(go.Figure):  # type: ignore[misc]  # plotly has no types, so go.Figure is Any
     """A go.Figure that hands over the spec it was built from.
 
     ``st.plotly_chart`` asks a figure for ``to_dict()`` and serialises that;
@@ -93,24 +97,24 @@ class SpecFigure(go.Figure):
     table: DataTable | None = None
     alt: str = ""
 
-    def __init__(self, spec: dict, table: DataTable | None = None, alt: str = "") -> None:
+    def __init__(self, spec: Spec, table: DataTable | None = None, alt: str = "") -> None:
         super().__init__()
         self._lensa_spec = spec
         self.table = table
         self.alt = alt
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Spec:
         return self._lensa_spec
 
 
 def _figure(
-    data: list[dict],
-    layout: dict,
-    frames: list[dict] | None = None,
+    data: list[Spec],
+    layout: Spec,
+    frames: list[Spec] | None = None,
     table: DataTable | None = None,
     alt: str = "",
 ) -> SpecFigure:
-    spec: dict = {"data": data, "layout": layout}
+    spec: Spec = {"data": data, "layout": layout}
     if frames:
         spec["frames"] = frames
     return SpecFigure(spec, table, alt)
@@ -124,8 +128,8 @@ def _words(lang: str, key: str, **values: object) -> str:
     return i18n.text(lang, f"figure.{key}", **values)
 
 
-def _layout(height: int, lang: str = "en", **extra: object) -> dict:
-    layout: dict = {
+def _layout(height: int, lang: str = "en", **extra: object) -> Spec:
+    layout: Spec = {
         "height": height,
         "margin": {"l": 8, "r": 8, "t": 36, "b": 8},
         "font": FONT,
@@ -145,14 +149,14 @@ def _layout(height: int, lang: str = "en", **extra: object) -> dict:
     return layout
 
 
-def _hatch(shape: str, fgcolor: str = "rgba(255,255,255,0.8)") -> dict:
+def _hatch(shape: str, fgcolor: str = "rgba(255,255,255,0.8)") -> Spec:
     """Hatching drawn over the bar's own colour (or none): white by default, dark on light colours."""
     if not shape:
         return {"shape": ""}
     return {"shape": shape, "fillmode": "overlay", "fgcolor": fgcolor, "size": 9, "solidity": 0.3}
 
 
-def _vline(x: float, dash: str = "dot", width: float = 1.5) -> dict:
+def _vline(x: float, dash: str = "dot", width: float = 1.5) -> Spec:
     return {
         "type": "line",
         "xref": "x",
@@ -165,9 +169,10 @@ def _vline(x: float, dash: str = "dot", width: float = 1.5) -> dict:
     }
 
 
-def _log_marks(marks: Sequence[tuple[float, str]]) -> tuple[list[dict], list[dict]]:
+def _log_marks(marks: Sequence[tuple[float, str]]) -> tuple[list[Spec], list[Spec]]:
     """Dotted vertical lines at each value of ``marks`` on a log10 axis, each with its label written up the line."""
-    shapes, annotations = [], []
+    shapes: list[Spec] = []
+    annotations: list[Spec] = []
     for x, label in marks:
         lx = math.log10(x)
         shapes.append(_vline(lx))
@@ -187,7 +192,7 @@ def _log_marks(marks: Sequence[tuple[float, str]]) -> tuple[list[dict], list[dic
     return shapes, annotations
 
 
-def _hline(y: float) -> dict:
+def _hline(y: float) -> Spec:
     return {
         "type": "line",
         "xref": "paper",
@@ -215,7 +220,7 @@ def exact(x: float, lang: str) -> str:
     return text.replace(".", ",") if lang == "id" else text
 
 
-def decade_ticks(lo: int, hi: int, every: int = 2) -> dict:
+def decade_ticks(lo: int, hi: int, every: int = 2) -> Spec:
     """Tick values and labels for a log10 axis from 10**lo to 10**hi."""
     values = list(range(lo, hi + 1, every))
     labels = ["1" if v == 0 else f"1e{v}" for v in values]
@@ -420,7 +425,7 @@ def scaler_run(
         for st, y, s in zip(steps, ys, skipped, strict=True)
     ]
 
-    def traces(n: int) -> list[dict]:
+    def traces(n: int) -> list[Spec]:
         xs, yv, sk = steps[:n], ys[:n], skipped[:n]
         return [
             {
@@ -452,7 +457,10 @@ def scaler_run(
 
     data = traces(len(steps))
     all_ys = list(ys)
-    scale = lambda y: i18n.power_of_two(round(y))  # noqa: E731
+
+    def scale(y: float) -> str:
+        return i18n.power_of_two(round(y))
+
     headers = [labels.axis_step, f"{labels.clean}: S", labels.skipped]
     rows = [[st, scale(y), _words(lang, "yes" if s else "no")] for st, y, s in zip(steps, ys, skipped, strict=True)]
     if overlay is not None:
@@ -540,7 +548,7 @@ def loss_curves(
     series: Sequence[tuple[str, str, Sequence[float]]], axis_step: str, axis_loss: str, lang: str
 ) -> go.Figure:
     """Training loss per step, one line per arm: (format key for the colour, label, losses)."""
-    data = [
+    data: list[Spec] = [
         {
             "type": "scatter",
             "x": list(range(1, len(losses) + 1)),
@@ -560,7 +568,10 @@ def loss_curves(
         yaxis={"title": {"text": axis_loss}, "fixedrange": True, "rangemode": "tozero"},
     )
     longest = max((len(losses) for _, _, losses in series), default=0)
-    cell = lambda losses, i: i18n.number(float(losses[i]), lang, 4) if i < len(losses) else "—"  # noqa: E731
+
+    def cell(losses: Sequence[float], i: int) -> str:
+        return i18n.number(float(losses[i]), lang, 4) if i < len(losses) else "—"
+
     table = _table(
         lang,
         (axis_step, *(label for _, label, _ in series)),
@@ -590,7 +601,7 @@ def number_line(
     and the hover text gives the exact values.
     """
     offsets = np.asarray(grid) - w
-    data = [
+    data: list[Spec] = [
         {
             "type": "scatter",
             "x": _list(offsets),
@@ -701,7 +712,7 @@ def labelled_bars(
     ``percent``: the values are shares (0..1) and the axis is labelled in percent. Without ``x_max`` the axis
     reaches ``headroom`` times the longest bar (or the line), leaving room for the written values.
     """
-    data = [
+    data: list[Spec] = [
         {
             "type": "bar",
             "y": [i],  # numeric rows with labelled ticks draw faster than a category axis
@@ -837,7 +848,7 @@ def format_ranges(
     lang: str,
 ) -> go.Figure:
     """Each format's subnormal and normal range on one log axis, with the gradient sample as a strip."""
-    data = []
+    data: list[Spec] = []
     # One bar trace per kind (subnormal, normal) with a bar per format: fewer traces to draw.
     for kind, low, high, opacity in (
         ("subnormal", "smallest_subnormal", "smallest_normal", 0.4),
@@ -900,7 +911,7 @@ def format_ranges(
 
 def precision_ticks(grids: Sequence[tuple[str, str, np.ndarray]], lang: str) -> go.Figure:
     """Every stored value of each format in a small interval, as a row of ticks."""
-    data = [
+    data: list[Spec] = [
         {
             "type": "scatter",
             "x": _list(values),
@@ -941,8 +952,8 @@ LOG10_2 = math.log10(2)
 
 
 def binade_zones(
-    exponents: Sequence[int],
-    counts: dict[str, Sequence[int]],
+    exponents: ArrayLike,
+    counts: Mapping[str, ArrayLike],
     labels: dict[str, str],
     marks: Sequence[tuple[float, str]],
     axis_title: str,
@@ -955,7 +966,7 @@ def binade_zones(
     ``hover`` is a template with {lo}, {hi}, {n}, {category}. The axis spans the data and the marks.
     """
     exps = np.asarray(exponents, dtype=np.int64)
-    data = []
+    data: list[Spec] = []
     used_all = np.zeros(len(exps), bool)
     for cat, colour in CATEGORY_COLOURS.items():
         c = np.asarray(counts.get(cat, ()), dtype=np.int64)
@@ -1047,7 +1058,7 @@ def scale_sweep(
     them is shaded: every S in it keeps the gradients and overflows none.
     """
     xs = [int(k) for k in ks]
-    data = []
+    data: list[Spec] = []
     for name, values, colour, dash in (
         (labels.zero, zero, CATEGORY_COLOURS["zero"], "solid"),
         (labels.overflow, overflow, CATEGORY_COLOURS["overflow"], "dash"),
@@ -1138,7 +1149,7 @@ def share_lines(
 ) -> go.Figure:
     """Shares (0..1) per recorded step, one line per format: (format key for the colour, label, shares, hover texts)."""
     xs = [int(s) for s in steps]
-    data = [
+    data: list[Spec] = [
         {
             "type": "scatter",
             "x": xs,
@@ -1176,7 +1187,7 @@ def grouped_share_bars(
     ``series``: (format key for the colour, label, share per row, text written beside each bar).
     """
     rows = list(range(len(names)))
-    data = [
+    data: list[Spec] = [
         {
             "type": "bar",
             "y": rows,
@@ -1208,6 +1219,6 @@ def grouped_share_bars(
             "automargin": True,
         },
     )
-    rows = [(name, *(texts[i] for _, _, _, texts in series)) for i, name in enumerate(names)]
+    table_rows = [(name, *(texts[i] for _, _, _, texts in series)) for i, name in enumerate(names)]
     headers = (_words(lang, "col_item"), *(label for _, label, _, _ in series))
-    return _figure(data, layout, table=_table(lang, headers, rows))
+    return _figure(data, layout, table=_table(lang, headers, table_rows))

@@ -10,8 +10,10 @@ the language and the target page's last control values in its URL.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from lensa.ui import i18n
 from lensa.ui.site import PAGES, PAGES_BY_KEY, PageInfo
@@ -39,8 +41,8 @@ class Page:
     info: PageInfo
     lang: str
     notices: list[str] = field(default_factory=list)
-    notice_area: object = None  # a container at the top of the page, filled once controls are read
-    nav_area: object = None  # a sidebar container, filled once the page's own values are known
+    notice_area: DeltaGenerator | None = None  # a container at the top of the page, filled once controls are read
+    nav_area: DeltaGenerator | None = None  # a sidebar container, filled once the page's own values are known
     switched: bool = True  # first run on this page since another page or language: widget states are gone
 
     def t(self, key: str, **values: object) -> str:
@@ -74,18 +76,20 @@ class Page:
         return i18n.plain(x, self.lang)
 
 
-def _state(name: str) -> dict:
+def _state(name: str) -> dict[Any, Any]:
     if name not in st.session_state:
         st.session_state[name] = {}
-    return st.session_state[name]
+    state: dict[Any, Any] = st.session_state[name]
+    return state
 
 
-def seen_urls() -> dict:
+def seen_urls() -> dict[Any, Any]:
     return _state(_SEEN)
 
 
 def remembered(page_key: str) -> dict[str, str]:
-    return _state(_REMEMBER).setdefault(page_key, {})
+    values: dict[str, str] = _state(_REMEMBER).setdefault(page_key, {})
+    return values
 
 
 def _resolve_language(notices_sink: list[str], switched: bool) -> str:
@@ -114,7 +118,7 @@ def _resolve_language(notices_sink: list[str], switched: bool) -> str:
             url_lang, st.session_state.get(_LANG_CHOICE), st.context.locale
         )
         st.session_state[LANG_WIDGET] = st.session_state[_LANG_CHOICE]
-    lang = st.session_state[_LANG_CHOICE]
+    lang: str = st.session_state[_LANG_CHOICE]
     with st.sidebar:
         st.segmented_control(
             "Bahasa · Language",
@@ -143,7 +147,8 @@ def page_label(page: Page, target: PageInfo) -> str:
 
 def draw_navigation(page: Page) -> None:
     """Our navigation, drawn after the page's controls so links carry the current values."""
-    with page.nav_area:  # type: ignore[attr-defined]
+    assert page.nav_area is not None, "setup() makes the navigation's container"
+    with page.nav_area:
         st.markdown(f"### {page.t('app.name')}")
         for target in PAGES:
             current = target.key == page.info.key

@@ -16,6 +16,7 @@ import tomllib
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 LANGUAGES: tuple[str, ...] = ("id", "en")
 DEFAULT_LANGUAGE = "id"
@@ -28,7 +29,7 @@ _MARKS = {"en": (".", ","), "id": (",", ".")}
 # --- catalogues ---------------------------------------------------------------
 
 
-def _flatten(table: dict, prefix: str = "") -> dict[str, str]:
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, str]:
     flat: dict[str, str] = {}
     for key, value in table.items():
         full = f"{prefix}{key}"
@@ -97,7 +98,8 @@ def choose_language(url: str | None, session: str | None, locale: str | None) ->
 def _localise(plain: str, lang: str) -> str:
     """Swap '.' and ',' of an English-formatted number into the language's marks."""
     dec, group = _MARKS[lang]
-    return plain.translate(str.maketrans({".": dec, ",": group}))
+    marks: dict[str, str | int | None] = {".": dec, ",": group}
+    return plain.translate(str.maketrans(marks))
 
 
 def _round_significant(x: float, digits: int) -> Decimal:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from lensa.scaling import simulate
+from lensa.scaling import ScalerStep, simulate
 from lensa.ui import i18n
 from lensa.ui.frame import Page
 
@@ -154,7 +154,9 @@ def benchmark_table(page: Page, rows: Sequence[Any], gpu: Any) -> list[dict[str,
     return out
 
 
-def trace_against_prediction(trace: Sequence[Any], init_scale: float, growth_interval: int) -> tuple[list, int | None]:
+def trace_against_prediction(
+    trace: Sequence[Any], init_scale: float, growth_interval: int
+) -> tuple[list[ScalerStep], int | None]:
     """Lensa's simulator fed the real run's overflow pattern; returns (prediction, first differing step or None)."""
     predicted = simulate([s.found_inf for s in trace], init_scale=init_scale, growth_interval=growth_interval)
     for real, guess in zip(trace, predicted, strict=True):

@@ -217,10 +217,11 @@ class Selection:
         return self.source.tensors
 
 
-def _track(page: Page) -> dict:
+def _track(page: Page) -> dict[str, tuple[str, str | None]]:
     if TRACK not in st.session_state:
         st.session_state[TRACK] = {}
-    return st.session_state[TRACK]
+    track: dict[str, tuple[str, str | None]] = st.session_state[TRACK]
+    return track
 
 
 def data_controls(page: Page) -> Selection | None:
@@ -239,14 +240,14 @@ def data_controls(page: Page) -> Selection | None:
     if previous is not None and previous[0] != source.ident:
         _forget_stale(page, ("kind", "layer", "step"))
     run = source.tensors
-    declared = page.info.control("kind")
-    kinds = tuple(k for k in declared.options if run.steps(k))  # type: ignore[union-attr]
+    declared = widgets.declared(page, "kind", ChoiceControl)
+    kinds = tuple(k for k in declared.options if run.steps(k))
     if not kinds:
-        key = "data.no_kind" if len(declared.options) == 1 else "data.no_tensors"  # type: ignore[union-attr]
+        key = "data.no_kind" if len(declared.options) == 1 else "data.no_tensors"
         st.info(page.t(key, kind=page.t(f"data.kind_{declared.default}")), icon=":material/info:")
         track[page.info.key] = (source.ident, None)
         return None
-    default_kind = declared.default if declared.default in kinds else kinds[0]  # type: ignore[union-attr]
+    default_kind = declared.default if declared.default in kinds else kinds[0]
     kind_control = ChoiceControl("kind", kinds, default_kind)
     kind = widgets.select(page, "kind", page.t("data.kind"), lambda v: page.t(f"data.kind_{v}"), control=kind_control)
     if previous is not None and previous[0] == source.ident and previous[1] not in (None, kind):
@@ -361,7 +362,9 @@ def pct(page: Page, share: float) -> str:
     return page.pct(share)
 
 
-def format_rows(page: Page, stats: TensorStats, keys: Sequence[str], scale_exps: dict[str, int] | None = None) -> list:
+def format_rows(
+    page: Page, stats: TensorStats, keys: Sequence[str], scale_exps: dict[str, int] | None = None
+) -> list[dict[str, str]]:
     """Per format: what it does to the recorded values, as table rows.
 
     With ``scale_exps`` each format's values are first multiplied by 2**k (its own k, 0 where none is
@@ -386,7 +389,9 @@ def format_rows(page: Page, stats: TensorStats, keys: Sequence[str], scale_exps:
     return rows
 
 
-def layer_frame(page: Page, rows: Sequence[measured.LayerRow], columns: Sequence[tuple[str, str, str]]) -> list:
+def layer_frame(
+    page: Page, rows: Sequence[measured.LayerRow], columns: Sequence[tuple[str, str, str]]
+) -> list[dict[str, str]]:
     """Table rows: the layer, its non-zero values, then (header, format, zone or "error") per column."""
     out = []
     for row in rows:

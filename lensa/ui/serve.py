@@ -37,6 +37,11 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for annotations only: starlette is imported when the server starts
+    from starlette.types import ASGIApp, Receive, Scope, Send
+    from streamlit.starlette import App
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = ROOT / "app.py"
@@ -110,10 +115,10 @@ HEALTH = Health()
 class HealthMiddleware:
     """ASGI middleware: ``/_stcore/health`` answers 503 with the reason once :data:`HEALTH` is broken."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].endswith("/_stcore/health") and HEALTH.broken:
             from starlette.responses import PlainTextResponse
 
@@ -188,7 +193,7 @@ def _typed(options: dict[str, str]) -> dict[str, object]:
     return typed
 
 
-def build_app():
+def build_app() -> App:
     """The ASGI app: our entry script, the health middleware and the error hook."""
     from starlette.middleware import Middleware
     from streamlit.starlette import App

@@ -10,6 +10,7 @@ which is what makes every state of a page a link a teacher can send.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 import streamlit as st
 
@@ -26,6 +27,7 @@ from lensa.ui.frame import Page, draw_navigation, link_params, page_label, remem
 from lensa.ui.site import STEP_COUNT
 
 _MISSING = object()
+T = TypeVar("T")
 MAX_NOTICE_OPTIONS = 12
 LINK_NOTICE_ICON = ":material/link_off:"
 TYPED_NOTICE_ICON = ":material/edit_off:"
@@ -41,11 +43,12 @@ def widget_key(page: Page, name: str) -> str:
     return f"w.{page.info.key}.{name}"
 
 
-def _values() -> dict:
+def _values() -> dict[Any, Any]:
     """Each control's current value, kept by us: a widget's own state is lost on a page switch."""
     if "lensa.values" not in st.session_state:
         st.session_state["lensa.values"] = {}
-    return st.session_state["lensa.values"]
+    values: dict[Any, Any] = st.session_state["lensa.values"]
+    return values
 
 
 def _is_position(control: Control, value: object) -> bool:
@@ -62,7 +65,7 @@ def _value_from_url(
     page: Page,
     control: Control,
     label: str,
-    show: Callable[[object], str],
+    show: Callable[[Any], str],
     to_widget: Callable[[object], object] = lambda v: v,
     from_widget: Callable[[object], object] = lambda v: v,
 ) -> object:
@@ -111,7 +114,7 @@ def _value_from_url(
     return value
 
 
-def _option_list(control: ChoiceControl, show: Callable[[object], str]) -> str:
+def _option_list(control: ChoiceControl, show: Callable[[Any], str]) -> str:
     """The options a notice names: all of a short list, the first few of a long one (a model's layers)."""
     shown = [show(o) for o in control.options[:MAX_NOTICE_OPTIONS]]
     return ", ".join(shown) + (", …" if len(control.options) > MAX_NOTICE_OPTIONS else "")
@@ -120,7 +123,9 @@ def _option_list(control: ChoiceControl, show: Callable[[object], str]) -> str:
 def _value_to_url(page: Page, control: Control, value: object) -> None:
     """Make the URL say ``value``; a default that the URL never mentioned stays unmentioned."""
     raw = st.query_params.get(control.name)
-    canonical = None if raw is None and value == control.default else control.to_url(value)  # type: ignore[arg-type]
+    canonical = None
+    if not (raw is None and value == control.default):
+        canonical = control.to_url(value)  # type: ignore[arg-type]  # the widget's value has its control's type
     if canonical is not None and raw != canonical:
         st.query_params[control.name] = canonical
     seen_urls()[(page.info.key, control.name)] = canonical
@@ -141,12 +146,12 @@ def _bound(
     page: Page,
     name: str,
     label: str,
-    show: Callable[[object], str],
-    draw: Callable[..., object],
+    show: Callable[[Any], str],
+    draw: Callable[[str], T],
     *,
     control: Control | None = None,
     help: str | None = None,
-) -> object:
+) -> T:
     """Read a control from the URL, draw its widget with ``draw(key)`` and its help, write the value back.
 
     ``control`` replaces the page's declared one for this run: a control whose positions are only known
@@ -160,18 +165,29 @@ def _bound(
     return value
 
 
+C = TypeVar("C", NumberControl, ChoiceControl, TextControl)
+
+
+def declared(page: Page, name: str, kind: type[C]) -> C:
+    """The page's declared control ``name``, which the widget drawing it needs to be a ``kind``."""
+    control = page.info.control(name)
+    if not isinstance(control, kind):
+        raise TypeError(f"{page.info.key}: control {name!r} is a {type(control).__name__}, not a {kind.__name__}")
+    return control
+
+
 def slider(
     page: Page,
     name: str,
     label: str,
-    show: Callable[[object], str],
+    show: Callable[[float], str],
     help: str | None = None,
     control: NumberControl | None = None,
 ) -> float:
     """A URL-bound slider over the control's stops; ``show`` writes a stop for people."""
-    control = control or page.info.control(name)  # type: ignore[assignment]
-    stops = control.stops  # type: ignore[union-attr]
-    return _bound(  # type: ignore[return-value]
+    control = control or declared(page, name, NumberControl)
+    stops = control.stops
+    return _bound(
         page,
         name,
         label,
@@ -182,10 +198,10 @@ def slider(
     )
 
 
-def choice(page: Page, name: str, label: str, show: Callable[[object], str], help: str | None = None) -> str:
+def choice(page: Page, name: str, label: str, show: Callable[[str], str], help: str | None = None) -> str:
     """A URL-bound choice between a control's options, drawn as a segmented control."""
-    options = page.info.control(name).options  # type: ignore[union-attr]
-    return _bound(  # type: ignore[return-value]
+    options = declared(page, name, ChoiceControl).options
+    return _bound(  # type: ignore[return-value]  # required=True and the key's state holds an option: never None
         page,
         name,
         label,
@@ -199,14 +215,14 @@ def select(
     page: Page,
     name: str,
     label: str,
-    show: Callable[[object], str],
+    show: Callable[[str], str],
     help: str | None = None,
     control: ChoiceControl | None = None,
 ) -> str:
     """A URL-bound choice drawn as a drop-down, for controls with many options."""
-    control = control or page.info.control(name)  # type: ignore[assignment]
-    options = control.options  # type: ignore[union-attr]
-    return _bound(  # type: ignore[return-value]
+    control = control or declared(page, name, ChoiceControl)
+    options = control.options
+    return _bound(
         page,
         name,
         label,
@@ -219,7 +235,8 @@ def select(
 
 def url_moved(page: Page, name: str) -> bool:
     """Whether the URL's value for ``name`` is not the one we last read or wrote (a new link, Back, Forward)."""
-    return seen_urls().get((page.info.key, name), _MISSING) != st.query_params.get(name)
+    seen: object = seen_urls().get((page.info.key, name), _MISSING)
+    return seen != st.query_params.get(name)
 
 
 def forget(page: Page, name: str) -> None:
@@ -259,25 +276,25 @@ def count(page: Page, name: str, label: str, show: Callable[[object], str], help
     control = page.info.control(name)
     assert isinstance(control, CountControl)
     key = widget_key(page, name)
-    typed = st.session_state.get(key)
-    typed_here = isinstance(typed, str) and not page.switched and not url_moved(page, name)
-    reading = control.read(typed) if typed_here else None
+    state = st.session_state.get(key)
+    typed = state if isinstance(state, str) else None
+    reading = control.read(typed) if typed is not None and not page.switched and not url_moved(page, name) else None
 
     def from_widget(text: object) -> float | None:
         if not isinstance(text, str):
             return None
         got = control.read(text)
-        return float(got.value) if got.problem != "not_a_number" else None  # type: ignore[arg-type]
+        return float(cast(float, got.value)) if got.problem != "not_a_number" else None  # a count: always a float
 
     value = _value_from_url(page, control, label, show, to_widget=show, from_widget=from_widget)
     st.text_input(label, key=key, max_chars=MAX_URL_VALUE_CHARS)
     _help(help)
     if reading is not None and reading.problem is not None:
         extra = {"lo": show(control.lo), "hi": show(control.hi)}
-        message = page.t(_TYPED_KEYS[reading.problem], raw=safe_echo(typed), value=show(value), **extra)
+        message = page.t(_TYPED_KEYS[reading.problem], raw=safe_echo(typed or ""), value=show(value), **extra)
         st.warning(message, icon=TYPED_NOTICE_ICON)
     _value_to_url(page, control, value)
-    return float(value)  # type: ignore[arg-type]
+    return float(cast(float, value))  # from_widget and the control's reading give floats
 
 
 def toggle(page: Page, name: str, label: str, help: str | None = None) -> bool:
@@ -310,11 +327,15 @@ def check_yourself(page: Page, count: int) -> None:
     for n in range(1, count + 1):
         base = f"quiz.{page.info.key}_q{n}"
         letters = ("a", "b", "c")
+
+        def answer(letter: str, base: str = base) -> str:
+            return page.t(f"{base}_{letter}")
+
         picked = st.radio(
             page.t(base),
             letters,
             index=None,
-            format_func=lambda letter, base=base: page.t(f"{base}_{letter}"),
+            format_func=answer,
             key=f"quiz.{page.info.key}.{n}",
         )
         if picked is None:
@@ -371,7 +392,8 @@ def after_controls(page: Page) -> None:
     draw_navigation(page)
     if not page.notices:
         return
-    with page.notice_area:  # type: ignore[attr-defined]
+    assert page.notice_area is not None, "setup() makes the notices' container"
+    with page.notice_area:
         for text in page.notices:
             st.warning(text, icon=LINK_NOTICE_ICON)
 
@@ -402,7 +424,10 @@ def chart(fig: object, title: str, caption: str | None = None, alt: str | None =
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A Markdown table; cells are our own text, with any | escaped."""
-    clean = lambda cell: str(cell).replace("|", "\\|")  # noqa: E731
+
+    def clean(cell: object) -> str:
+        return str(cell).replace("|", "\\|")
+
     lines = ["| " + " | ".join(clean(h) for h in headers) + " |", "|" + " --- |" * len(headers)]
     lines += ["| " + " | ".join(clean(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
