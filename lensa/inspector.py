@@ -249,12 +249,13 @@ def field_bits(report: FormatReport) -> tuple[FieldBits, FieldBits, FieldBits]:
     """The sign, exponent and significand fields of ``report``'s code, each with its bit numbers."""
     top = report.fmt.bits - 1
     out = []
-    for name, bits in (
+    fields: tuple[tuple[Literal["sign", "exponent", "significand"], str], ...] = (
         ("sign", report.sign_str),
         ("exponent", report.exponent_str),
         ("significand", report.significand_str),
-    ):
-        out.append(FieldBits(name, bits, tuple(range(top, top - len(bits), -1))))  # type: ignore[arg-type]
+    )
+    for name, bits in fields:
+        out.append(FieldBits(name, bits, tuple(range(top, top - len(bits), -1))))
         top -= len(bits)
     return out[0], out[1], out[2]
 

@@ -214,8 +214,9 @@ class StepTimes:
 
 def step_times(gpu: Gpu, params: float, tokens: float, mfu: float = DEFAULT_MFU) -> StepTimes:
     """Step time (:func:`step_time_s`) in FP32, TF32, the chip's 16-bit mixed mode and FP8, where it has them."""
-    modes = tuple(m for m in ("fp32", "tf32", mixed_precision_mode(gpu), "fp8") if gpu.peak(m) is not None)
-    return StepTimes(modes, tuple(step_time_s(params, tokens, gpu.peak(m), mfu) for m in modes))  # type: ignore[arg-type]
+    peaks = {m: gpu.peak(m) for m in ("fp32", "tf32", mixed_precision_mode(gpu), "fp8")}
+    have = {m: p for m, p in peaks.items() if p is not None}
+    return StepTimes(tuple(have), tuple(step_time_s(params, tokens, p, mfu) for p in have.values()))
 
 
 def gpu_days_to_train(params: float, tokens: float, peak_flops: float, mfu: float = DEFAULT_MFU) -> float:
