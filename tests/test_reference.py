@@ -39,6 +39,19 @@ def test_shipped_files_load_and_are_small():
         ref.reference_path("bf16")
 
 
+def test_the_frozen_corpus_is_the_text_the_shipped_runs_were_trained_on():
+    """make reference-run trains on lensa/data/reference_corpus.txt, not on the catalogues, which keep changing:
+    its bytes are the ones each shipped run recorded in its meta, so a rebuild gives the shipped files again."""
+    import hashlib
+
+    text = (ROOT / "lensa" / "data" / "reference_corpus.txt").read_bytes()
+    for arm in ref.REFERENCE_ARMS:
+        meta = R.load(ref.reference_path(arm)).meta
+        assert meta["text_bytes"] == len(text)
+        assert meta["text_sha256"] == hashlib.sha256(text).hexdigest()
+    assert text.decode("utf-8").count("\n") > 1000  # every string of both catalogues, one per line at least
+
+
 def test_shipped_runs_hold_every_kind_at_the_log_spaced_steps():
     recipe = ref.reference_recipe()
     assert set(recipe) == set(ref.RECIPE_FIELDS)

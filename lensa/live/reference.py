@@ -7,7 +7,10 @@ learned positions, ``n_layers`` pre-norm blocks (LayerNorm -> causal self-attent
 MLP with GELU -> residual), a final LayerNorm and a head tied to the token embedding. The text is the
 project's own: every string of ``lensa/text/en.toml`` then ``lensa/text/id.toml``, in file order, joined by
 newlines and read as UTF-8 bytes, Markdown and ``{placeholders}`` included (a byte vocabulary of 256 keeps
-the model's shapes independent of the text). Batches are windows of ``context + 1`` bytes at random offsets
+the model's shapes independent of the text). That text is kept, frozen, in ``lensa/data/reference_corpus.txt``:
+the catalogues change with every edit of the site's wording, and the run must not, so ``make reference-run``
+rebuilds the shipped files bit for bit (``--refresh-corpus`` takes the catalogues as they are now instead,
+and then every figure of the run changes). Batches are windows of ``context + 1`` bytes at random offsets
 drawn from the seed.
 
 Two arms from the same initial weights and the same batches:
@@ -92,8 +95,16 @@ def _strings(node: Any) -> Iterator[str]:
             yield from _strings(v)
 
 
+CORPUS_PATH = DATA_DIR / "reference_corpus.txt"
+
+
 def corpus(recipe: Recipe) -> bytes:
-    """The training text: every string of the recipe's catalogues, in file order, joined by newlines, UTF-8."""
+    """The training text, as the shipped run used it: the frozen copy of :func:`corpus_from_catalogues`."""
+    return CORPUS_PATH.read_bytes()
+
+
+def corpus_from_catalogues(recipe: Recipe) -> bytes:
+    """Every string of the recipe's catalogues as they are now, in file order, joined by newlines, UTF-8."""
     root = TEXT_DIR.parent.parent
     parts: list[str] = []
     for rel in recipe.text:
@@ -275,8 +286,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Rebuild the shipped reference run (both arms).")
     parser.add_argument("--out", default=str(DATA_DIR), help="folder for reference_fp32.npz and reference_fp16.npz")
     parser.add_argument("--steps", type=int, default=Recipe.steps)
+    parser.add_argument(
+        "--refresh-corpus",
+        action="store_true",
+        help=f"first rewrite {CORPUS_PATH.name} from the catalogues as they are now (the run then changes)",
+    )
     args = parser.parse_args(argv)
     r = replace(Recipe(), steps=args.steps)
+    if args.refresh_corpus:
+        CORPUS_PATH.write_bytes(corpus_from_catalogues(r))
     os.makedirs(args.out, exist_ok=True)
     for arm in ARMS:
         t0 = time.perf_counter()
