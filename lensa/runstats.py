@@ -557,7 +557,7 @@ def from_histograms(
 ) -> TensorStats:
     """The summary of a float32 tensor, from its fine histograms: what a summary is, whoever did the binning.
 
-    :func:`summarize` bins with numpy and ends here; :mod:`lensa.live.capture` bins with torch and ends here
+    :func:`summarize` bins with numpy and ends here; :mod:`lensa.live.summaries` bins with torch and ends here
     too, so both give equal records from equal histograms. The fine bins of the finite non-zero values lie on
     a grid of 277 binades (-149 ... 127; |x| in [2**b, 2**(b+1)), float32 subnormals by their own binade)
     times 2**11 columns (the top 11 of the 23 fraction bits F of the value normalised to 1.F): bin

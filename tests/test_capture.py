@@ -331,7 +331,7 @@ def test_torch_path_equals_summarize_on_the_reference_models_tensors():
 def test_unscaling_divides_like_numpy():
     import torch
 
-    from lensa.live.capture import _unscaled
+    from lensa.live.summaries import _unscaled
 
     x = np.random.default_rng(4).standard_normal(10_000).astype(np.float32) * np.float32(1e-30)
     x = np.concatenate([x, [0.0, np.inf, np.nan, 2.0**-149, 3e38]]).astype(np.float32)

@@ -72,14 +72,14 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import numpy as np
 import torch
-from numpy.typing import NDArray
 
 from lensa.live.schedule import DEFAULT_RECORDED_STEPS as DEFAULT_RECORDED_STEPS
 from lensa.live.schedule import log_spaced_steps as log_spaced_steps
 from lensa.live.summaries import Held, InlineSummaries, ProcessSummaries
-from lensa.runstats import BINADE_MIN, KINDS, N_BINADES, RunStats, TensorStats, exact_fractions, from_histograms
+from lensa.live.summaries import summarize_tensor as summarize_tensor
+from lensa.live.summaries import summarize_update_tensors as summarize_update_tensors
+from lensa.runstats import KINDS, RunStats
 
 
 def _first_tensor(out: Any) -> torch.Tensor | None:
@@ -90,190 +90,13 @@ def _first_tensor(out: Any) -> torch.Tensor | None:
     return None
 
 
-# --- the summaries, binned with torch ------------------------------------------------------------------------
-
-_FINE = 1 << (23 - 12)  # fine bins per binade: the top 11 fraction bits
-_EXP_SPECIAL = 255  # exponent field of inf and NaN
-_PACK = 2.0**32  # a value's weight is 2**32 + its low 12 bits: a bin's sum is count * 2**32 + sum of low bits
-_CHUNK = 1 << 20  # values per bincount: keeps each packed sum below 2**53
-
-
-def _frac_mask(fractions: tuple[int, ...]) -> int:
-    """Fraction bits that are 0 in every one of ``fractions``: a value with any of them set is none of those F."""
-    either = 0
-    for f in fractions:
-        either |= f
-    return ((1 << 23) - 1) & ~either
-
-
-_EXACT = exact_fractions()
-_CANDIDATE_MASK = _frac_mask(_EXACT)
-
-
-_SUB_ROWS = -126 - BINADE_MIN  # binades of float32 subnormals: -149 ... -127, the grid's first 23 rows
-_NORMAL_OFFSET = (_SUB_ROWS - 1) * _FINE  # grid bin of a normal value = its key (exponent field, top 11 bits) + this
-
-
-def _exact_counts(frac: np.ndarray, row: np.ndarray) -> np.ndarray:
-    """(len(_EXACT), 277): per grid row, how many of the values (fraction bits ``frac``, row ``row``) have each F."""
-    return np.stack([np.bincount(row[frac == f], minlength=N_BINADES) for f in _EXACT]).astype(np.int64)
-
-
-def _summarize_bits(bits: torch.Tensor, lost_counts: tuple[int, ...] | None = None) -> TensorStats:
-    """:func:`lensa.runstats.summarize` of float32 values given as their int32 bit patterns (1-D, CPU), in torch.
-
-    The per-value work is integer work in torch (the key, exponent field and top 11 fraction bits; one
-    ``bincount`` per 2**20 values whose weight packs the count and the low 12 bits; a masked test for the
-    few values :func:`lensa.runstats.exact_fractions` names). What is left is per non-empty bin and is done by
-    :func:`lensa.runstats.from_histograms`, which :func:`~lensa.runstats.summarize` ends with too, so the
-    record equals ``summarize`` of those values bit for bit (tests/test_capture.py checks it).
-    """
-    n = bits.numel()
-    keys, counts, lows = [], [], []
-    for start in range(0, n, _CHUNK):
-        b = bits[start : start + _CHUNK]
-        chunk_key = torch.bitwise_right_shift(b, 12).bitwise_and_(0x7FFFF)
-        lo = int(chunk_key.min())
-        weight = torch.bitwise_and(b, 0xFFF).to(torch.float64).add_(_PACK)
-        packed = torch.bincount(chunk_key.sub_(lo), weights=weight).numpy()
-        nz = np.flatnonzero(packed)
-        p = packed[nz]
-        # count * 2**32 + low sum, the low sum below 2**32 (at most 2**20 values of at most 4095): floor is the count
-        c = np.floor(p * (1 / _PACK))
-        keys.append(nz + lo)
-        counts.append(c)
-        lows.append(p - c * _PACK)
-    key: NDArray[Any]
-    count: NDArray[Any]
-    low: NDArray[Any]
-    if len(keys) > 1:
-        key, where = np.unique(np.concatenate(keys), return_inverse=True)
-        count = np.bincount(where, weights=np.concatenate(counts))  # exact: integers below 2**53
-        low = np.bincount(where, weights=np.concatenate(lows))
-    elif keys:
-        key, count, low = keys[0], counts[0], lows[0]
-    else:
-        key, count, low = np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
-    count = count.astype(np.int64)
-    i_normal, i_special = np.searchsorted(key, [_FINE, _EXP_SPECIAL * _FINE])
-
-    mag: torch.Tensor | None = None
-
-    def magnitudes() -> torch.Tensor:
-        nonlocal mag
-        if mag is None:
-            mag = torch.bitwise_and(bits, 0x7FFFFFFF)
-        return mag
-
-    # Key 0 holds |bits| < 2**12 and key 255 * 2**11 holds [inf, inf + 2**12): when their low bits add up to 0
-    # they hold only zeros, only infinities; otherwise count those exactly (tiny subnormals, NaNs).
-    zeros = 0
-    if key.size and key[0] == 0:
-        zeros = int(count[0]) if low[0] == 0 else int(torch.count_nonzero(magnitudes() == 0))
-    infs = 0
-    if i_special < key.size and key[i_special] == _EXP_SPECIAL * _FINE:
-        infs = int(count[i_special]) if low[i_special] == 0 else int(torch.count_nonzero(magnitudes() == 0x7F800000))
-    nan = int(count[i_special:].sum()) - infs
-    subnormals = int(count[:i_normal].sum()) - zeros
-
-    bins = key[i_normal:i_special] + _NORMAL_OFFSET
-    count, low = count[i_normal:i_special], low[i_normal:i_special]
-    exact = np.zeros((len(_EXACT), N_BINADES), np.int64)
-    # The values whose F is one of _EXACT: a cheap test lets through those (and zeros, and a few more).
-    if int(torch.count_nonzero(torch.bitwise_and(bits, _CANDIDATE_MASK) == 0)) > zeros:
-        m = magnitudes()[torch.bitwise_and(bits, _CANDIDATE_MASK) == 0].numpy()
-        m = m[(m >= 0x00800000) & (m < 0x7F800000)]  # normal values; subnormals are counted below
-        exact += _exact_counts(m & 0x7FFFFF, (m >> 23).astype(np.int64) + _SUB_ROWS - 1)
-    if subnormals:
-        mags = magnitudes()
-        sub = mags[(mags < 0x00800000) & (mags != 0)].numpy()
-        # Times 2**64 is exact for a float32 subnormal and makes it normal: its exponent is then its binade + 64.
-        norm = (sub.view(np.float32) * np.float32(2.0**64)).view(np.int32)
-        row = (norm >> 23).astype(np.int64) - 127 - 64 - BINADE_MIN
-        frac = norm & 0x7FFFFF
-        sub_bins, where = np.unique(row * _FINE + (frac >> 12), return_inverse=True)
-        bins = np.concatenate([sub_bins, bins])  # subnormal rows come first on the grid
-        count = np.concatenate([np.bincount(where).astype(np.int64), count])
-        low = np.concatenate([np.bincount(where, weights=frac & 0xFFF), low])
-        exact += _exact_counts(frac, row)
-    return from_histograms(
-        size=n,
-        exact_zero=zeros,
-        inf=infs,
-        nan=nan,
-        bins=bins,
-        fine_count=count,
-        fine_low_sum=low,
-        exact_at=exact,
-        lost_counts=lost_counts,
-    )
-
-
-def _as_bits(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's values as float32 on the CPU, their bit patterns as a 1-D int32 tensor (no copy if possible)."""
-    return t.detach().float().cpu().contiguous().view(-1).view(torch.int32)
-
-
-def summarize_tensor(t: torch.Tensor) -> TensorStats:
-    """:func:`lensa.runstats.summarize` of a torch tensor's values read as float32, computed with torch.
-
-    Equal to ``summarize(t.detach().float().cpu().numpy())`` bit for bit, counts and relative error sums
-    alike (FP16 and BF16 tensors are read exactly; float64 ones are rounded to float32 first). About 1 to 2
-    ns of CPU per value on one core, against about 13 for the numpy binning.
-    """
-    return _summarize_bits(_as_bits(t))
-
-
-_CASTS: tuple[tuple[torch.dtype, float | None], ...] = (  # SUMMARY_FORMATS: torch's type, saturation bound
-    (torch.float16, None),
-    (torch.bfloat16, None),
-    (torch.float8_e4m3fn, 448.0),  # E4M3 saturates (lensa.formats): clamp first; torch would give NaN past 464
-    (torch.float8_e5m2, None),
-)
-
-
-def _stored(x: torch.Tensor, dtype: torch.dtype, bound: float | None) -> torch.Tensor:
-    """``x`` (float32) stored in the format and read back as float32, as :func:`lensa.formats.cast` stores it."""
-    if bound is not None:
-        x = x.clamp(-bound, bound)  # NaN stays NaN
-    return x.to(dtype).to(torch.float32)
-
-
-def summarize_update_tensors(w_before: torch.Tensor, w_after: torch.Tensor) -> TensorStats:
-    """:func:`lensa.runstats.summarize_update` of two torch tensors, computed with torch; equal bit for bit.
-
-    Both are read as float32 and must have the same shape (ValueError otherwise). The update is
-    ``w_after - w_before`` in float32; the lost counts use torch's casts (round to nearest, ties to even,
-    FP8 E4M3 saturating at ±448 like :func:`lensa.formats.cast`).
-    """
-    if w_before.shape != w_after.shape:
-        raise ValueError(f"w_before has shape {tuple(w_before.shape)} but w_after has {tuple(w_after.shape)}")
-    before = w_before.detach().float().cpu().reshape(-1)
-    update = w_after.detach().float().cpu().reshape(-1) - before
-    moved = update != 0
-    lost = []
-    for dtype, bound in _CASTS:
-        stored = _stored(before, dtype, bound)
-        again = _stored(stored + update, dtype, bound)
-        lost.append(int(torch.count_nonzero(moved & (again == stored))))
-    return _summarize_bits(update.view(torch.int32), lost_counts=tuple(lost))
-
-
-def _summarize_unscaled(values: torch.Tensor, scale: float) -> TensorStats:
-    """:func:`summarize_tensor` of the true gradient: float32 ``values`` divided by the loss ``scale``."""
-    return summarize_tensor(_unscaled(values, scale))
-
-
-def _unscaled(values: torch.Tensor, scale: float) -> torch.Tensor:
-    """float32 ``values / scale``, each quotient correctly rounded (numpy's float32 division).
-
-    A power-of-two scale (GradScaler's, with its default factors) divides in torch as a multiplication by
-    its exact reciprocal; any other goes through numpy, whose division rounds each quotient once.
-    """
-    mantissa, _ = math.frexp(scale)
-    if mantissa == 0.5 and 2.0**-126 <= 1 / scale <= 2.0**127:
-        return values * (1 / scale)
-    return torch.from_numpy(values.numpy() / np.float32(scale))
+def _summary_sink(run: RunStats, background: bool) -> InlineSummaries | ProcessSummaries:
+    if background:
+        try:
+            return ProcessSummaries(run)
+        except OSError:  # no shared memory or no child processes here: summarise in the step
+            pass
+    return InlineSummaries(run)
 
 
 class Recorder:
@@ -322,8 +145,6 @@ class Recorder:
         self._optimizer = optimizer
         self._scaler = scaler
         self._run = RunStats(meta)
-        self._background = background
-        self._summary_sink: InlineSummaries | ProcessSummaries | None = None
         self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         all_modules = dict(model.named_modules())
         if modules is None:
@@ -353,8 +174,8 @@ class Recorder:
         if optimizer is not None:
             self._handles.append(optimizer.register_step_pre_hook(self._on_optimizer_pre))
             self._handles.append(optimizer.register_step_post_hook(self._on_optimizer_post))
-        if self._steps is None or self._steps:
-            self._summaries  # noqa: B018  (starts the summary process now, while the caller sets up its loop)
+        # Made now (a summary process starts while the caller sets up its loop); none when no step is recorded.
+        self._summary_sink = _summary_sink(self._run, background) if self._steps is None or self._steps else None
 
     # --- schedule ---------------------------------------------------------------------------------------
 
@@ -380,14 +201,7 @@ class Recorder:
 
     @property
     def _summaries(self) -> InlineSummaries | ProcessSummaries:
-        if self._summary_sink is None:
-            if self._background:
-                try:
-                    self._summary_sink = ProcessSummaries(self._run)
-                except OSError:  # no shared memory or no child processes here: summarise in the step
-                    self._summary_sink = InlineSummaries(self._run)
-            else:
-                self._summary_sink = InlineSummaries(self._run)
+        assert self._summary_sink is not None, "only a recorded step summarises, and then there is a sink"
         return self._summary_sink
 
     def _add(self, kind: str, name: str, values: torch.Tensor) -> None:
