@@ -156,6 +156,24 @@ def _hatch(shape: str, fgcolor: str = "rgba(255,255,255,0.8)") -> Spec:
     return {"shape": shape, "fillmode": "overlay", "fgcolor": fgcolor, "size": 9, "solidity": 0.3}
 
 
+def _category_bars(cat: str, name: str, x: list[float], y: list[int], width: float, hovertext: list[str]) -> Spec:
+    """One category's stacked bars of a value histogram: its colour, outline and hatching, hover text only."""
+    return {
+        "type": "bar",
+        "x": x,
+        "y": y,
+        "width": width,
+        "name": name,
+        "marker": {
+            "color": CATEGORY_COLOURS[cat],
+            "line": {"color": OUTLINE, "width": 0.5},
+            "pattern": _hatch(CATEGORY_PATTERNS[cat], "rgba(0,0,0,0.5)"),
+        },
+        "hovertext": hovertext,
+        "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+    }
+
+
 def _vline(x: float, dash: str = "dot", width: float = 1.5) -> Spec:
     return {
         "type": "line",
@@ -336,29 +354,17 @@ def category_histogram(
     centres = (edges[:-1] + edges[1:]) / 2
     bounds = [i18n.sci(10**e, lang) for e in edges]
     data, columns = [], {}
-    for cat, colour in CATEGORY_COLOURS.items():
+    for cat in CATEGORY_COLOURS:
         counts = np.bincount(index[categories == cat], minlength=len(centres))
         used = np.flatnonzero(counts)
         if not used.size:
             continue
         columns[cat] = counts
+        hovertext = [hover.format(lo=bounds[i], hi=bounds[i + 1], n=int(counts[i]), category=labels[cat]) for i in used]
         data.append(
-            {
-                "type": "bar",
-                "x": _list(centres[used]),
-                "y": [int(counts[i]) for i in used],
-                "width": 1 / BINS_PER_DECADE,
-                "name": labels[cat],
-                "marker": {
-                    "color": colour,
-                    "line": {"color": OUTLINE, "width": 0.5},
-                    "pattern": _hatch(CATEGORY_PATTERNS[cat], "rgba(0,0,0,0.5)"),
-                },
-                "hovertext": [
-                    hover.format(lo=bounds[i], hi=bounds[i + 1], n=int(counts[i]), category=labels[cat]) for i in used
-                ],
-                "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
-            }
+            _category_bars(
+                cat, labels[cat], _list(centres[used]), [int(counts[i]) for i in used], 1 / BINS_PER_DECADE, hovertext
+            )
         )
     shapes, annotations = _log_marks(marks)
     layout = _layout(
@@ -968,38 +974,23 @@ def binade_zones(
     exps = np.asarray(exponents, dtype=np.int64)
     data: list[Spec] = []
     used_all = np.zeros(len(exps), bool)
-    for cat, colour in CATEGORY_COLOURS.items():
+    for cat in CATEGORY_COLOURS:
         c = np.asarray(counts.get(cat, ()), dtype=np.int64)
-        if not c.size:
-            continue
         used = np.flatnonzero(c)
-        used_all[used] = True
         if not used.size:
             continue
-        data.append(
-            {
-                "type": "bar",
-                "x": [float((exps[i] + 0.5) * LOG10_2) for i in used],
-                "y": [int(c[i]) for i in used],
-                "width": LOG10_2,
-                "name": labels[cat],
-                "marker": {
-                    "color": colour,
-                    "line": {"color": OUTLINE, "width": 0.5},
-                    "pattern": _hatch(CATEGORY_PATTERNS[cat], "rgba(0,0,0,0.5)"),
-                },
-                "hovertext": [
-                    hover.format(
-                        lo=i18n.power_of_two(int(exps[i])),
-                        hi=i18n.power_of_two(int(exps[i]) + 1),
-                        n=i18n.number(int(c[i]), lang),
-                        category=labels[cat],
-                    )
-                    for i in used
-                ],
-                "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
-            }
-        )
+        used_all[used] = True
+        hovertext = [
+            hover.format(
+                lo=i18n.power_of_two(int(exps[i])),
+                hi=i18n.power_of_two(int(exps[i]) + 1),
+                n=i18n.number(int(c[i]), lang),
+                category=labels[cat],
+            )
+            for i in used
+        ]
+        xs = [float((exps[i] + 0.5) * LOG10_2) for i in used]
+        data.append(_category_bars(cat, labels[cat], xs, [int(c[i]) for i in used], LOG10_2, hovertext))
     mark_logs = [math.log10(x) for x, _ in marks]
     present = exps[used_all]
     data_lo = float(present.min()) * LOG10_2 if present.size else min(mark_logs, default=0.0)
