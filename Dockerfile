@@ -36,12 +36,15 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 
 SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
 WORKDIR /build
-# Only the requirements: code changes do not invalidate this (slow) layer.
+# Only the requirements and the script that installs torch from them: code changes do not invalidate this (slow)
+# layer.
 COPY requirements.txt ./
+COPY scripts/install_torch.py scripts/
 
 # requirements.txt is the one place versions are pinned. Without torch (WITH_TORCH=0) its torch line is dropped.
-# With torch, torch comes first, from TORCH_INDEX_URL and at the version requirements.txt pins, so that the pip
-# install -r that follows finds it satisfied (torch==2.13.0 accepts 2.13.0+cpu) instead of pulling PyPI's CUDA build.
+# With torch, torch comes first, from TORCH_INDEX_URL and at the version requirements.txt pins (the same
+# scripts/install_torch.py that `make run` uses), so that the pip install -r that follows finds it satisfied
+# (torch==2.13.0 accepts 2.13.0+cpu) instead of pulling PyPI's CUDA build.
 RUN python3 -m venv /opt/venv; \
     torch_line='^[[:space:]]*torch[[:space:]]*[=<>~!]'; \
     if [ "${WITH_TORCH}" = 0 ]; then sed -e "/${torch_line}/d" requirements.txt >app-requirements.txt; \
@@ -51,9 +54,7 @@ RUN python3 -m venv /opt/venv; \
     elif [ "${WITH_TORCH}" = 0 ]; then \
         /opt/venv/bin/pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -r app-requirements.txt; \
     else \
-        torch_req="$(sed -n -e 's/[[:space:]]*#.*$//' -e 's/^[[:space:]]*\(torch[[:space:]]*[=<>~!].*\)$/\1/p' requirements.txt | head -n 1)"; \
-        [ -n "${torch_req}" ] || { echo "requirements.txt pins no torch version" >&2; exit 1; }; \
-        /opt/venv/bin/pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "${torch_req}"; \
+        TORCH_INDEX_URL="${TORCH_INDEX_URL}" /opt/venv/bin/python scripts/install_torch.py; \
         /opt/venv/bin/pip install --no-cache-dir --index-url "${PIP_INDEX_URL}" -r app-requirements.txt; \
     fi; \
     /opt/venv/bin/pip check; \
