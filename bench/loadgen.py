@@ -82,6 +82,7 @@ class RunResult:
     slider_id: str = ""
     slider_options: tuple[str, ...] = ()
     slider_value: str = ""
+    slider_fragment: str = ""  # the fragment that drew the slider ("" when the page's full run did)
     query_string: str | None = None  # the URL the page wrote, when it wrote one
     digest: int = 0  # of everything the run drew, to tell whether a move changed the page
     problems: list[str] = field(default_factory=list)
@@ -159,6 +160,9 @@ class Learner:
             state = rerun.widget_states.widgets.add()
             state.id = widget[0]
             state.string_array_value.data.append(widget[1])
+            if self._state is not None and self._state.slider_fragment:
+                # As a browser does: a widget drawn by a fragment reruns that fragment alone.
+                rerun.fragment_id = self._state.slider_fragment
         started = time.perf_counter()
         await ws.send(back.SerializeToString())
         metrics: list[str] = []
@@ -177,6 +181,7 @@ class Learner:
                         metrics.append(element.metric.body)
                     elif what == "slider" and not result.slider_id and "w.lang" not in element.slider.id:
                         result.slider_id = element.slider.id
+                        result.slider_fragment = msg.delta.fragment_id
                         result.slider_options = tuple(element.slider.options)
                         # The server names the position only when it sets it (a URL, a page switch);
                         # otherwise the slider stays where the learner put it.
@@ -199,7 +204,8 @@ class Learner:
                     result.query_string = msg.page_info_changed.query_string
                 elif kind == "script_finished":
                     result.ms = (time.perf_counter() - started) * 1000
-                    if msg.script_finished != ForwardMsg.FINISHED_SUCCESSFULLY:
+                    ok = (ForwardMsg.FINISHED_SUCCESSFULLY, ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY)
+                    if msg.script_finished not in ok:
                         result.problems.append(f"run ended with status {msg.script_finished}")
                     break
         result.metrics = tuple(metrics)

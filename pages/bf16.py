@@ -12,7 +12,7 @@ from lensa.ui.frame import setup
 LESSON_FORMATS = ("fp32", "bf16", "fp16")
 
 
-def show_measured(sel: data.Selection) -> None:
+def show_measured(sel: data.Selection, fp8: bool) -> None:
     """The recorded values instead of the illustration: FP16 against BF16 (and FP8) on what to 0 and the error."""
     stats = sel.stats
     keys = ("fp16", "bf16", *compare.FP8_KEYS) if fp8 else ("fp16", "bf16")
@@ -95,84 +95,91 @@ def show_measured(sel: data.Selection) -> None:
         st.markdown(page.t("fp8_explain"))
 
 
+def illustration(grad: float, fp8: bool) -> None:
+    """The seed's illustration: 400 gradients of a typical size against each format's range, and the precision."""
+    sample = gradient_sample(grad)
+    ranges = [
+        figures.FormatRange(
+            key, FORMATS[key].label, FORMATS[key].smallest_subnormal, FORMATS[key].smallest_normal, FORMATS[key].max
+        )
+        for key in (LESSON_FORMATS + compare.FP8_KEYS if fp8 else LESSON_FORMATS)
+    ]
+    widgets.chart(
+        figures.format_ranges(
+            ranges,
+            sample,
+            {
+                "gradients": page.t("range_gradients"),
+                "subnormal": page.t("range_subnormal"),
+                "normal": page.t("range_normal"),
+                "hover": page.t("range_hover"),
+            },
+            page.lang,
+        ),
+        page.t("range_title"),
+        page.t("common.illustration"),
+        alt=page.t(
+            "range_alt",
+            ranges="; ".join(f"{r.label} {page.sci(r.smallest_subnormal)} … {page.sci(r.max)}" for r in ranges),
+            grad=page.sci(grad),
+            z16=page.pct(category_shares(sample, "fp16")["zero"]),
+            zbf=page.pct(category_shares(sample, "bf16")["zero"]),
+        ),
+    )
+    grids = {key: representable_between(1.0, 1.0625, key) for key in ("fp16", "bf16")}
+    widgets.chart(
+        figures.precision_ticks([(key, FORMATS[key].label, grid) for key, grid in grids.items()], page.lang),
+        page.t("precision_title"),
+        page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3)),
+        alt=page.t(
+            "precision_alt",
+            n16=page.num(len(grids["fp16"])),
+            nbf=page.num(len(grids["bf16"])),
+            fp16=page.sci(FORMATS["fp16"].eps, 3),
+            bf16=page.sci(FORMATS["bf16"].eps, 3),
+        ),
+    )
+
+    s16, sbf = category_shares(sample, "fp16"), category_shares(sample, "bf16")
+    e16, ebf = mean_relative_error(sample, "fp16"), mean_relative_error(sample, "bf16")
+    widgets.metric_row(
+        [
+            (page.t("metric_fp16_zero"), page.pct(s16["zero"])),
+            (page.t("metric_bf16_zero"), page.pct(sbf["zero"])),
+            (page.t("metric_fp16_err"), page.pct(e16)),
+            (page.t("metric_bf16_err"), page.pct(ebf)),
+        ]
+    )
+
+    values = {
+        "grad": page.sci(grad),
+        "z16": page.pct(s16["zero"]),
+        "zbf": page.pct(sbf["zero"]),
+        "e16": page.pct(e16),
+        "ebf": page.pct(ebf),
+    }
+    verdict = fp16_against_bf16(s16["overflow"], e16, ebf)
+    widgets.explain(page, page.t(f"explain_{verdict}", **values), page.t("try"))
+    if fp8:
+        st.subheader(page.t("fp8_title"))
+        st.dataframe(compare.format_rows(page, sample, ("fp16", "bf16", *compare.FP8_KEYS)), hide_index=True)
+        st.markdown(page.t("fp8_explain"))
+
+
+def lesson() -> None:
+    """The controls and what they change; a recorded run replaces the illustration."""
+    selection = data.data_controls(page)
+    if selection is None:
+        grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
+    fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("common.fp8_help"))
+    widgets.after_controls(page)
+    if selection is None:
+        illustration(grad, fp8)
+    else:
+        show_measured(selection, fp8)
+
+
 page = setup("bf16")
 widgets.step_header(page)
-selection = data.data_controls(page)
-if selection is None:
-    grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
-fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("common.fp8_help"))
-widgets.after_controls(page)
-
-if selection is not None:  # a recorded run replaces the illustration; the rest of the page is the illustration's
-    show_measured(selection)
-    widgets.step_end(page, page.t("notes"), [page.t("refs.kalamkar"), page.t("refs.ieee754")])
-    st.stop()
-
-sample = gradient_sample(grad)
-ranges = [
-    figures.FormatRange(
-        key, FORMATS[key].label, FORMATS[key].smallest_subnormal, FORMATS[key].smallest_normal, FORMATS[key].max
-    )
-    for key in (LESSON_FORMATS + compare.FP8_KEYS if fp8 else LESSON_FORMATS)
-]
-widgets.chart(
-    figures.format_ranges(
-        ranges,
-        sample,
-        {
-            "gradients": page.t("range_gradients"),
-            "subnormal": page.t("range_subnormal"),
-            "normal": page.t("range_normal"),
-            "hover": page.t("range_hover"),
-        },
-        page.lang,
-    ),
-    page.t("range_title"),
-    page.t("common.illustration"),
-    alt=page.t(
-        "range_alt",
-        ranges="; ".join(f"{r.label} {page.sci(r.smallest_subnormal)} … {page.sci(r.max)}" for r in ranges),
-        grad=page.sci(grad),
-        z16=page.pct(category_shares(sample, "fp16")["zero"]),
-        zbf=page.pct(category_shares(sample, "bf16")["zero"]),
-    ),
-)
-grids = {key: representable_between(1.0, 1.0625, key) for key in ("fp16", "bf16")}
-widgets.chart(
-    figures.precision_ticks([(key, FORMATS[key].label, grid) for key, grid in grids.items()], page.lang),
-    page.t("precision_title"),
-    page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3)),
-    alt=page.t(
-        "precision_alt",
-        n16=page.num(len(grids["fp16"])),
-        nbf=page.num(len(grids["bf16"])),
-        fp16=page.sci(FORMATS["fp16"].eps, 3),
-        bf16=page.sci(FORMATS["bf16"].eps, 3),
-    ),
-)
-
-s16, sbf = category_shares(sample, "fp16"), category_shares(sample, "bf16")
-e16, ebf = mean_relative_error(sample, "fp16"), mean_relative_error(sample, "bf16")
-widgets.metric_row(
-    [
-        (page.t("metric_fp16_zero"), page.pct(s16["zero"])),
-        (page.t("metric_bf16_zero"), page.pct(sbf["zero"])),
-        (page.t("metric_fp16_err"), page.pct(e16)),
-        (page.t("metric_bf16_err"), page.pct(ebf)),
-    ]
-)
-
-values = {
-    "grad": page.sci(grad),
-    "z16": page.pct(s16["zero"]),
-    "zbf": page.pct(sbf["zero"]),
-    "e16": page.pct(e16),
-    "ebf": page.pct(ebf),
-}
-verdict = fp16_against_bf16(s16["overflow"], e16, ebf)
-widgets.explain(page, page.t(f"explain_{verdict}", **values), page.t("try"))
-if fp8:
-    st.subheader(page.t("fp8_title"))
-    st.dataframe(compare.format_rows(page, sample, ("fp16", "bf16", *compare.FP8_KEYS)), hide_index=True)
-    st.markdown(page.t("fp8_explain"))
+widgets.lesson(page, lesson)
 widgets.step_end(page, page.t("notes"), [page.t("refs.kalamkar"), page.t("refs.ieee754")])

@@ -12,7 +12,7 @@ from lensa.ui.frame import setup
 FP16 = FORMATS["fp16"]
 
 
-def show_measured(sel: data.Selection) -> None:
+def show_measured(sel: data.Selection, fp8: bool) -> None:
     """The recorded tensors instead of the illustration: their histogram over FP16's zones, and who loses most."""
     stats = sel.stats
     shares = measured.zone_shares(stats, "fp16")
@@ -60,70 +60,78 @@ def show_measured(sel: data.Selection) -> None:
         st.dataframe(data.format_rows(page, stats, ("fp16", "bf16", *compare.FP8_KEYS)), hide_index=True)
 
 
+def illustration(grad: float, fp8: bool) -> None:
+    """The seed's illustration: 400 gradients of a typical size over FP16's zones."""
+    sample = gradient_sample(grad)
+    shares = category_shares(sample, FP16)
+    widgets.chart(
+        compare.fp16_histogram(page, sample),
+        page.t("figure_title"),
+        page.t(
+            "caption",
+            sub=page.sci(FP16.smallest_subnormal),
+            normal=page.sci(FP16.smallest_normal),
+            max=page.num(FP16.max),
+        )
+        + " "
+        + page.t("common.illustration"),
+        alt=page.t(
+            "alt",
+            grad=page.sci(grad),
+            zero=page.pct(shares["zero"]),
+            sub=page.pct(shares["subnormal"]),
+            normal=page.pct(shares["normal"]),
+            over=page.pct(shares["overflow"]),
+            largest=page.sci(largest_magnitude(sample)),
+        ),
+    )
+    widgets.metric_row(
+        [
+            (page.t("metric_zero"), page.pct(shares["zero"])),
+            (page.t("metric_subnormal"), page.pct(shares["subnormal"])),
+            (page.t("metric_normal"), page.pct(shares["normal"])),
+            (page.t("metric_largest"), page.sci(largest_magnitude(sample))),
+        ]
+    )
+    values = {
+        "zero": page.pct(shares["zero"]),
+        "sub": page.pct(shares["subnormal"]),
+        "normal": page.pct(shares["normal"]),
+        "over": page.pct(shares["overflow"]),
+        "normal_limit": page.sci(FP16.smallest_normal),
+    }
+    regime = most_common_category(shares)
+    paragraph = page.t(f"explain_{regime}", **values)
+    if shares["overflow"] > 0:
+        paragraph += page.t("explain_overflow", **values)
+    widgets.explain(page, paragraph, page.t("try"))
+    if fp8:
+        st.subheader(page.t("fp8_title"))
+        st.dataframe(compare.format_rows(page, sample, ("fp16", "bf16", *compare.FP8_KEYS)), hide_index=True)
+        e4m3 = category_shares(sample, "fp8_e4m3")
+        st.markdown(
+            page.t(
+                "fp8_explain",
+                e4m3_zero=page.pct(e4m3["zero"]),
+                e5m2_zero=page.pct(category_shares(sample, "fp8_e5m2")["zero"]),
+            )
+        )
+
+
+def lesson() -> None:
+    """The controls and what they change; a recorded run replaces the illustration."""
+    selection = data.data_controls(page)
+    if selection is None:
+        grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
+    fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("common.fp8_help"))
+    widgets.after_controls(page)
+    if selection is None:
+        illustration(grad, fp8)
+    else:
+        show_measured(selection, fp8)
+
+
 page = setup("fp16_range")
 widgets.step_header(page)
-selection = data.data_controls(page)
-if selection is None:
-    grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
-fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("common.fp8_help"))
-widgets.after_controls(page)
-
-if selection is not None:  # a recorded run replaces the illustration; the rest of the page is the illustration's
-    show_measured(selection)
-    widgets.step_end(page, page.t("notes"), [page.t("refs.ieee754"), page.t("refs.micikevicius2017")])
-    st.stop()
-
-sample = gradient_sample(grad)
-shares = category_shares(sample, FP16)
-widgets.chart(
-    compare.fp16_histogram(page, sample),
-    page.t("figure_title"),
-    page.t(
-        "caption", sub=page.sci(FP16.smallest_subnormal), normal=page.sci(FP16.smallest_normal), max=page.num(FP16.max)
-    )
-    + " "
-    + page.t("common.illustration"),
-    alt=page.t(
-        "alt",
-        grad=page.sci(grad),
-        zero=page.pct(shares["zero"]),
-        sub=page.pct(shares["subnormal"]),
-        normal=page.pct(shares["normal"]),
-        over=page.pct(shares["overflow"]),
-        largest=page.sci(largest_magnitude(sample)),
-    ),
-)
-
-widgets.metric_row(
-    [
-        (page.t("metric_zero"), page.pct(shares["zero"])),
-        (page.t("metric_subnormal"), page.pct(shares["subnormal"])),
-        (page.t("metric_normal"), page.pct(shares["normal"])),
-        (page.t("metric_largest"), page.sci(largest_magnitude(sample))),
-    ]
-)
-
-values = {
-    "zero": page.pct(shares["zero"]),
-    "sub": page.pct(shares["subnormal"]),
-    "normal": page.pct(shares["normal"]),
-    "over": page.pct(shares["overflow"]),
-    "normal_limit": page.sci(FP16.smallest_normal),
-}
-regime = most_common_category(shares)
-paragraph = page.t(f"explain_{regime}", **values)
-if shares["overflow"] > 0:
-    paragraph += page.t("explain_overflow", **values)
-widgets.explain(page, paragraph, page.t("try"))
-if fp8:
-    st.subheader(page.t("fp8_title"))
-    st.dataframe(compare.format_rows(page, sample, ("fp16", "bf16", *compare.FP8_KEYS)), hide_index=True)
-    e4m3 = category_shares(sample, "fp8_e4m3")
-    st.markdown(
-        page.t(
-            "fp8_explain",
-            e4m3_zero=page.pct(e4m3["zero"]),
-            e5m2_zero=page.pct(category_shares(sample, "fp8_e5m2")["zero"]),
-        )
-    )
+widgets.lesson(page, lesson)
 widgets.step_end(page, page.t("notes"), [page.t("refs.ieee754"), page.t("refs.micikevicius2017")])

@@ -71,7 +71,7 @@ def _scale(k: int | None) -> str:
     return "—" if k is None else power_of_two(k)
 
 
-def show_measured(sel: data.Selection) -> None:
+def show_measured(sel: data.Selection, k: int, fp8: bool) -> None:
     """The recorded gradients instead of the illustration: scaled, swept over S, and the run's own scaler."""
     stats = sel.stats
     kind = data.kind_words(page, sel.kind)
@@ -168,7 +168,108 @@ def show_measured(sel: data.Selection) -> None:
         st.dataframe(rows, hide_index=True)
 
 
-page = setup("loss_scaling")
+def illustration(k: int, fp8: bool) -> None:
+    """The seed's illustration: step 2's sample times S, and an illustrative dynamic run (with a real one)."""
+    scaled = loss_scaled(gradient_sample(TYPICAL), k)
+    shares = static_shift_shares(gradient_sample(TYPICAL), k)
+    widgets.chart(
+        compare.fp16_histogram(page, scaled),
+        page.t("figure_title"),
+        page.t("caption") + " " + page.t("common.illustration"),
+        alt=page.t("alt", s=power_of_two(k), zero=page.pct(shares["zero"]), over=page.pct(shares["overflow"])),
+    )
+
+    run = illustrative_run()
+    real = st.session_state.get(REAL_RUN)
+    widgets.chart(
+        run_figure(page.lang, None if real is None else tuple(s.scale for s in real)),
+        page.t("run_title"),
+        alt=page.t(
+            "run_alt",
+            n=page.num(len(run.steps)),
+            start=power_of_two(run.first_k),
+            interval=page.num(SPIKES.growth_interval),
+            skipped=page.num(len(run.skipped_steps)),
+            end=power_of_two(run.last_k),
+        ),
+    )
+    with st.expander(page.t("real_title"), icon=":material/science:", expanded=real is not None):
+        st.markdown(
+            page.t("real_intro", interval=page.num(SPIKES.growth_interval), steps=_list(page, list(run.skipped_steps)))
+        )
+        job = st.session_state.get(REAL_JOB)
+        if not live_view.torch_available():
+            st.info(live_view.torch_missing_text(page))
+        elif st.button(
+            page.t("real_run"), key="loss_scaling.real_run", icon=":material/play_arrow:", disabled=job is not None
+        ):
+            # The run happens in the lab's worker process: this page never imports torch.
+            job = st.session_state[REAL_JOB] = jobs.submit(
+                "trace",
+                steps=len(run.steps),
+                init_scale=TORCH_INIT_SCALE,
+                growth_interval=SPIKES.growth_interval,
+                spike_steps=run.skipped_steps,
+                spike_factor=REAL_SPIKE_FACTOR,
+            )
+        if job is not None:
+            ok, result = jobs.settle(page, job, REAL_JOB, "loss_scaling.real_cancel", page.t("real_running"))
+            if ok:
+                st.session_state[REAL_RUN] = result
+                st.rerun()  # the run's chart, above, gains the real line
+        if real is not None:
+            same = measured.history_of(real).log2_scales == run.log2_scales
+            real_overflows = [s.step for s in real if s.found_inf]
+            key = "real_match" if same else "real_differs"
+            st.markdown(page.t(key, steps=_list(page, real_overflows)))
+
+    widgets.metric_row(
+        [
+            (page.t("metric_zero"), page.pct(shares["zero"])),
+            (page.t("metric_overflow"), page.pct(shares["overflow"])),
+            (page.t("metric_run_start"), power_of_two(run.first_k)),
+            (page.t("metric_run_skipped"), page.num(len(run.skipped_steps))),
+        ]
+    )
+
+    values = {"s": power_of_two(k), "zero": page.pct(shares["zero"]), "over": page.pct(shares["overflow"])}
+    paragraph = page.t(REGIME_KEYS[static_shift_regime(shares, k)], **values)
+    paragraph += " " + page.t(
+        "explain_run",
+        start=power_of_two(run.first_k),
+        first=page.t("first_overflow" if run.skipped[0] else "first_clean"),
+        interval=page.num(SPIKES.growth_interval),
+        skipped=page.num(len(run.skipped_steps)),
+    )
+    widgets.explain(page, paragraph, page.t("try"))
+    if fp8:
+        sample = gradient_sample(TYPICAL)
+        scale_exps = {key: per_tensor_scale_exp(sample, key) for key in compare.FP8_KEYS}
+        st.subheader(page.t("fp8_title"))
+        st.markdown(
+            page.t(
+                "fp8_explain",
+                amax=page.sci(largest_magnitude(sample)),
+                e4m3_scale=power_of_two(scale_exps["fp8_e4m3"]),
+                e5m2_scale=power_of_two(scale_exps["fp8_e5m2"]),
+            )
+        )
+        rows = compare.format_rows(page, sample, ("fp16",), {"fp16": k})
+        rows += compare.format_rows(page, sample, compare.FP8_KEYS)
+        rows += compare.format_rows(page, sample, compare.FP8_KEYS, scale_exps)
+        st.dataframe(rows, hide_index=True)
+
+
+def lesson() -> None:
+    """The controls and what they change; a recorded run replaces the illustration."""
+    selection = data.data_controls(page)
+    k = int(widgets.slider(page, "scale", page.t("scale"), lambda v: power_of_two(int(v)), help=page.t("scale_help")))
+    fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("common.fp8_help"))
+    widgets.after_controls(page)
+    if selection is None:
+        illustration(k, fp8)
+    else:
+        show_measured(selection, k, fp8)
 
 
 def end_of_step() -> None:
@@ -182,103 +283,7 @@ def end_of_step() -> None:
     widgets.step_end(page, notes, [page.t("refs.micikevicius2017"), page.t("refs.torch_amp")])
 
 
+page = setup("loss_scaling")
 widgets.step_header(page)
-selection = data.data_controls(page)
-k = int(widgets.slider(page, "scale", page.t("scale"), lambda v: power_of_two(int(v)), help=page.t("scale_help")))
-fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("common.fp8_help"))
-widgets.after_controls(page)
-
-if selection is not None:  # a recorded run replaces the illustration; the rest of the page is the illustration's
-    show_measured(selection)
-    end_of_step()
-    st.stop()
-
-scaled = loss_scaled(gradient_sample(TYPICAL), k)
-shares = static_shift_shares(gradient_sample(TYPICAL), k)
-widgets.chart(
-    compare.fp16_histogram(page, scaled),
-    page.t("figure_title"),
-    page.t("caption") + " " + page.t("common.illustration"),
-    alt=page.t("alt", s=power_of_two(k), zero=page.pct(shares["zero"]), over=page.pct(shares["overflow"])),
-)
-
-run = illustrative_run()
-real = st.session_state.get(REAL_RUN)
-widgets.chart(
-    run_figure(page.lang, None if real is None else tuple(s.scale for s in real)),
-    page.t("run_title"),
-    alt=page.t(
-        "run_alt",
-        n=page.num(len(run.steps)),
-        start=power_of_two(run.first_k),
-        interval=page.num(SPIKES.growth_interval),
-        skipped=page.num(len(run.skipped_steps)),
-        end=power_of_two(run.last_k),
-    ),
-)
-with st.expander(page.t("real_title"), icon=":material/science:", expanded=real is not None):
-    st.markdown(
-        page.t("real_intro", interval=page.num(SPIKES.growth_interval), steps=_list(page, list(run.skipped_steps)))
-    )
-    job = st.session_state.get(REAL_JOB)
-    if not live_view.torch_available():
-        st.info(live_view.torch_missing_text(page))
-    elif st.button(
-        page.t("real_run"), key="loss_scaling.real_run", icon=":material/play_arrow:", disabled=job is not None
-    ):
-        # The run happens in the lab's worker process: this page never imports torch.
-        job = st.session_state[REAL_JOB] = jobs.submit(
-            "trace",
-            steps=len(run.steps),
-            init_scale=TORCH_INIT_SCALE,
-            growth_interval=SPIKES.growth_interval,
-            spike_steps=run.skipped_steps,
-            spike_factor=REAL_SPIKE_FACTOR,
-        )
-    if job is not None:
-        ok, result = jobs.settle(page, job, REAL_JOB, "loss_scaling.real_cancel", page.t("real_running"))
-        if ok:
-            st.session_state[REAL_RUN] = result
-            st.rerun()  # the run's chart, above, gains the real line
-    if real is not None:
-        same = measured.history_of(real).log2_scales == run.log2_scales
-        real_overflows = [s.step for s in real if s.found_inf]
-        key = "real_match" if same else "real_differs"
-        st.markdown(page.t(key, steps=_list(page, real_overflows)))
-
-widgets.metric_row(
-    [
-        (page.t("metric_zero"), page.pct(shares["zero"])),
-        (page.t("metric_overflow"), page.pct(shares["overflow"])),
-        (page.t("metric_run_start"), power_of_two(run.first_k)),
-        (page.t("metric_run_skipped"), page.num(len(run.skipped_steps))),
-    ]
-)
-
-values = {"s": power_of_two(k), "zero": page.pct(shares["zero"]), "over": page.pct(shares["overflow"])}
-paragraph = page.t(REGIME_KEYS[static_shift_regime(shares, k)], **values)
-paragraph += " " + page.t(
-    "explain_run",
-    start=power_of_two(run.first_k),
-    first=page.t("first_overflow" if run.skipped[0] else "first_clean"),
-    interval=page.num(SPIKES.growth_interval),
-    skipped=page.num(len(run.skipped_steps)),
-)
-widgets.explain(page, paragraph, page.t("try"))
-if fp8:
-    sample = gradient_sample(TYPICAL)
-    scale_exps = {key: per_tensor_scale_exp(sample, key) for key in compare.FP8_KEYS}
-    st.subheader(page.t("fp8_title"))
-    st.markdown(
-        page.t(
-            "fp8_explain",
-            amax=page.sci(largest_magnitude(sample)),
-            e4m3_scale=power_of_two(scale_exps["fp8_e4m3"]),
-            e5m2_scale=power_of_two(scale_exps["fp8_e5m2"]),
-        )
-    )
-    rows = compare.format_rows(page, sample, ("fp16",), {"fp16": k})
-    rows += compare.format_rows(page, sample, compare.FP8_KEYS)
-    rows += compare.format_rows(page, sample, compare.FP8_KEYS, scale_exps)
-    st.dataframe(rows, hide_index=True)
+widgets.lesson(page, lesson)
 end_of_step()

@@ -104,92 +104,99 @@ def show_measured(sel: data.Selection) -> None:
     )
 
 
+def illustration(update: float, w: float) -> None:
+    """The seed's example: one weight, one small update, stored in FP16 or kept in an FP32 master copy."""
+    example = master_weight_example(w, update, STEPS, "fp16", TICKS_EACH_SIDE)
+    gap, stored = example.spacing, example.after_one
+    exact, change32, change16 = example.exact_change, example.fp32_change, example.low_change
+
+    widgets.chart(
+        figures.number_line(
+            example.w_stored,
+            update,
+            stored,
+            example.grid,
+            gap,
+            {
+                "w": page.t("mark_w"),
+                "exact": page.t("mark_exact"),
+                "stored": page.t("mark_stored"),
+                "half": page.t("mark_half"),
+            },
+            page.t("axis_offset"),
+            page.lang,
+        ),
+        page.t("figure_title", spacing=page.sci(gap, 3)),
+        alt=page.t(
+            "alt",
+            w=page.plain(w),
+            spacing=page.sci(gap, 3),
+            ratio=page.sci(example.ratio),
+            stored=figures.exact(stored, page.lang),
+        ),
+    )
+    widgets.chart(
+        figures.labelled_bars(
+            [page.t("bar_exact"), page.t("bar_master"), page.t("bar_fp16")],
+            [exact, change32, change16],
+            [figures.NEUTRAL, figures.FORMAT_COLOURS["fp32"], figures.FORMAT_COLOURS["fp16"]],
+            [page.sci(exact, 3), page.sci(change32, 3), page.sci(change16, 3)],
+            lang=page.lang,
+            hovers=[
+                f"{page.t('bar_exact')}: {figures.exact(exact, page.lang)}",
+                f"{page.t('bar_master')}: {figures.exact(change32, page.lang)}",
+                f"{page.t('bar_fp16')}: {figures.exact(change16, page.lang)}",
+            ],
+            headroom=1.3,
+        ),
+        page.t("bars_title", steps=page.num(STEPS)),
+        alt=page.t(
+            "bars_alt",
+            steps=page.num(STEPS),
+            exact=page.sci(exact, 3),
+            master=page.sci(change32, 3),
+            fp16=page.sci(change16, 3),
+        ),
+    )
+
+    widgets.metric_row(
+        [
+            (page.t("metric_spacing"), page.sci(gap, 3)),
+            (page.t("metric_ratio"), page.sci(example.ratio)),
+            (page.t("metric_fp16"), page.sci(change16, 3)),
+            (page.t("metric_master"), page.sci(change32, 3)),
+        ]
+    )
+
+    values = {
+        "ratio": page.sci(example.ratio),
+        "w": page.plain(w),
+        "steps": page.num(STEPS),
+        "master": page.sci(change32, 3),
+        "exact": page.sci(exact, 3),
+        "fp16": page.sci(change16, 3),
+        "fp32_spacing": page.sci(float(spacing(w, "fp32")), 3),
+    }
+    paragraph = page.t("explain_lost" if is_update_lost(w, update, "fp16") else "explain_kept", **values)
+    if is_update_lost(w, update, "fp32"):
+        paragraph += page.t("explain_both_lost", **values)
+    widgets.explain(page, paragraph, page.t("try"))
+
+
+def lesson() -> None:
+    """The controls and what they change; a recorded run replaces the illustration."""
+    selection = data.data_controls(page)
+    if selection is None:
+        update = widgets.slider(page, "update", page.t("update"), lambda v: page.sci(v, 3), help=page.t("update_help"))
+        w = widgets.slider(page, "w", page.t("w"), page.plain)
+    widgets.after_controls(page)
+    if selection is None:
+        illustration(update, w)
+    else:
+        show_measured(selection)
+
+
 page = setup("master_weights")
 widgets.step_header(page)
-selection = data.data_controls(page)
-if selection is None:
-    update = widgets.slider(page, "update", page.t("update"), lambda v: page.sci(v, 3), help=page.t("update_help"))
-    w = widgets.slider(page, "w", page.t("w"), page.plain)
-widgets.after_controls(page)
-
-if selection is not None:  # a recorded run replaces the illustration; the rest of the page is the illustration's
-    show_measured(selection)
-    widgets.step_end(page, page.t("notes"), [page.t("refs.micikevicius2017"), page.t("refs.ieee754")])
-    st.stop()
-
-example = master_weight_example(w, update, STEPS, "fp16", TICKS_EACH_SIDE)
-gap, stored = example.spacing, example.after_one
-exact, change32, change16 = example.exact_change, example.fp32_change, example.low_change
-
-widgets.chart(
-    figures.number_line(
-        example.w_stored,
-        update,
-        stored,
-        example.grid,
-        gap,
-        {
-            "w": page.t("mark_w"),
-            "exact": page.t("mark_exact"),
-            "stored": page.t("mark_stored"),
-            "half": page.t("mark_half"),
-        },
-        page.t("axis_offset"),
-        page.lang,
-    ),
-    page.t("figure_title", spacing=page.sci(gap, 3)),
-    alt=page.t(
-        "alt",
-        w=page.plain(w),
-        spacing=page.sci(gap, 3),
-        ratio=page.sci(example.ratio),
-        stored=figures.exact(stored, page.lang),
-    ),
-)
-widgets.chart(
-    figures.labelled_bars(
-        [page.t("bar_exact"), page.t("bar_master"), page.t("bar_fp16")],
-        [exact, change32, change16],
-        [figures.NEUTRAL, figures.FORMAT_COLOURS["fp32"], figures.FORMAT_COLOURS["fp16"]],
-        [page.sci(exact, 3), page.sci(change32, 3), page.sci(change16, 3)],
-        lang=page.lang,
-        hovers=[
-            f"{page.t('bar_exact')}: {figures.exact(exact, page.lang)}",
-            f"{page.t('bar_master')}: {figures.exact(change32, page.lang)}",
-            f"{page.t('bar_fp16')}: {figures.exact(change16, page.lang)}",
-        ],
-        headroom=1.3,
-    ),
-    page.t("bars_title", steps=page.num(STEPS)),
-    alt=page.t(
-        "bars_alt",
-        steps=page.num(STEPS),
-        exact=page.sci(exact, 3),
-        master=page.sci(change32, 3),
-        fp16=page.sci(change16, 3),
-    ),
-)
-
-widgets.metric_row(
-    [
-        (page.t("metric_spacing"), page.sci(gap, 3)),
-        (page.t("metric_ratio"), page.sci(example.ratio)),
-        (page.t("metric_fp16"), page.sci(change16, 3)),
-        (page.t("metric_master"), page.sci(change32, 3)),
-    ]
-)
-
-values = {
-    "ratio": page.sci(example.ratio),
-    "w": page.plain(w),
-    "steps": page.num(STEPS),
-    "master": page.sci(change32, 3),
-    "exact": page.sci(exact, 3),
-    "fp16": page.sci(change16, 3),
-    "fp32_spacing": page.sci(float(spacing(w, "fp32")), 3),
-}
-paragraph = page.t("explain_lost" if is_update_lost(w, update, "fp16") else "explain_kept", **values)
-if is_update_lost(w, update, "fp32"):
-    paragraph += page.t("explain_both_lost", **values)
-widgets.explain(page, paragraph, page.t("try"))
+widgets.lesson(page, lesson)
 widgets.step_end(page, page.t("notes"), [page.t("refs.micikevicius2017"), page.t("refs.ieee754")])

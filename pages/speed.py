@@ -29,164 +29,181 @@ MODE_STYLE = {  # peak key: (colour, pattern)
     "fp8": (figures.FORMAT_COLOURS["fp8_e4m3"], ""),
 }
 
+chosen: dict[str, str] = {}  # what the notes below the lesson need from a full run of it
+
+
+def lesson() -> None:
+    """The controls and what they change: step times, memory, throughput, and a measurement on this machine."""
+    tokens = int(widgets.slider(page, "tokens", page.t("tokens"), page.num, help=page.t("tokens_help")))
+    customised = any(k in st.query_params for k in ("gpu", "mfu", "budget", "cluster"))
+    with st.expander(page.t("hardware_title"), icon=":material/memory:", expanded=customised):
+        # The notes name the chosen GPU's datasheet: a change of GPU redraws the whole page.
+        gpu_key = widgets.select(page, "gpu", page.t("gpu"), lambda k: GPUS[k].name, whole_page=True)
+        left, right = st.columns(2)
+        with left:
+            mfu = widgets.slider(page, "mfu", page.t("mfu"), page.pct, help=page.t("mfu_help"))
+            budget = widgets.slider(page, "budget", page.t("budget"), lambda v: compact(v, page.lang))
+        with right:
+            cluster = int(widgets.slider(page, "cluster", page.t("cluster"), page.num))
+    widgets.after_controls(page)
+
+    gpu = GPUS[gpu_key]
+    mixed = mixed_precision_mode(gpu)  # BF16 where the chip has it, FP16 on the V100 and T4
+    timing = step_times(gpu, SEVEN_B.params, tokens, mfu)
+    modes, times = timing.modes, timing.seconds
+    names = [page.t(f"bar_{m}") for m in modes]
+    colours = [MODE_STYLE[m][0] for m in modes]
+    patterns = [MODE_STYLE[m][1] for m in modes]
+    memory_modes = [m for m in modes if m != "fp8"]  # FP8 training memory is not modelled here
+    memories = [training_memory(SEVEN_B, tokens, MEMORY_PRECISION[m]) for m in memory_modes]
+
+    widgets.chart(
+        figures.step_time_bars(
+            names,
+            times,
+            colours,
+            [page.sec(t) for t in times],
+            axis_title=page.t("axis_time"),
+            patterns=patterns,
+            hovers=[
+                page.t("hover_time", mode=n, time=page.sec(t), peak=teraflops(gpu.peak(m), page.lang))
+                for n, t, m in zip(names, times, modes, strict=True)
+            ],
+            lang=page.lang,
+        ),
+        page.t("time_title", gpu=gpu.name),
+        page.t("time_subtitle", mfu=page.pct(mfu)),
+        alt=page.t(
+            "time_alt",
+            gpu=gpu.name,
+            mfu=page.pct(mfu),
+            bars="; ".join(f"{n} {page.sec(t)}" for n, t in zip(names, times, strict=True)),
+        ),
+    )
+    widgets.chart(
+        figures.memory_total_bars(
+            names[: len(memory_modes)],
+            [m.total for m in memories],
+            colours[: len(memory_modes)],
+            [page.gb(m.total) for m in memories],
+            axis_title=page.t("axis_memory"),
+            patterns=patterns[: len(memory_modes)],
+            hovers=[
+                page.t(
+                    "hover_memory",
+                    mode=n,
+                    states=page.gb(m.model_states),
+                    act=page.gb(m.activations),
+                    total=page.gb(m.total),
+                )
+                for n, m in zip(names[: len(memory_modes)], memories, strict=True)
+            ],
+            gpu_line=(gpu.memory_gb, page.t("gpu_line", gb=page.num(gpu.memory_gb))),
+            lang=page.lang,
+        ),
+        page.t("memory_title"),
+        alt=page.t(
+            "memory_alt",
+            bars="; ".join(f"{n} {page.gb(m.total)}" for n, m in zip(names, memories, strict=False)),
+            gpu=gpu.name,
+            gb=page.num(gpu.memory_gb),
+        ),
+    )
+
+    fp32_time, mixed_time = timing.of("fp32"), timing.of(mixed)
+    mixed_memory = memories[memory_modes.index(mixed)]
+    label = mixed.upper()
+    widgets.metric_row(
+        [
+            (page.t("metric_fp32"), page.sec(fp32_time)),
+            (page.t("metric_mixed", mode=label), page.sec(mixed_time)),
+            (page.t("metric_speedup"), page.ratio(timing.speedup(mixed))),
+            (page.t("metric_memory", mode=label), page.gb(mixed_memory.total)),
+        ]
+    )
+    fastest = timing.fastest
+    rate = tokens_per_second(gpu.peak(fastest), SEVEN_B.params, mfu)
+    days = days_to_train(SEVEN_B.params, budget, gpu.peak(fastest), cluster, mfu)
+    widgets.metric_row(
+        [
+            (page.t("metric_throughput", mode=fastest.upper()), page.t("per_second", n=page.num(rate))),
+            (
+                page.t("metric_days", budget=compact(budget, page.lang), gpus=page.num(cluster)),
+                page.t("days", n=page.sig(days, 3)),
+            ),
+        ]
+    )
+    paragraph = page.t(
+        "explain",
+        tokens=page.num(tokens),
+        mode=label,
+        mixed=page.sec(mixed_time),
+        fp32=page.sec(fp32_time),
+        speedup=page.ratio(timing.speedup(mixed)),
+        act32=page.gb(memories[0].activations),
+        act16=page.gb(mixed_memory.activations),
+    )
+    if gpu.peak("fp8") is not None:
+        paragraph += " " + page.t("fp8_here", fp8=page.sec(timing.of("fp8")), ratio=page.ratio(timing.speedup("fp8")))
+    else:
+        paragraph += page.t("fp8_line")
+    paragraph += " " + page.t(
+        "explain_budget",
+        budget=compact(budget, page.lang),
+        gpus=page.num(cluster),
+        days=page.sig(days, 3),
+        mode=fastest.upper(),
+        gpu_days=page.num(gpu_days_to_train(SEVEN_B.params, budget, gpu.peak(fastest), mfu)),
+    )
+    widgets.explain(page, paragraph, page.t("try"))
+
+    with st.expander(page.t("measure_title"), icon=":material/speed:", expanded=MEASURED in st.session_state):
+        st.markdown(page.t("measure_intro"))
+        if not live_view.torch_available():
+            st.info(live_view.torch_missing_text(page))
+        elif st.button(
+            page.t("measure_run"),
+            key="speed.measure",
+            icon=":material/play_arrow:",
+            disabled=MEASURING in st.session_state,
+        ):
+            # The measurement runs in the lab's worker process, queued with the lab's runs: this page never
+            # imports torch.
+            st.session_state[MEASURING] = jobs.submit("matmul")
+        job = st.session_state.get(MEASURING)
+        if job is not None:
+            ok, rows = jobs.settle(page, job, MEASURING, "speed.measure_cancel", page.t("measure_running"))
+            if ok:
+                try:
+                    st.session_state[MEASURED] = (jobs.device_info(), rows)
+                except LiveError as exc:
+                    st.error(live_view.error_text(page, exc), icon=":material/error:")
+        if MEASURED in st.session_state:
+            info, rows = st.session_state[MEASURED]
+            st.markdown(f"{page.t('live.this_machine')}: {live_view.device_line(page, info)}")
+            st.dataframe(live_view.benchmark_table(page, rows, gpu), hide_index=True, width="stretch")
+            measured = measured_speedup(rows, mixed)
+            if measured is not None:
+                st.markdown(
+                    page.t(
+                        "measure_ratio",
+                        n=page.num(rows[0]["size"]),
+                        mode=mixed.upper(),
+                        gpu=gpu.name,
+                        ratio=page.ratio(measured),
+                        datasheet=page.ratio(peak_speedup(gpu, mixed)),
+                    )
+                )
+            st.caption(page.t("lab.noisy"))
+    chosen["gpu"] = gpu_key
+
+
 page = setup("speed")
 widgets.step_header(page)
-tokens = int(widgets.slider(page, "tokens", page.t("tokens"), page.num, help=page.t("tokens_help")))
-customised = any(k in st.query_params for k in ("gpu", "mfu", "budget", "cluster"))
-with st.expander(page.t("hardware_title"), icon=":material/memory:", expanded=customised):
-    gpu_key = widgets.select(page, "gpu", page.t("gpu"), lambda k: GPUS[k].name)
-    left, right = st.columns(2)
-    with left:
-        mfu = widgets.slider(page, "mfu", page.t("mfu"), page.pct, help=page.t("mfu_help"))
-        budget = widgets.slider(page, "budget", page.t("budget"), lambda v: compact(v, page.lang))
-    with right:
-        cluster = int(widgets.slider(page, "cluster", page.t("cluster"), page.num))
-widgets.after_controls(page)
-
-gpu = GPUS[gpu_key]
-mixed = mixed_precision_mode(gpu)  # BF16 where the chip has it, FP16 on the V100 and T4
-timing = step_times(gpu, SEVEN_B.params, tokens, mfu)
-modes, times = timing.modes, timing.seconds
-names = [page.t(f"bar_{m}") for m in modes]
-colours = [MODE_STYLE[m][0] for m in modes]
-patterns = [MODE_STYLE[m][1] for m in modes]
-memory_modes = [m for m in modes if m != "fp8"]  # FP8 training memory is not modelled here
-memories = [training_memory(SEVEN_B, tokens, MEMORY_PRECISION[m]) for m in memory_modes]
-
-widgets.chart(
-    figures.step_time_bars(
-        names,
-        times,
-        colours,
-        [page.sec(t) for t in times],
-        axis_title=page.t("axis_time"),
-        patterns=patterns,
-        hovers=[
-            page.t("hover_time", mode=n, time=page.sec(t), peak=teraflops(gpu.peak(m), page.lang))
-            for n, t, m in zip(names, times, modes, strict=True)
-        ],
-        lang=page.lang,
-    ),
-    page.t("time_title", gpu=gpu.name),
-    page.t("time_subtitle", mfu=page.pct(mfu)),
-    alt=page.t(
-        "time_alt",
-        gpu=gpu.name,
-        mfu=page.pct(mfu),
-        bars="; ".join(f"{n} {page.sec(t)}" for n, t in zip(names, times, strict=True)),
-    ),
-)
-widgets.chart(
-    figures.memory_total_bars(
-        names[: len(memory_modes)],
-        [m.total for m in memories],
-        colours[: len(memory_modes)],
-        [page.gb(m.total) for m in memories],
-        axis_title=page.t("axis_memory"),
-        patterns=patterns[: len(memory_modes)],
-        hovers=[
-            page.t(
-                "hover_memory",
-                mode=n,
-                states=page.gb(m.model_states),
-                act=page.gb(m.activations),
-                total=page.gb(m.total),
-            )
-            for n, m in zip(names[: len(memory_modes)], memories, strict=True)
-        ],
-        gpu_line=(gpu.memory_gb, page.t("gpu_line", gb=page.num(gpu.memory_gb))),
-        lang=page.lang,
-    ),
-    page.t("memory_title"),
-    alt=page.t(
-        "memory_alt",
-        bars="; ".join(f"{n} {page.gb(m.total)}" for n, m in zip(names, memories, strict=False)),
-        gpu=gpu.name,
-        gb=page.num(gpu.memory_gb),
-    ),
-)
-
-fp32_time, mixed_time = timing.of("fp32"), timing.of(mixed)
-mixed_memory = memories[memory_modes.index(mixed)]
-label = mixed.upper()
-widgets.metric_row(
-    [
-        (page.t("metric_fp32"), page.sec(fp32_time)),
-        (page.t("metric_mixed", mode=label), page.sec(mixed_time)),
-        (page.t("metric_speedup"), page.ratio(timing.speedup(mixed))),
-        (page.t("metric_memory", mode=label), page.gb(mixed_memory.total)),
-    ]
-)
-fastest = timing.fastest
-rate = tokens_per_second(gpu.peak(fastest), SEVEN_B.params, mfu)
-days = days_to_train(SEVEN_B.params, budget, gpu.peak(fastest), cluster, mfu)
-widgets.metric_row(
-    [
-        (page.t("metric_throughput", mode=fastest.upper()), page.t("per_second", n=page.num(rate))),
-        (
-            page.t("metric_days", budget=compact(budget, page.lang), gpus=page.num(cluster)),
-            page.t("days", n=page.sig(days, 3)),
-        ),
-    ]
-)
-paragraph = page.t(
-    "explain",
-    tokens=page.num(tokens),
-    mode=label,
-    mixed=page.sec(mixed_time),
-    fp32=page.sec(fp32_time),
-    speedup=page.ratio(timing.speedup(mixed)),
-    act32=page.gb(memories[0].activations),
-    act16=page.gb(mixed_memory.activations),
-)
-if gpu.peak("fp8") is not None:
-    paragraph += " " + page.t("fp8_here", fp8=page.sec(timing.of("fp8")), ratio=page.ratio(timing.speedup("fp8")))
-else:
-    paragraph += page.t("fp8_line")
-paragraph += " " + page.t(
-    "explain_budget",
-    budget=compact(budget, page.lang),
-    gpus=page.num(cluster),
-    days=page.sig(days, 3),
-    mode=fastest.upper(),
-    gpu_days=page.num(gpu_days_to_train(SEVEN_B.params, budget, gpu.peak(fastest), mfu)),
-)
-widgets.explain(page, paragraph, page.t("try"))
-
-with st.expander(page.t("measure_title"), icon=":material/speed:", expanded=MEASURED in st.session_state):
-    st.markdown(page.t("measure_intro"))
-    if not live_view.torch_available():
-        st.info(live_view.torch_missing_text(page))
-    elif st.button(
-        page.t("measure_run"), key="speed.measure", icon=":material/play_arrow:", disabled=MEASURING in st.session_state
-    ):
-        # The measurement runs in the lab's worker process, queued with the lab's runs: this page never imports torch.
-        st.session_state[MEASURING] = jobs.submit("matmul")
-    job = st.session_state.get(MEASURING)
-    if job is not None:
-        ok, rows = jobs.settle(page, job, MEASURING, "speed.measure_cancel", page.t("measure_running"))
-        if ok:
-            try:
-                st.session_state[MEASURED] = (jobs.device_info(), rows)
-            except LiveError as exc:
-                st.error(live_view.error_text(page, exc), icon=":material/error:")
-    if MEASURED in st.session_state:
-        info, rows = st.session_state[MEASURED]
-        st.markdown(f"{page.t('live.this_machine')}: {live_view.device_line(page, info)}")
-        st.dataframe(live_view.benchmark_table(page, rows, gpu), hide_index=True, width="stretch")
-        measured = measured_speedup(rows, mixed)
-        if measured is not None:
-            st.markdown(
-                page.t(
-                    "measure_ratio",
-                    n=page.num(rows[0]["size"]),
-                    mode=mixed.upper(),
-                    gpu=gpu.name,
-                    ratio=page.ratio(measured),
-                    datasheet=page.ratio(peak_speedup(gpu, mixed)),
-                )
-            )
-        st.caption(page.t("lab.noisy"))
+widgets.lesson(page, lesson)
+gpu_key = chosen["gpu"]
 widgets.step_end(
-    page, page.t("notes"), [page.t("refs.kaplan"), f"{gpu.name}: {page.t(f'source_{gpu_key}')}", page.t("refs.fp8")]
+    page,
+    page.t("notes"),
+    [page.t("refs.kaplan"), f"{GPUS[gpu_key].name}: {page.t(f'source_{gpu_key}')}", page.t("refs.fp8")],
 )

@@ -44,6 +44,10 @@ class Page:
     notice_area: DeltaGenerator | None = None  # a container at the top of the page, filled once controls are read
     nav_area: DeltaGenerator | None = None  # a sidebar container, filled once the page's own values are known
     switched: bool = True  # first run on this page since another page or language: widget states are gone
+    partial: bool = False  # this run redraws only the step's lesson part (a fragment rerun after a move)
+    # While the lesson fragment draws: its own navigation entry's slot (the rest of the navigation is drawn by
+    # the page's full run, around the fragment); None outside a fragment.
+    own_link: DeltaGenerator | None = None
 
     def t(self, key: str, **values: object) -> str:
         """Text from this page's catalogue section (``"title"``) or any other (``"nav.memory"``)."""
@@ -145,22 +149,55 @@ def page_label(page: Page, target: PageInfo) -> str:
     return f"{target.step} · {title}" if target.step else title
 
 
+def _nav_link(page: Page, target: PageInfo) -> None:
+    current = target.key == page.info.key
+    label = page_label(page, target)
+    st.page_link(
+        target.file,
+        label=f"**{label}**" if current else label,
+        icon=":material/arrow_right:" if current else None,
+        query_params=link_params(target.key, page.lang),
+        disabled=False,
+    )
+
+
 def draw_navigation(page: Page) -> None:
     """Our navigation, drawn after the page's controls so links carry the current values."""
     assert page.nav_area is not None, "setup() makes the navigation's container"
     with page.nav_area:
         st.markdown(f"### {page.t('app.name')}")
         for target in PAGES:
-            current = target.key == page.info.key
-            label = page_label(page, target)
-            st.page_link(
-                target.file,
-                label=f"**{label}**" if current else label,
-                icon=":material/arrow_right:" if current else None,
-                query_params=link_params(target.key, page.lang),
-                disabled=False,
-            )
+            _nav_link(page, target)
         st.caption(page.t("app.sidebar_note"))
+
+
+def navigation_slots(page: Page) -> dict[str, DeltaGenerator]:
+    """The navigation's frame, with an empty slot per page, for a page whose controls live in a fragment.
+
+    The fragment fills its own page's slot (:func:`draw_own_link`) on every run of it, so that link follows
+    the learner's moves; :func:`fill_navigation` fills the others once the fragment has run.
+    """
+    assert page.nav_area is not None, "setup() makes the navigation's container"
+    with page.nav_area:
+        st.markdown(f"### {page.t('app.name')}")
+        slots = {target.key: st.empty() for target in PAGES}
+        st.caption(page.t("app.sidebar_note"))
+    return slots
+
+
+def draw_own_link(page: Page) -> None:
+    """The current page's navigation entry, in its slot: it carries the values the controls have now."""
+    assert page.own_link is not None, "only inside the lesson fragment"
+    with page.own_link:
+        _nav_link(page, page.info)
+
+
+def fill_navigation(page: Page, slots: dict[str, DeltaGenerator]) -> None:
+    """Every other page's navigation entry: they change only in a full run (see ``whole_page`` controls)."""
+    for target in PAGES:
+        if target.key != page.info.key:
+            with slots[target.key]:
+                _nav_link(page, target)
 
 
 def setup(page_key: str) -> Page:

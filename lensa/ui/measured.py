@@ -226,8 +226,14 @@ def _track(page: Page) -> dict[str, tuple[str, str | None]]:
 
 def data_controls(page: Page) -> Selection | None:
     """Draw the data control (and, for measured data, what to look at); None means: show the illustration."""
+    # The data choice also travels in the links into the other steps (the footer's too): a change redraws it all.
     data = widgets.choice(
-        page, "data", page.t("data.data"), lambda v: page.t(f"data.source_{v}"), help=page.t("data.data_help")
+        page,
+        "data",
+        page.t("data.data"),
+        lambda v: page.t(f"data.source_{v}"),
+        help=page.t("data.data_help"),
+        whole_page=True,
     )
     track = _track(page)
     _share_choice(page, data)

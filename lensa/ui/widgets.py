@@ -23,7 +23,19 @@ from lensa.ui.controls import (
     NumberControl,
     TextControl,
 )
-from lensa.ui.frame import Page, draw_navigation, link_params, page_label, remembered, safe_echo, seen_urls, step_of
+from lensa.ui.frame import (
+    Page,
+    draw_navigation,
+    draw_own_link,
+    fill_navigation,
+    link_params,
+    navigation_slots,
+    page_label,
+    remembered,
+    safe_echo,
+    seen_urls,
+    step_of,
+)
 from lensa.ui.site import STEP_COUNT
 
 _MISSING = object()
@@ -151,17 +163,23 @@ def _bound(
     *,
     control: Control | None = None,
     help: str | None = None,
+    whole_page: bool = False,
 ) -> T:
     """Read a control from the URL, draw its widget with ``draw(key)`` and its help, write the value back.
 
     ``control`` replaces the page's declared one for this run: a control whose positions are only known
-    once the data is loaded (a run's layers and steps).
+    once the data is loaded (a run's layers and steps). ``whole_page``: the control's value shows outside
+    the step's lesson fragment (in the notes, or in the links into other steps), so when it moves in a rerun
+    of the fragment alone the whole page is drawn again.
     """
     control = control or page.info.control(name)
+    before = _values().get((page.info.key, control.name), _MISSING)
     _value_from_url(page, control, label, show)
     value = draw(widget_key(page, name))
     _help(help)
     _value_to_url(page, control, value)
+    if whole_page and page.partial and value != before:
+        st.rerun()  # scope "app": a full run, with the URL and our records already saying the new value
     return value
 
 
@@ -198,7 +216,9 @@ def slider(
     )
 
 
-def choice(page: Page, name: str, label: str, show: Callable[[str], str], help: str | None = None) -> str:
+def choice(
+    page: Page, name: str, label: str, show: Callable[[str], str], help: str | None = None, whole_page: bool = False
+) -> str:
     """A URL-bound choice between a control's options, drawn as a segmented control."""
     options = declared(page, name, ChoiceControl).options
     return _bound(  # type: ignore[return-value]  # required=True and the key's state holds an option: never None
@@ -208,6 +228,7 @@ def choice(page: Page, name: str, label: str, show: Callable[[str], str], help: 
         show,
         lambda key: st.segmented_control(label, options, format_func=show, key=key, required=True),
         help=help,
+        whole_page=whole_page,
     )
 
 
@@ -218,6 +239,7 @@ def select(
     show: Callable[[str], str],
     help: str | None = None,
     control: ChoiceControl | None = None,
+    whole_page: bool = False,
 ) -> str:
     """A URL-bound choice drawn as a drop-down, for controls with many options."""
     control = control or declared(page, name, ChoiceControl)
@@ -230,6 +252,7 @@ def select(
         lambda key: st.selectbox(label, options, format_func=show, key=key),
         control=control,
         help=help,
+        whole_page=whole_page,
     )
 
 
@@ -386,16 +409,60 @@ label:has(input:focus-visible), div:has(> input[type="range"]:focus-visible) {
 </style>"""
 
 
-def after_controls(page: Page) -> None:
-    """Once a page has read its controls: draw the navigation and say what became of bad link values."""
+def _page_script(page: Page) -> None:
     st.html(_PAGE_STYLE + _PAGE_SCRIPT % {"lang": page.lang}, unsafe_allow_javascript=True)
-    draw_navigation(page)
+
+
+def after_controls(page: Page) -> None:
+    """Once a page has read its controls: draw the navigation and say what became of bad link values.
+
+    Inside a step's lesson fragment (:func:`lesson`) only the page's own navigation entry is drawn here;
+    the fragment's caller draws the rest.
+    """
+    if page.own_link is None:
+        _page_script(page)
+        draw_navigation(page)
+    else:
+        draw_own_link(page)
     if not page.notices:
+        return
+    if page.partial:  # a link's values are read in a full run; should a fragment rerun find one, say it here
+        for text in page.notices:
+            st.warning(text, icon=LINK_NOTICE_ICON)
         return
     assert page.notice_area is not None, "setup() makes the notices' container"
     with page.notice_area:
         for text in page.notices:
             st.warning(text, icon=LINK_NOTICE_ICON)
+
+
+def lesson(page: Page, body: Callable[[], None]) -> None:
+    """Draw ``body``, the part of a step that its controls change, as a fragment: a move reruns only that part.
+
+    The title, the notes, the questions, the footer and the navigation are drawn by the page's full runs;
+    a move of a control inside ``body`` reruns ``body`` alone (``st.fragment``), so the server builds and
+    the browser redraws a fraction of the page. Such a rerun is on the same page in the same language with
+    every widget's state intact, so the controls read those states as the learner's latest moves. ``body``
+    calls :func:`after_controls`, which fills the page's own navigation entry (its link carries the
+    controls' values) in a slot kept for it; Streamlit redraws a fragment's writes to such an outside slot
+    in place. A control whose value shows outside ``body`` is drawn with ``whole_page=True``.
+    """
+    _page_script(page)
+    slots = navigation_slots(page)
+    page.own_link = slots[page.info.key]
+    runs = 0
+
+    def part() -> None:
+        nonlocal runs
+        if runs:  # Streamlit calls the fragment kept from the last full run: a rerun of the fragment alone
+            page.switched = False
+            page.partial = True
+            page.notices.clear()
+        runs += 1
+        body()
+
+    st.fragment(part)()
+    fill_navigation(page, slots)
 
 
 def step_header(page: Page) -> None:

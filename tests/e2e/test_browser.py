@@ -78,6 +78,44 @@ def test_keyboard_on_a_slider_changes_a_metric_and_the_url(server, page, step):
     assert query(page)[slider_names[0]] == info.control(slider_names[0]).to_url(info.control(slider_names[0]).hi)
 
 
+def link_query(page, where: str, text) -> dict[str, str]:
+    """The query of the first link in ``where`` (a test id) whose text matches ``text``."""
+    href = page.locator(f'[data-testid="{where}"] a', has_text=text).first.get_attribute("href")
+    return {k: v[-1] for k, v in parse_qs(urlparse(href).query).items()}
+
+
+def test_a_move_reruns_the_lesson_alone_and_every_link_stays_true(server, page):
+    """A slider move redraws only the step's lesson fragment: the page's own link follows it, the rest stays.
+
+    A choice whose value shows outside the fragment (the data, carried into the other steps' links; the GPU,
+    named in the notes) redraws the whole page, so those links and notes follow it too.
+    """
+    page.goto(url_of(server, "fp16_range", lang="en"))
+    wait_for_app(page)
+    page.evaluate("document.querySelector('h1').dataset.lensaMark = 'kept'")  # gone if the title is redrawn
+    slider = page.locator(SLIDER).first
+    slider.focus()
+    page.keyboard.press("ArrowRight")
+    wait_until(page, lambda: query(page).get("grad") == "1.5e-6")
+    wait_until(page, lambda: link_query(page, "stSidebar", "FP16's narrow range").get("grad") == "1.5e-6")
+    assert page.locator("h1").first.get_attribute("data-lensa-mark") == "kept"
+    assert "grad" not in link_query(page, "stMain", "Loss scaling →")
+    # the data choice: a full run, after which the footer's link into step 3 carries it
+    page.locator('[data-testid="stMain"] button', has_text="Reference run").first.click()
+    wait_until(page, lambda: query(page).get("data") == "reference")
+    wait_until(page, lambda: link_query(page, "stMain", "Loss scaling →").get("data") == "reference")
+    assert link_query(page, "stSidebar", "BF16").get("data") == "reference"
+    # step 6: the notes name the chosen GPU's datasheet
+    page.goto(url_of(server, "speed", lang="en"))
+    wait_for_app(page)
+    page.locator('[data-testid="stExpander"] summary', has_text="Other GPUs").first.click()
+    page.get_by_role("combobox", name="GPU").click()
+    page.get_by_role("option", name="NVIDIA V100 SXM2 32GB").click()
+    wait_until(page, lambda: query(page).get("gpu") == "v100")
+    page.locator('[data-testid="stExpander"] summary', has_text="Notes").first.click()
+    wait_until(page, lambda: page.get_by_text(re.compile("^NVIDIA V100 SXM2 32GB: ")).count() == 1)
+
+
 def test_deep_link_as_the_first_request_to_a_fresh_server(page):
     with Server() as fresh:
         page.goto(url_of(fresh, "master_weights", lang="en", update="1e-3", w="10"))
