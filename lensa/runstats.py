@@ -371,6 +371,8 @@ class _Partial:
 
         May keep ``count`` and ``low_sum`` themselves: the caller hands them over.
         """
+        if not rows.size:
+            return
         if not self.rows.size:
             self.rows, self.fine_count, self.fine_low_sum = rows, count, low_sum
         elif np.array_equal(rows, self.rows):
@@ -424,8 +426,8 @@ _MIN_PART = 1 << 20  # values per thread at least: smaller arrays are counted on
 
 
 class _Buffers:
-    """One thread's scratch: a chunk's keys, weights and masked bits (reused: fresh arrays cost page faults), and
-    the packed totals of the current window (fresh per window: only the pages the values reach are touched)."""
+    """One thread's scratch: a chunk's keys, weights and masked bits, reused from chunk to chunk (fresh arrays cost
+    page faults), and the packed totals of the current window (a fresh np.zeros per window)."""
 
     def __init__(self, n: int) -> None:
         self.key = np.empty(n, np.intp)
