@@ -38,6 +38,18 @@ value's own |x|. The mean relative error is therefore within a relative
 2**-11 (0.05%) of the exact mean, and exact when every value is rounded to
 0 or stored exactly.
 
+Counting. :func:`summarize` works on the float32 bit patterns with integer
+numpy operations, so nothing is rounded: per chunk of 2**16 values, one
+``np.add.at`` adds ``|bits| + 2**36`` to an int64 total per fine bin, which
+holds both the bin's count and the sum of its low bits exactly for up to
+2**24 values (a window; its totals are then unpacked with divmod). Zeros,
+infinities and float32 subnormals share fine bins with other values; the
+bins' low-bit sums say when they do, and only then is the window read again.
+The values at the fractions the fine bins cannot place
+(:func:`exact_fractions`) are found per chunk by a bit mask. With
+``workers`` > 1, contiguous parts are counted on threads and added up: the
+counts are integers, so any split gives the same record, bit for bit.
+
 Lost updates. :func:`summarize_update` takes a weight before and after a step,
 reads the update as ``u = w_after - w_before`` in float32 arithmetic, and for
 each format counts the non-zero updates that a weight held in that format
@@ -60,7 +72,6 @@ import io
 import json
 import math
 import os
-import typing
 import zipfile
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -89,13 +100,13 @@ MAX_META_CHARS = 65_536
 
 _FRAC_BITS = 23
 _FINE_BITS = 12  # fine bins drop the low 12 fraction bits: 2**11 bins per binade
-_FINE_PER_BINADE = 1 << (_FRAC_BITS - _FINE_BITS)
+_LOG_FINE = _FRAC_BITS - _FINE_BITS
+_FINE_PER_BINADE = 1 << _LOG_FINE
 _FINE_LOW = np.uint32((1 << _FINE_BITS) - 1)
 _ABS = np.uint32(0x7FFFFFFF)
 _INF_BITS = 0x7F800000
 _SMALLEST_NORMAL_BITS = 0x00800000
 _N_SUBNORMAL_BINADES = -126 - BINADE_MIN  # float32 subnormals: binades -149 ... -127
-_CHUNK = 1 << 20  # values per pass; at most 2**20, which _PACK needs to stay exact
 # Below 2**-150 every summary format rounds to 0, above 2**129 every one overflows: the class table stops there.
 _CLAMP_LO, _CLAMP_HI = -150, 129
 _CLASS_ORDER = ("zero", "subnormal", "normal", "overflow")
@@ -343,25 +354,46 @@ def significand_edges() -> tuple[int, ...]:
 
 @dataclass
 class _Partial:
-    """Counts from one part of the array, merged by summing (counts exact in int64, sums exact in float64)."""
+    """Counts from one part of the array, merged by summing (counts and sums exact: int64, or float64 integers)."""
 
-    fine_count: NDArray[np.float64]  # (256 * 2048,): float32 exponent field and top 11 fraction bits (exact)
-    fine_low_sum: NDArray[np.float64]  # sum of the low 12 fraction bits per fine bin (integers below 2**53)
+    rows: NDArray[np.intp]  # the float32 exponent fields that hold values, ascending (no other holds any)
+    fine_count: NDArray[np.int64]  # (rows.size, 2048): values per fine bin, by row and top 11 fraction bits
+    fine_low_sum: NDArray[np.int64]  # (rows.size, 2048): sum of the low 12 fraction bits per fine bin
     exact_at: NDArray[np.int64]  # (n_unaligned, 256): values with F exactly one below an unaligned edge
     sub_count: NDArray[np.int64]  # the same three for float32 subnormals, by their own binade (-149 ... -127)
-    sub_low_sum: NDArray[np.float64]
+    sub_low_sum: NDArray[np.float64]  # integers below 2**53
     sub_exact_at: NDArray[np.int64]
     zeros: int = 0
     infs: int = 0
-    key_lo: int = 256 * _FINE_PER_BINADE  # fine bins outside [key_lo, key_hi) are all empty
-    key_hi: int = 0
+
+    def add_rows(self, rows: NDArray[np.intp], count: NDArray[np.int64], low_sum: NDArray[np.int64]) -> None:
+        """Add the counts and low sums of the fine bins of exponent fields ``rows`` (ascending), one row each.
+
+        May keep ``count`` and ``low_sum`` themselves: the caller hands them over.
+        """
+        if not rows.size:
+            return
+        if not self.rows.size:
+            self.rows, self.fine_count, self.fine_low_sum = rows, count, low_sum
+        elif np.array_equal(rows, self.rows):
+            self.fine_count += count
+            self.fine_low_sum += low_sum
+        else:
+            union = np.union1d(self.rows, rows)
+            mine, theirs = np.searchsorted(union, self.rows), np.searchsorted(union, rows)
+            for name, add in (("fine_count", count), ("fine_low_sum", low_sum)):
+                both = np.zeros((union.size, _FINE_PER_BINADE), np.int64)
+                both[mine] = getattr(self, name)
+                both[theirs] += add
+                setattr(self, name, both)
+            self.rows = union
 
     def __iadd__(self, other: _Partial) -> _Partial:
-        for name in ("fine_count", "fine_low_sum", "exact_at", "sub_count", "sub_low_sum", "sub_exact_at"):
+        self.add_rows(other.rows, other.fine_count, other.fine_low_sum)
+        for name in ("exact_at", "sub_count", "sub_low_sum", "sub_exact_at"):
             getattr(self, name).__iadd__(getattr(other, name))
         self.zeros += other.zeros
         self.infs += other.infs
-        self.key_lo, self.key_hi = min(self.key_lo, other.key_lo), max(self.key_hi, other.key_hi)
         return self
 
 
@@ -373,8 +405,9 @@ def _unaligned() -> tuple[int, ...]:
 def _empty_partial() -> _Partial:
     n_un = len(_unaligned())
     return _Partial(
-        fine_count=np.zeros(256 * _FINE_PER_BINADE, np.float64),
-        fine_low_sum=np.zeros(256 * _FINE_PER_BINADE, np.float64),
+        rows=np.zeros(0, np.intp),
+        fine_count=np.zeros((0, _FINE_PER_BINADE), np.int64),
+        fine_low_sum=np.zeros((0, _FINE_PER_BINADE), np.int64),
         exact_at=np.zeros((n_un, 256), np.int64),
         sub_count=np.zeros(_N_SUBNORMAL_BINADES * _FINE_PER_BINADE, np.int64),
         sub_low_sum=np.zeros(_N_SUBNORMAL_BINADES * _FINE_PER_BINADE, np.float64),
@@ -382,65 +415,83 @@ def _empty_partial() -> _Partial:
     )
 
 
+# A fine bin's key is |bits| >> 12 (exponent field and top 11 fraction bits, ordered like |x|); its lower edge in
+# |bits| is key << 12. Each value adds |bits| + 2**36 to its bin's int64 total, so a bin of c values whose low
+# 12 bits sum to s holds c * (2**36 + (key << 12)) + s. While c <= 2**24, s <= c * 4095 < 2**36: divmod by
+# 2**36 + (key << 12) gives back c and s exactly, and the total stays below 2**61.
+_PACK = 1 << 36
+_WINDOW = 1 << 24  # values per packed accumulator, then it is unpacked: at most 2**24, which _PACK needs
+_CHUNK = 1 << 16  # values per np.add.at: small enough for the chunk and its scratch (1.5 MB) to stay in cache
+_MIN_PART = 1 << 20  # values per thread at least: smaller arrays are counted on one
+
+
 class _Buffers:
-    """Scratch arrays for one chunk, reused from chunk to chunk (fresh 8 MB arrays cost page faults)."""
+    """One thread's scratch: a chunk's keys, weights and masked bits, reused from chunk to chunk (fresh arrays cost
+    page faults), and the packed totals of the current window (a fresh np.zeros per window)."""
 
     def __init__(self, n: int) -> None:
-        self.key = np.empty(n, np.uint32)
-        self.low = np.empty(n, np.uint32)
-        self.weight = np.empty(n, np.float64)
+        self.key = np.empty(n, np.intp)
+        self.weight = np.empty(n, np.int64)
+        self.masked = np.empty(n, np.uint32)
+        self.packed = np.zeros(0, np.int64)
 
 
-_PACK = 2.0**32  # a chunk's bin holds count * 2**32 + sum of low bits, exactly: both stay below 2**53 in total
+def _count_window(bits: NDArray[np.uint32], acc: _Partial, unaligned: tuple[int, ...], buf: _Buffers) -> None:
+    """Add one window (at most _WINDOW values) of float32 bit patterns to ``acc``: integer work on the bits."""
+    buf.packed = np.zeros(256 * _FINE_PER_BINADE, np.int64)
+    for i in range(0, bits.size, _CHUNK):
+        _scatter_chunk(bits[i : i + _CHUNK], acc, unaligned, buf)
+    _unpack_window(bits, acc, unaligned, buf)
 
 
-def _count_chunk(bits: NDArray[np.uint32], acc: _Partial, unaligned: tuple[int, ...], buf: _Buffers) -> None:
-    """Add one chunk (at most 2**20 values) of float32 bit patterns to ``acc``: integer work on the bits."""
+def _scatter_chunk(bits: NDArray[np.uint32], acc: _Partial, unaligned: tuple[int, ...], buf: _Buffers) -> None:
+    """Add a chunk to the window's packed totals, and count exactly the values at the unaligned edges' F."""
     n = bits.size
-    key, low, weight = buf.key[:n], buf.low[:n], buf.weight[:n]
-    # Key: exponent field and top 11 fraction bits, ordered like |x|. Weight: 2**32 + the low 12 bits, so one
-    # bincount gives both the count and the sum of the low bits of each fine bin.
-    np.right_shift(bits, np.uint32(_FINE_BITS), out=key)
-    np.bitwise_and(key, np.uint32((1 << (31 - _FINE_BITS)) - 1), out=key)
-    np.bitwise_and(bits, _FINE_LOW, out=low)
-    np.add(low, _PACK, out=weight)
-    # Bins from the smallest key on only: a tensor spans a few dozen binades, not all 256 exponents.
-    k0 = int(key.min()) if n else 0
-    if k0:
-        np.subtract(key, np.uint32(k0), out=key)
-    # bins k0 ... the largest key; float64 with weights, though numpy's stubs say intp whatever the weights
-    packed = typing.cast(NDArray[np.float64], np.bincount(key, weights=weight))
-    top = k0 + packed.size
-    acc.key_lo, acc.key_hi = min(acc.key_lo, k0), max(acc.key_hi, top)
-    count = packed * (1 / _PACK)
-    np.floor(count, out=count)
-    acc.fine_count[k0:top] += count  # float64 totals: exact integers below 2**53
-    zero_bin, inf_bin = 0, 255 * _FINE_PER_BINADE
-    # Bin 0 holds |bits| < 2**12 and the first exponent-255 bin holds [inf, inf + 2**12): where their low bits
-    # add up to 0 they hold only zeros, only infinities; otherwise count those exactly (tiny subnormals, NaNs).
-    zeros = infs = 0
-    if k0 == zero_bin:
-        c0, l0 = int(count[0]), packed[0] - count[0] * _PACK
-        zeros = c0 if l0 == 0 else int(np.count_nonzero((bits & _ABS) == 0))
-    if k0 <= inf_bin < top:
-        i = inf_bin - k0
-        c_inf, l_inf = int(count[i]), packed[i] - count[i] * _PACK
-        infs = c_inf if l_inf == 0 else int(np.count_nonzero((bits & _ABS) == _INF_BITS))
-    acc.zeros += zeros
-    acc.infs += infs
-    subnormals = int(count[: max(0, _FINE_PER_BINADE - k0)].sum()) - zeros
-    count *= _PACK
-    packed -= count  # now the sums of the low bits
-    acc.fine_low_sum[k0:top] += packed
-    # The exact F of the unaligned edges: a cheap test lets through those values (and zeros, and a few more).
-    candidates = (bits & _candidate_mask(unaligned)) == 0
-    if np.count_nonzero(candidates) > zeros:
-        mag = bits & _ABS
-        m0 = mag[candidates & (mag != 0)]
+    key, weight, masked, packed = buf.key[:n], buf.weight[:n], buf.masked[:n], buf.packed
+    np.bitwise_and(bits, _ABS, out=weight)  # |bits| in int64
+    np.right_shift(weight, _FINE_BITS, out=key)
+    np.add(weight, _PACK, out=weight)
+    before = int(packed[0])
+    np.add.at(packed, key, weight)  # numpy's fast path for 1-d intp keys; exact in int64 (see _PACK)
+    # This chunk's share of bin 0 (|bits| < 2**12): zeros only, this many, when its low bits add up to 0.
+    zeros, low_bits = divmod(int(packed[0]) - before, _PACK)
+    # The exact F of the unaligned edges. A cheap test lets through those values, the zeros and a few more (±inf,
+    # some subnormals); look closer only when it lets through more than the chunk's zeros.
+    np.bitwise_and(bits, _candidate_mask(unaligned), out=masked)
+    candidates = n - int(np.count_nonzero(masked))
+    if candidates > zeros or low_bits:
+        mag = bits[masked == 0] & _ABS
+        m0 = mag[mag != 0]
         frac0 = m0 & np.uint32((1 << _FRAC_BITS) - 1)
         exp0 = m0 >> np.uint32(_FRAC_BITS)
         for i, f_exact in enumerate(unaligned):
             acc.exact_at[i] += np.bincount(exp0[frac0 == f_exact], minlength=256)
+
+
+def _unpack_window(bits: NDArray[np.uint32], acc: _Partial, unaligned: tuple[int, ...], buf: _Buffers) -> None:
+    """Add the window's packed totals to ``acc`` as counts and sums of low bits.
+
+    ``bits`` is the whole window, read again only for what the fine bins cannot tell: zeros beside tiny
+    subnormals in bin 0, infinities beside NaNs in the first exponent-255 bin, and float32 subnormals.
+    """
+    # Only the exponent fields the values reached (every value adds at least 2**36): a few dozen, not all 256.
+    packed = buf.packed.reshape(256, _FINE_PER_BINADE)
+    rows = np.flatnonzero(packed.max(axis=1))
+    if not rows.size:
+        return
+    step = (rows[:, None] << _FRAC_BITS) + (np.arange(_FINE_PER_BINADE) << _FINE_BITS)  # each bin's key << 12
+    step += _PACK
+    count, low = np.divmod(packed[rows], step)
+    acc.add_rows(rows, count, low)
+    # Bin 0 holds |bits| < 2**12 and the first exponent-255 bin holds [inf, inf + 2**12): where their low bits
+    # add up to 0 they hold only zeros, only infinities; otherwise count those exactly (tiny subnormals, NaNs).
+    zeros = subnormals = 0
+    if rows[0] == 0:
+        zeros = int(count[0, 0]) if low[0, 0] == 0 else int(np.count_nonzero((bits & _ABS) == 0))
+        subnormals = int(count[0].sum()) - zeros
+    if rows[-1] == 255:
+        acc.infs += int(count[-1, 0]) if low[-1, 0] == 0 else int(np.count_nonzero((bits & _ABS) == _INF_BITS))
+    acc.zeros += zeros
     # Exponent field 0 holds the zeros and the float32 subnormals; the latter (rare) are binned by their own binade.
     if subnormals:
         mag = bits & _ABS
@@ -469,20 +520,20 @@ def _count_subnormals(sub: NDArray[np.uint32], acc: _Partial, unaligned: tuple[i
 
 
 def _count(bits: NDArray[np.uint32], workers: int = 1) -> _Partial:
-    """Count all of ``bits`` in chunks; with ``workers`` > 1, one contiguous part per thread (numpy releases the
-    GIL), on a pool that lives for this call only. Counts and sums are exact, so the parts add up to the same
-    record whatever ``workers`` is."""
+    """Count all of ``bits`` window by window, chunk by chunk; with ``workers`` > 1, one contiguous part per thread
+    (numpy releases the GIL in add.at and the array operations), on a pool that lives for this call only. Counts
+    and sums are exact integers, so the parts add up to the same record whatever ``workers`` is."""
     unaligned = _unaligned()
 
     def part(lo: int, hi: int) -> _Partial:
         acc = _empty_partial()
         buf = _Buffers(min(_CHUNK, hi - lo))
-        for i in range(lo, hi, _CHUNK):
-            _count_chunk(bits[i : min(i + _CHUNK, hi)], acc, unaligned, buf)
+        for i in range(lo, hi, _WINDOW):
+            _count_window(bits[i : min(i + _WINDOW, hi)], acc, unaligned, buf)
         return acc
 
     n = bits.size
-    if n < 2 * _CHUNK or workers <= 1:
+    if n < 2 * _MIN_PART or workers <= 1:
         return part(0, n)
     cuts = [n * i // workers for i in range(workers + 1)]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lensa-runstats") as pool:
@@ -513,20 +564,26 @@ def summarize(x: ArrayLike, workers: int = 1) -> TensorStats:
 
     # The fine bins of the finite non-zero values, on the grid of binades -149 ... 127 (2**11 bins each):
     # float32 subnormals by their own binade (rows 0 ... 22), then exponent fields 1 ... 254 (rows 23 ... 276).
-    # Only the keys the values reached (exponent fields e_lo ... e_hi - 1): a tensor spans a few dozen binades.
-    e_lo = min(max(1, acc.key_lo // _FINE_PER_BINADE), 255)
-    e_hi = max(e_lo, min(255, -(-acc.key_hi // _FINE_PER_BINADE)))
-    normal = slice(e_lo * _FINE_PER_BINADE, e_hi * _FINE_PER_BINADE)
+    # Only the exponent fields the values reached (a tensor spans a few dozen binades), less 0 and 255.
+    normal = (acc.rows >= 1) & (acc.rows <= 254)
+    rows = acc.rows[normal]
+    # exponent field e is binade e - 127, grid row e - 127 - BINADE_MIN
+    grid = ((rows[:, None] + _N_SUBNORMAL_BINADES - 1) << _LOG_FINE) + np.arange(_FINE_PER_BINADE)
+    count = acc.fine_count[normal].reshape(-1)
+    low_sum = acc.fine_low_sum[normal].reshape(-1).astype(np.float64)  # exact: integers below 2**53
+    grid = grid.reshape(-1)
+    if np.count_nonzero(count) < count.size:  # only the bins that hold values
+        held = np.flatnonzero(count)
+        grid, count, low_sum = grid[held], count[held], low_sum[held]
     sub_bins = np.flatnonzero(acc.sub_count)
-    normal_bins = np.flatnonzero(acc.fine_count[normal])
-    bins = np.concatenate([sub_bins, normal_bins + (_N_SUBNORMAL_BINADES + e_lo - 1) * _FINE_PER_BINADE])
-    fine_count = np.concatenate([acc.sub_count[sub_bins], acc.fine_count[normal][normal_bins].astype(np.int64)])
-    fine_low_sum = np.concatenate([acc.sub_low_sum[sub_bins], acc.fine_low_sum[normal][normal_bins]])
+    bins = np.concatenate([sub_bins, grid])
+    fine_count = np.concatenate([acc.sub_count[sub_bins], count])
+    fine_low_sum = np.concatenate([acc.sub_low_sum[sub_bins], low_sum])
     return from_histograms(
         size=int(bits.size),
         exact_zero=acc.zeros,
         inf=acc.infs,
-        nan=int(acc.fine_count[255 * _FINE_PER_BINADE :].sum()) - acc.infs,
+        nan=int(acc.fine_count[acc.rows == 255].sum()) - acc.infs,
         bins=bins,
         fine_count=fine_count,
         fine_low_sum=fine_low_sum,
@@ -593,11 +650,13 @@ def from_histograms(
 
     # Each fine bin lies in one significand interval, but for an unaligned edge e (one past a fine-bin edge):
     # its bin goes to the interval from e on, and the values with F == e - 1 (exact_at) move back one.
-    row = idx // _FINE_PER_BINADE
+    row = idx >> _LOG_FINE
     lo, hi = (int(row[0]), int(row[-1]) + 1) if idx.size else (0, 0)
-    cell = (row - lo) * n_cols + _interval_of_column()[idx % _FINE_PER_BINADE]
-    table = np.bincount(cell, weights=count, minlength=(hi - lo) * n_cols)  # exact: integers below 2**53
-    table = table.astype(np.int64).reshape(hi - lo, n_cols)
+    cell = row - lo
+    cell *= n_cols
+    cell += _interval_of_column()[idx & (_FINE_PER_BINADE - 1)]
+    table = np.zeros((hi - lo, n_cols), np.int64)
+    np.add.at(table.reshape(-1), cell, count.astype(np.int64, copy=False))  # exact integers; a view of table
     for i, f_exact in enumerate(_unaligned()):
         j = int(np.searchsorted(edges, int(f_exact) + 1))
         table[:, j] -= exact[i, lo:hi]
@@ -634,7 +693,7 @@ def _relative_error_sums(
         return (0.0,) * len(SUMMARY_FORMATS)
     count = fine_count.astype(np.float64)
     # x = (d0 + low) * 2**(binade - 23), with d0 the bin's lower edge in those units.
-    d0 = ((1 << _FRAC_BITS) + ((idx % _FINE_PER_BINADE) << _FINE_BITS)).astype(np.float64)
+    d0 = ((1 << _FRAC_BITS) + ((idx & (_FINE_PER_BINADE - 1)) << _FINE_BITS)).astype(np.float64)
     mean_abs = d0 + lows / count
     # The sign of x - stored is the same across a bin, so the bin's sum of |x - stored| is exact; where the
     # format overflows to inf, d0 - stored is -inf and so is the sum (|.| makes it inf).

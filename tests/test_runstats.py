@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.runstats_speed import values as bench_values
 from lensa import formats as F
 from lensa import runstats as R
 from tests.conftest import requires_torch
@@ -500,7 +501,7 @@ def test_the_zip_holds_npy_arrays_only():
 @requires_torch
 def test_counts_across_chunks_and_threads_match_torch():
     with np.errstate(invalid="ignore"):
-        x = random_bits(2 * R._CHUNK + 12_345, seed=17)  # more than two chunks: the threaded path
+        x = random_bits(2 * R._MIN_PART + 12_345, seed=17)  # big enough for the threaded path
     x[::7] = 0.0
     s = R.summarize(x, workers=3)  # the benchmark's path: parts on threads, added up
     for name in ("fp16", "fp8_e4m3"):
@@ -513,9 +514,107 @@ def test_counts_across_chunks_and_threads_match_torch():
 def test_threads_give_the_same_record_as_one_thread():
     # Counts are exact integers and the parts' sums are added in a fixed order: any split gives the same record.
     with np.errstate(invalid="ignore"):
-        x = random_bits(2 * R._CHUNK + 999, seed=5)
+        x = random_bits(2 * R._MIN_PART + 999, seed=5)
     one = R.summarize(x)
     for workers in (2, 3, 8):
         many = R.summarize(x, workers=workers)
         assert np.array_equal(many.table, one.table) and many.rel_error_sum == one.rel_error_sum
         assert (many.size, many.exact_zero, many.inf, many.nan) == (one.size, one.exact_zero, one.inf, one.nan)
+
+
+def reference_summary(x: np.ndarray) -> R.TensorStats:
+    """summarize(x) the slow, obvious way: each value's binade and F straight from its bits, one bincount each.
+
+    The whole array at once, no chunks, windows, packing or threads. The table counts the values per binade and
+    significand interval directly; only the relative error sums come from the module (_relative_error_sums), fed
+    with fine bins built here, since they are defined by the fine bins and their order of summation.
+    """
+    bits = np.ascontiguousarray(x, np.float32).reshape(-1).view(np.uint32)
+    mag = (bits & 0x7FFFFFFF).astype(np.int64)
+    exp, frac = mag >> 23, mag & 0x7FFFFF
+    keep = (mag != 0) & (exp != 255)
+    exp, frac = exp[keep], frac[keep]
+    binade, f = exp - 127, frac.copy()
+    sub = exp == 0  # float32 subnormal frac * 2**-149: binade from frac's top bit, F the bits below it
+    top = np.frexp(frac[sub].astype(np.float64))[1].astype(np.int64) - 1
+    binade[sub] = top - 149
+    f[sub] = (frac[sub] << (23 - top)) & 0x7FFFFF
+    row = binade - R.BINADE_MIN
+    grid = row * 2048 + (f >> 12)
+    count = np.bincount(grid, minlength=R.N_BINADES * 2048)
+    low = np.bincount(grid, weights=f & 4095, minlength=R.N_BINADES * 2048)
+    bins = np.flatnonzero(count)
+    edges = np.array(R.significand_edges())
+    n_cols = edges.size
+    lo, hi = (int(row.min()), int(row.max()) + 1) if row.size else (0, 0)
+    cell = (row - lo) * n_cols + np.searchsorted(edges, f, side="right") - 1
+    table = np.bincount(cell, minlength=(hi - lo) * n_cols).reshape(hi - lo, n_cols)
+    return R.TensorStats(
+        size=bits.size,
+        exact_zero=int(np.count_nonzero(mag == 0)),
+        inf=int(np.count_nonzero(mag == 0x7F800000)),
+        nan=int(np.count_nonzero(mag > 0x7F800000)),
+        binade_lo=R.BINADE_MIN + lo,
+        table=table,
+        rel_error_sum=R._relative_error_sums(bins, count[bins], low[bins]),
+    )
+
+
+def edge_bit_patterns() -> np.ndarray:
+    """Every significand edge in every normal binade, exactly and one ulp either side, both signs (bit patterns)."""
+    at = ((np.arange(1, 255, dtype=np.uint32)[:, None] << 23) | np.array(R.significand_edges(), np.uint32)).ravel()
+    return np.concatenate([at, at - 1, at + 1]) | np.array([0, 1 << 31], np.uint32)[:, None]
+
+
+def tiny_subnormals() -> np.ndarray:
+    """Subnormals below 2**-137 (their bits below 2**12: in fine bin 0 with the zeros), and zeros."""
+    x = np.float32(2.0**-149) * np.random.default_rng(11).integers(1, 2**12, 2_300_001).astype(np.float32)
+    x[::5] = 0.0
+    return x
+
+
+def subnormals_nan_payloads_and_specials() -> np.ndarray:
+    rng = np.random.default_rng(12)
+    nan_payloads = rng.integers(0x7F800001, 0x7F801000, 1_000_000).astype(np.uint32)  # in inf's fine bin
+    specials = np.array([0x0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x1, 0x807FFFFF], np.uint32)
+    subnormals = rng.integers(0, 2**23, 1_500_000).astype(np.uint32)
+    return np.concatenate([subnormals, nan_payloads, np.tile(specials, 99)]).view(np.float32)
+
+
+def powers_of_two_and_the_other_unaligned_edge() -> np.ndarray:
+    """Values with F == 0 (exact powers of two) and F == 0x680000 (1.8125 * 2**e): the fractions counted exactly."""
+    rng = np.random.default_rng(13)
+    x = bench_values(3 * R._MIN_PART + 7, seed=2)
+    x[::3] = np.float32(2.0) ** rng.integers(-149, 128, x[::3].size).astype(np.float32)
+    x[1::7] = np.float32(1.8125) * np.float32(2.0) ** rng.integers(-126, 127, x[1::7].size).astype(np.float32)
+    return x
+
+
+SUMMARY_CASES = {
+    "bench": lambda: bench_values(10_000_000),
+    "empty": lambda: np.zeros(0, np.float32),
+    "one value": lambda: np.array([-3.0], np.float32),
+    "one zero": lambda: np.array([-0.0], np.float32),
+    "specials": lambda: np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 2.0**-149, 1.0], np.float32),
+    "edges": lambda: edge_bit_patterns().view(np.float32),
+    "edges, many times": lambda: np.tile(edge_bit_patterns(), 300).view(np.float32),
+    "10**7 copies of one value": lambda: np.full(10_000_000, 1.2345, np.float32),
+    "one fine bin past a window": lambda: np.full(R._WINDOW + 5, -3.3, np.float32),
+    "random bit patterns": lambda: random_bits(3_000_001, seed=14),
+    "zeros and tiny subnormals": tiny_subnormals,
+    "subnormals, NaN payloads, specials": subnormals_nan_payloads_and_specials,
+    "zeros only": lambda: np.zeros(2 * R._MIN_PART + 1, np.float32),
+    "powers of two and 1.8125": powers_of_two_and_the_other_unaligned_edge,
+}
+
+
+@pytest.mark.parametrize("case", list(SUMMARY_CASES))
+def test_summarize_equals_the_whole_array_reference_for_any_workers(case):
+    # Chunks, windows, the packing of counts with low bits, threads: none of it may change a bit of the record.
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = SUMMARY_CASES[case]()
+        want = reference_summary(x)
+        for workers in (1, 2, 3):
+            got = R.summarize(x, workers=workers)
+            assert got == want, (case, workers)
+            assert [v.hex() for v in got.rel_error_sum] == [v.hex() for v in want.rel_error_sum]
