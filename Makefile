@@ -71,6 +71,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench.capture_overhead
 	$(BIN)/python -m bench.page_rerun
 	$(BIN)/python -m bench.browser_roundtrip
+	$(BIN)/python -m bench.browser_floor
 	$(BIN)/python -m bench.cold_start
 	$(BIN)/python -m bench.server_cost --learners 20 --think 1 --seconds 30
 	$(BIN)/python -m bench.loadgen --learners 100 --think 5 --seconds 60 --ramp 20 --publish class_5s
