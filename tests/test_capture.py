@@ -381,6 +381,7 @@ def _train_recorded(background: bool, steps: int = 4):
     [
         None,  # the default ring: everything fits
         4096,  # 4 KiB: the copies wrap around the ring and wait for the process to free room
+        2048,  # 2 KiB: an activation fills the whole ring; the weights held for their updates leave room for the rest
         1024,  # smaller than an activation (32 x 16 values): those are summarised in the hook, in order
     ],
 )

@@ -146,6 +146,8 @@ class Recorder:
         self._scaler = scaler
         self._run = RunStats(meta)
         self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self._names = [n for n, _ in self._params]
+        self._weights = [p for _, p in self._params]
         all_modules = dict(model.named_modules())
         if modules is None:
             chosen = [(n, m) for n, m in all_modules.items() if n and not any(True for _ in m.children())]
@@ -212,8 +214,7 @@ class Recorder:
             return
         self._started = True
         if self._want("weight"):
-            for name, p in self._params:
-                self._add("weight", name, p)
+            self._summaries.tensors("weight", self._names, self.current_step, self._weights)
 
     def _output_hook(self, name: str) -> Callable[[torch.nn.Module, Any, Any], None]:
         def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
@@ -246,25 +247,32 @@ class Recorder:
         if self._grads_read or not self._want("weight_grad"):
             return
         self._grads_read = True
+        names, grads = [], []
         for name, p in self._params:
             if p.grad is not None:
-                self._add("weight_grad", name, p.grad)
+                names.append(name)
+                grads.append(p.grad)
+        self._summaries.tensors("weight_grad", names, self.current_step, grads)
 
     def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self._recording:
             return
         self._read_grads()
         if self._want("update"):
-            self._before = [self._summaries.hold(p) for _, p in self._params]
+            self._before = self._summaries.hold(self._weights)
 
     def _on_optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._stepped = True
         if self._before is None:
             return
         before, self._before = self._before, None
+        names, befores, afters = [], [], []
         for (name, p), b in zip(self._params, before, strict=True):
             if p.grad is not None:
-                self._summaries.update("update", name, self.current_step, b, p)
+                names.append(name)
+                befores.append(b)
+                afters.append(p)
+        self._summaries.updates("update", names, self.current_step, befores, afters)
         self._summaries.release_held()
 
     # --- the user's calls -------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -229,8 +230,17 @@ def _unscaled(values: torch.Tensor, scale: float) -> torch.Tensor:
 # --- where they are computed -------------------------------------------------------------------------------
 
 DEFAULT_CAPACITY = 128 * 2**20
-_ALIGN = 64  # bytes: each copy starts on a cache line
+_ALIGN = 64  # bytes: each copy, or block of copies made together, starts on a cache line
 _FLUSH_EVERY = 256  # items queued before they are sent without waiting for the step's end
+
+
+def _aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to a whole number of :data:`_ALIGN` blocks."""
+    return -(-nbytes // _ALIGN) * _ALIGN
+
+
+# dtypes that torch.cat(out=float32) converts exactly, as copy_ does
+_CAT_EXACT = frozenset({torch.float32, torch.float16, torch.bfloat16})
 
 
 def _copy(t: torch.Tensor) -> torch.Tensor:
@@ -257,12 +267,19 @@ class InlineSummaries:
     def tensor(self, kind: str, name: str, step: int, t: torch.Tensor, scale: float | None = None) -> None:
         self._run.add(kind, name, step, _summarize_here(t, scale))
 
-    def hold(self, t: torch.Tensor) -> Held:
-        return Held(_copy(t))
+    def tensors(self, kind: str, names: Sequence[str], step: int, ts: Sequence[torch.Tensor]) -> None:
+        for name, t in zip(names, ts, strict=True):
+            self.tensor(kind, name, step, t)
 
-    def update(self, kind: str, name: str, step: int, before: Held, after: torch.Tensor) -> None:
-        assert before.tensor is not None
-        self._run.add(kind, name, step, summarize_update_tensors(before.tensor, after))
+    def hold(self, ts: Sequence[torch.Tensor]) -> list[Held]:
+        return [Held(_copy(t)) for t in ts]
+
+    def updates(
+        self, kind: str, names: Sequence[str], step: int, befores: Sequence[Held], afters: Sequence[torch.Tensor]
+    ) -> None:
+        for name, before, after in zip(names, befores, afters, strict=True):
+            assert before.tensor is not None
+            self._run.add(kind, name, step, summarize_update_tensors(before.tensor, after))
 
     def release_held(self) -> None:
         pass
@@ -304,6 +321,7 @@ class ProcessSummaries:
             os.close(fd)  # the mapping and the child's copy of the descriptor keep the memory
         self._released = np.frombuffer(self._shared, np.int64, count=1)
         self._ring = torch.frombuffer(self._shared, dtype=torch.float32, offset=HEADER, count=self._capacity // 4)
+        self._ring_np = self._ring.numpy()  # the same memory: numpy slices and copies with less overhead per call
         self._filled = 0  # bytes ever taken from the ring (a mark; the ring position is this modulo capacity)
         self._open: dict[int, int] = {}  # id(Held) -> its mark: copies whose summary is not queued yet
         self._queued: list[list[Any]] = []
@@ -321,7 +339,7 @@ class ProcessSummaries:
 
     def _take(self, nbytes: int) -> int | None:
         """Byte offset of ``nbytes`` of free ring, waiting for the child to free room; None if it can never fit."""
-        nbytes = -(-nbytes // _ALIGN) * _ALIGN
+        nbytes = _aligned(nbytes)
         if nbytes > self._capacity:
             return None
         pos = self._filled % self._capacity
@@ -340,10 +358,37 @@ class ProcessSummaries:
         return 0 if skip else pos
 
     def _put(self, t: torch.Tensor) -> int | None:
-        offset = self._take(t.numel() * 4)
+        """Copy ``t`` as float32 into the ring: its byte offset there, or None when it can never fit."""
+        n = t.numel()
+        offset = self._take(n * 4)
         if offset is not None:
             start = offset // 4
-            self._ring[start : start + t.numel()].view(t.shape).copy_(t.detach())
+            if t.dtype is torch.float32 and t.is_cpu and t.layout is torch.strided and t.is_contiguous():
+                # a plain memory copy (the usual case), with less Python around it than torch's slice and view
+                np.copyto(self._ring_np[start : start + n], t.detach().numpy().reshape(-1))
+            else:
+                self._ring[start : start + n].view(t.shape).copy_(t.detach())
+        return offset
+
+    def _put_all(self, ts: Sequence[torch.Tensor]) -> int | None:
+        """Copy ``ts`` as float32 into one block of the ring, one after another: its byte offset, or None.
+
+        One ``torch.cat`` into the block when every tensor is on the CPU in a type that float32 holds
+        exactly (the parameters and their gradients at a recorded step: a few dozen tensors, most of them
+        small, where a copy each costs more in Python than in bytes); else one copy each, as :meth:`_put`.
+        """
+        sizes = [t.numel() for t in ts]
+        total = sum(sizes)
+        offset = self._take(total * 4)
+        if offset is not None:
+            start = offset // 4
+            block = self._ring[start : start + total]
+            if all(t.is_cpu and t.dtype in _CAT_EXACT for t in ts):
+                with torch.no_grad():  # cat(out=) refuses inputs that require grad otherwise
+                    torch.cat([t.reshape(-1) for t in ts], out=block)
+            else:
+                for part, t in zip(block.split(sizes), ts, strict=True):
+                    part.view(t.shape).copy_(t.detach())
         return offset
 
     def _mark(self) -> int:
@@ -354,8 +399,12 @@ class ProcessSummaries:
         """An item with nothing to summarise that lets the child free the ring up to the current mark."""
         self._queue([0, "release", "", "", 0, -1, 0, -1, None])
 
-    def _queue(self, item: list[Any]) -> None:
-        self._queued.append([*item, self._mark()])
+    def _queue(self, item: list[Any], mark: int | None = None) -> None:
+        """Queue ``item`` for the child; once it is summarised, the child frees the ring up to ``mark``.
+
+        By default, :meth:`_mark`: everything taken so far but the weights still held for their updates.
+        """
+        self._queued.append([*item, self._mark() if mark is None else mark])
         if len(self._queued) >= _FLUSH_EVERY:
             self.flush()
 
@@ -370,7 +419,43 @@ class ProcessSummaries:
         fn = "tensor" if scale is None else "unscaled"
         self._queue([self._seq, fn, kind, name, step, offset, t.numel(), -1, scale])
 
-    def hold(self, t: torch.Tensor) -> Held:
+    def tensors(self, kind: str, names: Sequence[str], step: int, ts: Sequence[torch.Tensor]) -> None:
+        """:meth:`tensor` of each of ``ts`` (named ``names``), their copies made together (:meth:`_put_all`)."""
+        offset = self._put_all(ts) if ts else None
+        if offset is None:  # together larger than the ring could ever hold: one at a time
+            for name, t in zip(names, ts, strict=True):
+                self.tensor(kind, name, step, t)
+            return
+        # Each item but the last lets the child free the ring only up to its own copy's end: the next ones are
+        # still to be summarised. The block starts at this fill mark (the ring's mark before it, plus any skip).
+        end = self._filled - _aligned(4 * sum(t.numel() for t in ts))
+        last = len(ts) - 1
+        for i, (name, t) in enumerate(zip(names, ts, strict=True)):
+            self._seq += 1
+            n = t.numel()
+            end += 4 * n
+            item = [self._seq, "tensor", kind, name, step, offset, n, -1, None]
+            self._queue(item, None if i == last else min(end, self._mark()))
+            offset += 4 * n
+
+    def hold(self, ts: Sequence[torch.Tensor]) -> list[Held]:
+        """Copies of ``ts`` (the weights before the optimizer step), kept until :meth:`updates` or :meth:`release_held`.
+
+        One block of the ring (:meth:`_put_all`) when they fit in it together; else one copy each.
+        """
+        mark = self._filled
+        offset = self._put_all(ts) if ts else None
+        if offset is None:
+            return [self._hold_one(t) for t in ts]
+        held = []
+        for t in ts:
+            h = Held(None, offset, mark)
+            self._open[id(h)] = mark
+            held.append(h)
+            offset += 4 * t.numel()
+        return held
+
+    def _hold_one(self, t: torch.Tensor) -> Held:
         mark = self._filled
         offset = self._put(t)
         if offset is None:
@@ -379,7 +464,24 @@ class ProcessSummaries:
         self._open[id(held)] = mark
         return held
 
-    def update(self, kind: str, name: str, step: int, before: Held, after: torch.Tensor) -> None:
+    def updates(
+        self, kind: str, names: Sequence[str], step: int, befores: Sequence[Held], afters: Sequence[torch.Tensor]
+    ) -> None:
+        """The update of each weight from ``befores`` (:meth:`hold`) to ``afters``, the afters copied together."""
+        if afters and all(b.tensor is None for b in befores):
+            offset = self._put_all(afters)
+            if offset is not None:
+                for name, before, after in zip(names, befores, afters, strict=True):
+                    self._seq += 1
+                    n = after.numel()
+                    self._open.pop(id(before))
+                    self._queue([self._seq, "update", kind, name, step, before.offset, n, offset, None])
+                    offset += 4 * n
+                return
+        for name, before, after in zip(names, befores, afters, strict=True):
+            self._update_one(kind, name, step, before, after)
+
+    def _update_one(self, kind: str, name: str, step: int, before: Held, after: torch.Tensor) -> None:
         self._seq += 1
         if before.tensor is None:  # the weight before the step is in the ring
             offset = self._put(after)
@@ -465,7 +567,7 @@ class ProcessSummaries:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
-            del self._ring, self._released
+            del self._ring, self._ring_np, self._released
             self._shared.close()
 
     # --- talking to the child -----------------------------------------------------------------------------
