@@ -1,6 +1,6 @@
 """What the capture Recorder adds to training the reference model (lensa.live.reference, FP32).
 
-    python -m bench.capture_overhead [--repeats 3]
+    python -m bench.capture_overhead [--repeats 5]
 
 Part 1, the target: whole runs of the reference recipe (its 300 steps, about a dozen of them recorded, all
 five kinds: weights, weight gradients, updates, every leaf module's output and its gradient), timed step by
@@ -9,9 +9,13 @@ copies in shared memory, ``background=True``), and with every summary computed i
 (``background=False``). The runs take turns, ``--repeats`` times each, each from the same seed. A step's
 time is the training thread's CPU time plus any time it spent waiting for room in the recorder's ring (so a
 summary process that falls behind shows); on this shared machine wall time swings with the neighbours'
-load while this stays put. A recorded step's ratio is its time over the median step of the bare run beside
-it; the target is at most 1.3x at the recorded steps. The run's wall time includes waiting, at the end, for
-the last summaries; its CPU counts the summary process too.
+load while this stays put. The target is the issue's: at most 1.3x "the step time without it, at the steps
+that record". So each recorded step is set against the same step of the runs without a recorder: the median
+of its times over the repeats over the median of theirs, and every recorded step must be within 1.3x. A
+single step of a single run also moves with the machine (a bare run's slowest step is itself 1.2x or more
+its median here), so that figure, each recorded step over its own run's bare median step, is shown beside
+it for the noise, not judged. The run's wall time includes waiting, at the end, for the last summaries; its
+CPU counts the summary process too.
 
 Part 2, where the summarising work goes: CPU time of single steps that record one kind only (synchronous),
 steps interleaved, over a bare step's.
@@ -72,7 +76,7 @@ def main() -> None:
     from lensa.runstats import KINDS
 
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--kind-steps", type=int, default=7)
     args = parser.parse_args()
     r = Recipe()
@@ -81,18 +85,26 @@ def main() -> None:
 
     # --- part 1: whole runs --------------------------------------------------------------------------------
     modes = ("bare", "background", "synchronous")
-    step_ratios: dict[str, list[float]] = {m: [] for m in modes}
+    steps_of: dict[str, list[list[float]]] = {m: [] for m in modes}  # per repeat, every step's time
+    single: dict[str, list[float]] = {m: [] for m in modes}  # each recorded step of each run over its bare median
     whole: dict[str, list[float]] = {m: [] for m in modes}
     cpu: dict[str, list[float]] = {m: [] for m in modes}
     bare_step: list[float] = []
+    kept = [s for s in recorded if s > 1]  # step 1 also warms torch up
     for _ in range(args.repeats):
         runs = {m: _run(r, r.steps, m) for m in modes}
         base = median(runs["bare"][0])
         bare_step.append(base)
         for m, (times, total, cpu_s) in runs.items():
-            step_ratios[m] += [times[s - 1] / base for s in recorded if s > 1]  # step 1 also warms torch up
+            steps_of[m].append(times)
+            single[m] += [times[s - 1] / base for s in kept]
             whole[m].append(total)
             cpu[m].append(cpu_s)
+    # Each recorded step against the same step without a recorder: the median of its repeats over theirs.
+    paired = {
+        m: [median([t[s - 1] for t in steps_of[m]]) / median([t[s - 1] for t in steps_of["bare"]]) for s in kept]
+        for m in modes
+    }
     base_total = median(whole["bare"])
     labels = {
         "bare": "no recorder",
@@ -101,14 +113,14 @@ def main() -> None:
     }
     rows1 = []
     for m in modes:
-        ratios = step_ratios[m]
-        ok = median(ratios) <= TARGET_RATIO and max(ratios) <= TARGET_RATIO * 1.25
+        ok = max(paired[m]) <= TARGET_RATIO
         target = "—" if m == "bare" else f"≤ {TARGET_RATIO}×" + (f": {verdict(ok)}" if m == "background" else "")
         rows1.append(
             (
                 labels[m],
-                f"{median(ratios):.2f}×",
-                f"{max(ratios):.2f}×",
+                f"{median(paired[m]):.2f}×",
+                f"{max(paired[m]):.2f}×",
+                f"{max(single[m]):.2f}×",
                 f"{median(whole[m]):.2f} s ({median(whole[m]) / base_total:.2f}×)",
                 f"{median(cpu[m]):.2f} s",
                 target,
@@ -154,12 +166,25 @@ def main() -> None:
         f"**Whole runs** of the recipe ({r.steps} steps; recorded: {', '.join(map(str, recorded))}), "
         f"{args.repeats} of each, taking turns. A step's time is the training thread's CPU time plus any wait for "
         "room in the recorder's ring (wall time swings with this shared machine's load; this does not). "
-        "A recorded step's ratio is its time over the median "
-        f"step of the bare run beside it (median bare step {median(bare_step) * 1e3:.1f} ms), over every "
-        "recorded step but the first (which also warms torch up) and every repeat. The target: at most "
-        f"{TARGET_RATIO}× at the recorded steps (median; the slowest within {TARGET_RATIO * 1.25:.2f}×). "
+        "A recorded step's ratio is the median of its time over the repeats divided by the median of the same "
+        "step's time in the runs without a recorder, for every recorded step but the first (which also warms "
+        "torch up); the target is that every one of them is at most "
+        f"{TARGET_RATIO}×. For the noise a single step sees, the next column divides each recorded step of each "
+        "run by the median step of the bare run beside it and shows the largest (the bare run's own row shows "
+        f"how far a step without a recorder strays; median bare step {median(bare_step) * 1e3:.1f} ms). "
         "The run's wall time includes waiting for the last summaries; its CPU counts the summary process too.\n\n"
-        + table(["", "recorded step, median", "slowest", "whole run", "CPU of the run", "target"], rows1)
+        + table(
+            [
+                "",
+                "recorded step vs the same step bare, median",
+                "slowest",
+                "one run's slowest step vs its bare median",
+                "whole run",
+                "CPU of the run",
+                "target",
+            ],
+            rows1,
+        )
         + "\n\n**Where the summarising work goes**: CPU time of single steps recording one kind, inside the step "
         f"(background=False), median of {args.kind_steps} interleaved steps after 2 of warm-up.\n\n"
         + table(["recording", "CPU ms per step", "vs bare"], rows2)
