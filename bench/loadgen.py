@@ -83,6 +83,8 @@ class RunResult:
     slider_options: tuple[str, ...] = ()
     slider_value: str = ""
     slider_fragment: str = ""  # the fragment that drew the slider ("" when the page's full run did)
+    kinds: tuple[str, ...] = ()  # the kind of each element drawn, in the order the server sent them
+    fragment_run: bool = False  # the run was a fragment's alone, not the page's
     query_string: str | None = None  # the URL the page wrote, when it wrote one
     digest: int = 0  # of everything the run drew, to tell whether a move changed the page
     problems: list[str] = field(default_factory=list)
@@ -115,6 +117,11 @@ class Learner:
         self.query_string = f"lang={self.lang}"
 
     # the transport
+
+    @property
+    def last_run(self) -> RunResult | None:
+        """What the learner's last script run sent back (None before the page was opened)."""
+        return self._state
 
     def _get_page(self) -> None:
         """The HTTP GET a browser makes first; keeps any cookie the server (or balancer) sets."""
@@ -167,6 +174,7 @@ class Learner:
         await ws.send(back.SerializeToString())
         metrics: list[str] = []
         drawn: list[bytes] = []
+        kinds: list[str] = []
         result = RunResult(ms=0.0)
         async with asyncio.timeout(timeout_s):
             while True:
@@ -177,6 +185,7 @@ class Learner:
                     element = msg.delta.new_element
                     drawn.append(element.SerializeToString())
                     what = element.WhichOneof("type")
+                    kinds.append(what or "")
                     if what == "metric":
                         metrics.append(element.metric.body)
                     elif what == "slider" and not result.slider_id and "w.lang" not in element.slider.id:
@@ -205,10 +214,12 @@ class Learner:
                 elif kind == "script_finished":
                     result.ms = (time.perf_counter() - started) * 1000
                     ok = (ForwardMsg.FINISHED_SUCCESSFULLY, ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY)
+                    result.fragment_run = msg.script_finished == ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY
                     if msg.script_finished not in ok:
                         result.problems.append(f"run ended with status {msg.script_finished}")
                     break
         result.metrics = tuple(metrics)
+        result.kinds = tuple(kinds)
         result.digest = hash(tuple(drawn))
         if result.query_string is not None:
             self.query_string = result.query_string

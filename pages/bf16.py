@@ -31,45 +31,7 @@ def show_measured(sel: data.Selection, fp8: bool) -> None:
         "ebf": data.pct(page, errors["bf16"]),
         "over": data.pct(page, over16),
     }
-    widgets.chart(
-        figures.labelled_bars(
-            names,
-            [zero[f] for f in keys],
-            colours,
-            [data.pct(page, zero[f]) for f in keys],
-            axis_title=page.t("bf16_data.axis_zero"),
-            x_max=data.bar_top([zero[f] for f in keys], floor=0.01),
-            lang=page.lang,
-            percent=True,
-        ),
-        page.t("bf16_data.zero_title", kind=kind),
-        " ".join([data.shares_note(page, stats), source]),
-        alt=page.t("bf16_data.alt_zero", **values),
-    )
-    shown, top = data.finite_bars([errors[f] for f in keys])
-    widgets.chart(
-        figures.labelled_bars(
-            names,
-            shown,
-            colours,
-            [data.pct(page, errors[f]) for f in keys],
-            axis_title=page.t("bf16_data.axis_error"),
-            x_max=top,
-            lang=page.lang,
-            percent=True,
-        ),
-        page.t("bf16_data.error_title", kind=kind),
-        page.t("bf16_data.error_caption") + " " + source,
-        alt=page.t("bf16_data.alt_error", **values),
-    )
-    widgets.chart(
-        figures.precision_ticks(
-            [(key, FORMATS[key].label, representable_between(1.0, 1.0625, key)) for key in ("fp16", "bf16")],
-            page.lang,
-        ),
-        page.t("precision_title"),
-        page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3)),
-    )
+    charts = widgets.figure_area()
     widgets.metric_row(
         [
             (page.t("metric_fp16_zero"), values["z16"]),
@@ -78,6 +40,46 @@ def show_measured(sel: data.Selection, fp8: bool) -> None:
             (page.t("metric_bf16_err"), values["ebf"]),
         ]
     )
+    with charts:
+        widgets.chart(
+            figures.labelled_bars(
+                names,
+                [zero[f] for f in keys],
+                colours,
+                [data.pct(page, zero[f]) for f in keys],
+                axis_title=page.t("bf16_data.axis_zero"),
+                x_max=data.bar_top([zero[f] for f in keys], floor=0.01),
+                lang=page.lang,
+                percent=True,
+            ),
+            page.t("bf16_data.zero_title", kind=kind),
+            " ".join([data.shares_note(page, stats), source]),
+            alt=page.t("bf16_data.alt_zero", **values),
+        )
+        shown, top = data.finite_bars([errors[f] for f in keys])
+        widgets.chart(
+            figures.labelled_bars(
+                names,
+                shown,
+                colours,
+                [data.pct(page, errors[f]) for f in keys],
+                axis_title=page.t("bf16_data.axis_error"),
+                x_max=top,
+                lang=page.lang,
+                percent=True,
+            ),
+            page.t("bf16_data.error_title", kind=kind),
+            page.t("bf16_data.error_caption") + " " + source,
+            alt=page.t("bf16_data.alt_error", **values),
+        )
+        widgets.chart(
+            figures.precision_ticks(
+                [(key, FORMATS[key].label, representable_between(1.0, 1.0625, key)) for key in ("fp16", "bf16")],
+                page.lang,
+            ),
+            page.t("precision_title"),
+            page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3)),
+        )
     verdict = fp16_against_bf16(over16, errors["fp16"], errors["bf16"])
     widgets.explain(page, page.t(f"bf16_data.explain_{verdict}", **values), page.t("bf16_data.try"))
     st.subheader(page.t("bf16_data.layers_title"))
@@ -98,50 +100,15 @@ def show_measured(sel: data.Selection, fp8: bool) -> None:
 def illustration(grad: float, fp8: bool) -> None:
     """The seed's illustration: 400 gradients of a typical size against each format's range, and the precision."""
     sample = gradient_sample(grad)
+    s16, sbf = category_shares(sample, "fp16"), category_shares(sample, "bf16")
+    e16, ebf = mean_relative_error(sample, "fp16"), mean_relative_error(sample, "bf16")
     ranges = [
         figures.FormatRange(
             key, FORMATS[key].label, FORMATS[key].smallest_subnormal, FORMATS[key].smallest_normal, FORMATS[key].max
         )
         for key in (LESSON_FORMATS + compare.FP8_KEYS if fp8 else LESSON_FORMATS)
     ]
-    widgets.chart(
-        figures.format_ranges(
-            ranges,
-            sample,
-            {
-                "gradients": page.t("range_gradients"),
-                "subnormal": page.t("range_subnormal"),
-                "normal": page.t("range_normal"),
-                "hover": page.t("range_hover"),
-            },
-            page.lang,
-        ),
-        page.t("range_title"),
-        page.t("common.illustration"),
-        alt=page.t(
-            "range_alt",
-            ranges="; ".join(f"{r.label} {page.sci(r.smallest_subnormal)} … {page.sci(r.max)}" for r in ranges),
-            grad=page.sci(grad),
-            z16=page.pct(category_shares(sample, "fp16")["zero"]),
-            zbf=page.pct(category_shares(sample, "bf16")["zero"]),
-        ),
-    )
-    grids = {key: representable_between(1.0, 1.0625, key) for key in ("fp16", "bf16")}
-    widgets.chart(
-        figures.precision_ticks([(key, FORMATS[key].label, grid) for key, grid in grids.items()], page.lang),
-        page.t("precision_title"),
-        page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3)),
-        alt=page.t(
-            "precision_alt",
-            n16=page.num(len(grids["fp16"])),
-            nbf=page.num(len(grids["bf16"])),
-            fp16=page.sci(FORMATS["fp16"].eps, 3),
-            bf16=page.sci(FORMATS["bf16"].eps, 3),
-        ),
-    )
-
-    s16, sbf = category_shares(sample, "fp16"), category_shares(sample, "bf16")
-    e16, ebf = mean_relative_error(sample, "fp16"), mean_relative_error(sample, "bf16")
+    charts = widgets.figure_area()
     widgets.metric_row(
         [
             (page.t("metric_fp16_zero"), page.pct(s16["zero"])),
@@ -150,6 +117,42 @@ def illustration(grad: float, fp8: bool) -> None:
             (page.t("metric_bf16_err"), page.pct(ebf)),
         ]
     )
+    with charts:
+        widgets.chart(
+            figures.format_ranges(
+                ranges,
+                sample,
+                {
+                    "gradients": page.t("range_gradients"),
+                    "subnormal": page.t("range_subnormal"),
+                    "normal": page.t("range_normal"),
+                    "hover": page.t("range_hover"),
+                },
+                page.lang,
+            ),
+            page.t("range_title"),
+            page.t("common.illustration"),
+            alt=page.t(
+                "range_alt",
+                ranges="; ".join(f"{r.label} {page.sci(r.smallest_subnormal)} … {page.sci(r.max)}" for r in ranges),
+                grad=page.sci(grad),
+                z16=page.pct(category_shares(sample, "fp16")["zero"]),
+                zbf=page.pct(category_shares(sample, "bf16")["zero"]),
+            ),
+        )
+        grids = {key: representable_between(1.0, 1.0625, key) for key in ("fp16", "bf16")}
+        widgets.chart(
+            figures.precision_ticks([(key, FORMATS[key].label, grid) for key, grid in grids.items()], page.lang),
+            page.t("precision_title"),
+            page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3)),
+            alt=page.t(
+                "precision_alt",
+                n16=page.num(len(grids["fp16"])),
+                nbf=page.num(len(grids["bf16"])),
+                fp16=page.sci(FORMATS["fp16"].eps, 3),
+                bf16=page.sci(FORMATS["bf16"].eps, 3),
+            ),
+        )
 
     values = {
         "grad": page.sci(grad),

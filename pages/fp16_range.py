@@ -18,12 +18,7 @@ def show_measured(sel: data.Selection, fp8: bool) -> None:
     shares = measured.zone_shares(stats, "fp16")
     pct = {zone: data.pct(page, share) for zone, share in shares.items()}
     kind = data.kind_words(page, sel.kind)
-    widgets.chart(
-        compare.fp16_binades(page, measured.zone_histogram(stats, "fp16")),
-        page.t("fp16_range_data.figure_title", kind=kind),
-        " ".join([data.shares_note(page, stats), data.source_line(page, sel)]),
-        alt=page.t("fp16_range_data.alt", kind=kind, zero=pct["zero"], sub=pct["subnormal"], normal=pct["normal"]),
-    )
+    charts = widgets.figure_area()
     widgets.metric_row(
         [
             (page.t("metric_zero"), pct["zero"]),
@@ -32,6 +27,13 @@ def show_measured(sel: data.Selection, fp8: bool) -> None:
             (page.t("fp16_range_data.metric_overflow"), pct["overflow"]),
         ]
     )
+    with charts:
+        widgets.chart(
+            compare.fp16_binades(page, measured.zone_histogram(stats, "fp16")),
+            page.t("fp16_range_data.figure_title", kind=kind),
+            " ".join([data.shares_note(page, stats), data.source_line(page, sel)]),
+            alt=page.t("fp16_range_data.alt", kind=kind, zero=pct["zero"], sub=pct["subnormal"], normal=pct["normal"]),
+        )
     values = {
         "kind": kind,
         "step": page.num(sel.step),
@@ -64,27 +66,7 @@ def illustration(grad: float, fp8: bool) -> None:
     """The seed's illustration: 400 gradients of a typical size over FP16's zones."""
     sample = gradient_sample(grad)
     shares = category_shares(sample, FP16)
-    widgets.chart(
-        compare.fp16_histogram(page, sample),
-        page.t("figure_title"),
-        page.t(
-            "caption",
-            sub=page.sci(FP16.smallest_subnormal),
-            normal=page.sci(FP16.smallest_normal),
-            max=page.num(FP16.max),
-        )
-        + " "
-        + page.t("common.illustration"),
-        alt=page.t(
-            "alt",
-            grad=page.sci(grad),
-            zero=page.pct(shares["zero"]),
-            sub=page.pct(shares["subnormal"]),
-            normal=page.pct(shares["normal"]),
-            over=page.pct(shares["overflow"]),
-            largest=page.sci(largest_magnitude(sample)),
-        ),
-    )
+    charts = widgets.figure_area()
     widgets.metric_row(
         [
             (page.t("metric_zero"), page.pct(shares["zero"])),
@@ -93,6 +75,28 @@ def illustration(grad: float, fp8: bool) -> None:
             (page.t("metric_largest"), page.sci(largest_magnitude(sample))),
         ]
     )
+    with charts:
+        widgets.chart(
+            compare.fp16_histogram(page, sample),
+            page.t("figure_title"),
+            page.t(
+                "caption",
+                sub=page.sci(FP16.smallest_subnormal),
+                normal=page.sci(FP16.smallest_normal),
+                max=page.num(FP16.max),
+            )
+            + " "
+            + page.t("common.illustration"),
+            alt=page.t(
+                "alt",
+                grad=page.sci(grad),
+                zero=page.pct(shares["zero"]),
+                sub=page.pct(shares["subnormal"]),
+                normal=page.pct(shares["normal"]),
+                over=page.pct(shares["overflow"]),
+                largest=page.sci(largest_magnitude(sample)),
+            ),
+        )
     values = {
         "zero": page.pct(shares["zero"]),
         "sub": page.pct(shares["subnormal"]),

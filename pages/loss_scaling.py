@@ -79,63 +79,7 @@ def show_measured(sel: data.Selection, k: int, fp8: bool) -> None:
     pct = {zone: data.pct(page, share) for zone, share in shares.items()}
     bounds = measured.scale_bounds(stats, "fp16")
     source = data.source_line(page, sel)
-    widgets.chart(
-        compare.fp16_binades(page, measured.zone_histogram(stats, "fp16", k)),
-        page.t("loss_scaling_data.figure_title", kind=kind),
-        " ".join([page.t("caption"), data.shares_note(page, stats), source]),
-        alt=page.t("loss_scaling_data.alt_hist", kind=kind, s=power_of_two(k), zero=pct["zero"], over=pct["overflow"]),
-    )
-    sweep = measured.scale_sweep(stats, page.info.control("scale").stops, "fp16")
-    if bounds.keep_k is None and bounds.safe_k is None:
-        sentence = page.t("loss_scaling_data.bounds_empty", kind=kind)
-    elif bounds.safe_k is None:
-        sentence = page.t("loss_scaling_data.bounds_no_safe", kind=kind, keep=_scale(bounds.keep_k))
-    elif bounds.keep_k is None:
-        sentence = page.t("loss_scaling_data.bounds_no_keep", kind=kind, safe=_scale(bounds.safe_k))
-    else:
-        key = "bounds_window" if bounds.window else "bounds_clash"
-        sentence = page.t(f"loss_scaling_data.{key}", kind=kind, keep=_scale(bounds.keep_k), safe=_scale(bounds.safe_k))
-    labels = figures.SweepLabels(
-        axis_scale=page.t("loss_scaling_data.sweep_axis"),
-        axis_share=page.t("loss_scaling_data.sweep_share"),
-        zero=page.t("loss_scaling_data.sweep_zero"),
-        overflow=page.t("loss_scaling_data.sweep_overflow"),
-        keep=page.t("loss_scaling_data.sweep_keep"),
-        safe=page.t("loss_scaling_data.sweep_safe"),
-        current=page.t("loss_scaling_data.sweep_current", s=power_of_two(k)),
-        hover=page.t("loss_scaling_data.sweep_hover"),
-    )
-    widgets.chart(
-        figures.scale_sweep(sweep.ks, sweep.zero, sweep.overflow, bounds.keep_k, bounds.safe_k, k, labels, page.lang),
-        page.t("loss_scaling_data.sweep_title", kind=kind),
-        source,
-        alt=sentence,
-    )
-    st.markdown(sentence)
-    history = measured.scaler_history(sel.source.scaler) if sel.source.scaler is not None else None
-    if history is None:
-        st.info(page.t("loss_scaling_data.no_history"), icon=":material/info:")
-    else:
-        skipped_list = _list(page, list(history.skipped_steps))
-        widgets.chart(
-            recorded_run_figure(page.lang, history.steps, history.log2_scales, history.skipped),
-            page.t("loss_scaling_data.run_title"),
-            page.t(
-                "loss_scaling_data.run_caption",
-                start=_scale(history.first_k),
-                skipped=page.num(len(history.skipped_steps)),
-                steps=skipped_list,
-            )
-            + " "
-            + data.scaler_line(page, sel.source),
-            alt=page.t(
-                "loss_scaling_data.alt_run",
-                n=page.num(len(history.steps)),
-                start=_scale(history.first_k),
-                end=_scale(history.last_k),
-                skipped=page.num(len(history.skipped_steps)),
-            ),
-        )
+    charts = widgets.figure_area()
     widgets.metric_row(
         [
             (page.t("metric_zero"), pct["zero"]),
@@ -144,6 +88,70 @@ def show_measured(sel: data.Selection, k: int, fp8: bool) -> None:
             (page.t("loss_scaling_data.metric_safe"), _scale(bounds.safe_k)),
         ]
     )
+    with charts:
+        widgets.chart(
+            compare.fp16_binades(page, measured.zone_histogram(stats, "fp16", k)),
+            page.t("loss_scaling_data.figure_title", kind=kind),
+            " ".join([page.t("caption"), data.shares_note(page, stats), source]),
+            alt=page.t(
+                "loss_scaling_data.alt_hist", kind=kind, s=power_of_two(k), zero=pct["zero"], over=pct["overflow"]
+            ),
+        )
+        sweep = measured.scale_sweep(stats, page.info.control("scale").stops, "fp16")
+        if bounds.keep_k is None and bounds.safe_k is None:
+            sentence = page.t("loss_scaling_data.bounds_empty", kind=kind)
+        elif bounds.safe_k is None:
+            sentence = page.t("loss_scaling_data.bounds_no_safe", kind=kind, keep=_scale(bounds.keep_k))
+        elif bounds.keep_k is None:
+            sentence = page.t("loss_scaling_data.bounds_no_keep", kind=kind, safe=_scale(bounds.safe_k))
+        else:
+            key = "bounds_window" if bounds.window else "bounds_clash"
+            sentence = page.t(
+                f"loss_scaling_data.{key}", kind=kind, keep=_scale(bounds.keep_k), safe=_scale(bounds.safe_k)
+            )
+        labels = figures.SweepLabels(
+            axis_scale=page.t("loss_scaling_data.sweep_axis"),
+            axis_share=page.t("loss_scaling_data.sweep_share"),
+            zero=page.t("loss_scaling_data.sweep_zero"),
+            overflow=page.t("loss_scaling_data.sweep_overflow"),
+            keep=page.t("loss_scaling_data.sweep_keep"),
+            safe=page.t("loss_scaling_data.sweep_safe"),
+            current=page.t("loss_scaling_data.sweep_current", s=power_of_two(k)),
+            hover=page.t("loss_scaling_data.sweep_hover"),
+        )
+        widgets.chart(
+            figures.scale_sweep(
+                sweep.ks, sweep.zero, sweep.overflow, bounds.keep_k, bounds.safe_k, k, labels, page.lang
+            ),
+            page.t("loss_scaling_data.sweep_title", kind=kind),
+            source,
+            alt=sentence,
+        )
+        st.markdown(sentence)
+        history = measured.scaler_history(sel.source.scaler) if sel.source.scaler is not None else None
+        if history is None:
+            st.info(page.t("loss_scaling_data.no_history"), icon=":material/info:")
+        else:
+            skipped_list = _list(page, list(history.skipped_steps))
+            widgets.chart(
+                recorded_run_figure(page.lang, history.steps, history.log2_scales, history.skipped),
+                page.t("loss_scaling_data.run_title"),
+                page.t(
+                    "loss_scaling_data.run_caption",
+                    start=_scale(history.first_k),
+                    skipped=page.num(len(history.skipped_steps)),
+                    steps=skipped_list,
+                )
+                + " "
+                + data.scaler_line(page, sel.source),
+                alt=page.t(
+                    "loss_scaling_data.alt_run",
+                    n=page.num(len(history.steps)),
+                    start=_scale(history.first_k),
+                    end=_scale(history.last_k),
+                    skipped=page.num(len(history.skipped_steps)),
+                ),
+            )
     paragraph = page.t(
         "loss_scaling_data.explain", s=power_of_two(k), kind=kind, zero=pct["zero"], over=pct["overflow"]
     )
@@ -172,57 +180,8 @@ def illustration(k: int, fp8: bool) -> None:
     """The seed's illustration: step 2's sample times S, and an illustrative dynamic run (with a real one)."""
     scaled = loss_scaled(gradient_sample(TYPICAL), k)
     shares = static_shift_shares(gradient_sample(TYPICAL), k)
-    widgets.chart(
-        compare.fp16_histogram(page, scaled),
-        page.t("figure_title"),
-        page.t("caption") + " " + page.t("common.illustration"),
-        alt=page.t("alt", s=power_of_two(k), zero=page.pct(shares["zero"]), over=page.pct(shares["overflow"])),
-    )
-
     run = illustrative_run()
-    real = st.session_state.get(REAL_RUN)
-    widgets.chart(
-        run_figure(page.lang, None if real is None else tuple(s.scale for s in real)),
-        page.t("run_title"),
-        alt=page.t(
-            "run_alt",
-            n=page.num(len(run.steps)),
-            start=power_of_two(run.first_k),
-            interval=page.num(SPIKES.growth_interval),
-            skipped=page.num(len(run.skipped_steps)),
-            end=power_of_two(run.last_k),
-        ),
-    )
-    with st.expander(page.t("real_title"), icon=":material/science:", expanded=real is not None):
-        st.markdown(
-            page.t("real_intro", interval=page.num(SPIKES.growth_interval), steps=_list(page, list(run.skipped_steps)))
-        )
-        job = st.session_state.get(REAL_JOB)
-        if not live_view.torch_available():
-            st.info(live_view.torch_missing_text(page))
-        elif st.button(
-            page.t("real_run"), key="loss_scaling.real_run", icon=":material/play_arrow:", disabled=job is not None
-        ):
-            # The run happens in the lab's worker process: this page never imports torch.
-            job = st.session_state[REAL_JOB] = jobs.submit(
-                "trace",
-                steps=len(run.steps),
-                init_scale=TORCH_INIT_SCALE,
-                growth_interval=SPIKES.growth_interval,
-                spike_steps=run.skipped_steps,
-                spike_factor=REAL_SPIKE_FACTOR,
-            )
-        if job is not None:
-            ok, result = jobs.settle(page, job, REAL_JOB, "loss_scaling.real_cancel", page.t("real_running"))
-            if ok:
-                st.session_state[REAL_RUN] = result
-                st.rerun()  # the run's chart, above, gains the real line
-        if real is not None:
-            same = measured.history_of(real).log2_scales == run.log2_scales
-            real_overflows = [s.step for s in real if s.found_inf]
-            key = "real_match" if same else "real_differs"
-            st.markdown(page.t(key, steps=_list(page, real_overflows)))
-
+    charts = widgets.figure_area()
     widgets.metric_row(
         [
             (page.t("metric_zero"), page.pct(shares["zero"])),
@@ -231,6 +190,58 @@ def illustration(k: int, fp8: bool) -> None:
             (page.t("metric_run_skipped"), page.num(len(run.skipped_steps))),
         ]
     )
+    with charts:
+        widgets.chart(
+            compare.fp16_histogram(page, scaled),
+            page.t("figure_title"),
+            page.t("caption") + " " + page.t("common.illustration"),
+            alt=page.t("alt", s=power_of_two(k), zero=page.pct(shares["zero"]), over=page.pct(shares["overflow"])),
+        )
+
+        real = st.session_state.get(REAL_RUN)
+        widgets.chart(
+            run_figure(page.lang, None if real is None else tuple(s.scale for s in real)),
+            page.t("run_title"),
+            alt=page.t(
+                "run_alt",
+                n=page.num(len(run.steps)),
+                start=power_of_two(run.first_k),
+                interval=page.num(SPIKES.growth_interval),
+                skipped=page.num(len(run.skipped_steps)),
+                end=power_of_two(run.last_k),
+            ),
+        )
+        with st.expander(page.t("real_title"), icon=":material/science:", expanded=real is not None):
+            st.markdown(
+                page.t(
+                    "real_intro", interval=page.num(SPIKES.growth_interval), steps=_list(page, list(run.skipped_steps))
+                )
+            )
+            job = st.session_state.get(REAL_JOB)
+            if not live_view.torch_available():
+                st.info(live_view.torch_missing_text(page))
+            elif st.button(
+                page.t("real_run"), key="loss_scaling.real_run", icon=":material/play_arrow:", disabled=job is not None
+            ):
+                # The run happens in the lab's worker process: this page never imports torch.
+                job = st.session_state[REAL_JOB] = jobs.submit(
+                    "trace",
+                    steps=len(run.steps),
+                    init_scale=TORCH_INIT_SCALE,
+                    growth_interval=SPIKES.growth_interval,
+                    spike_steps=run.skipped_steps,
+                    spike_factor=REAL_SPIKE_FACTOR,
+                )
+            if job is not None:
+                ok, result = jobs.settle(page, job, REAL_JOB, "loss_scaling.real_cancel", page.t("real_running"))
+                if ok:
+                    st.session_state[REAL_RUN] = result
+                    st.rerun()  # the run's chart, above, gains the real line
+            if real is not None:
+                same = measured.history_of(real).log2_scales == run.log2_scales
+                real_overflows = [s.step for s in real if s.found_inf]
+                key = "real_match" if same else "real_differs"
+                st.markdown(page.t(key, steps=_list(page, real_overflows)))
 
     values = {"s": power_of_two(k), "zero": page.pct(shares["zero"]), "over": page.pct(shares["overflow"])}
     paragraph = page.t(REGIME_KEYS[static_shift_regime(shares, k)], **values)

@@ -31,46 +31,7 @@ def show_measured(sel: data.Selection) -> None:
     ]
     series.append(("fp32", master_label, [0.0] * len(shown), [master] * len(shown)))
     caption = page.t("master_weights_data.layers_caption", shown=page.num(len(shown)), n=page.num(len(rows)))
-    widgets.chart(
-        figures.grouped_share_bars(
-            [r.name for r in shown], series, page.t("master_weights_data.axis_share"), page.lang
-        ),
-        page.t("master_weights_data.layers_title", step=page.num(sel.step)),
-        caption + " " + source,
-        alt=page.t("master_weights_data.alt_layers", n=page.num(len(rows)), fp16=pct["fp16"], bf16=pct["bf16"]),
-    )
-    steps, over = measured.lost_over_training(run, sel.layer, LOW_PRECISION)
-    if len(steps) > 1:
-        hover = page.t("master_weights_data.hover")
-        lines = [
-            (
-                f,
-                labels[f],
-                over[f],
-                [hover.format(step=page.num(s), share=data.pct(page, v)) for s, v in zip(steps, over[f], strict=True)],
-            )
-            for f in LOW_PRECISION
-        ]
-        lines.append(
-            ("fp32", master_label, [0.0] * len(steps), [hover.format(step=page.num(s), share=master) for s in steps])
-        )
-        widgets.chart(
-            figures.share_lines(
-                steps,
-                lines,
-                page.t("master_weights_data.axis_step"),
-                page.t("master_weights_data.axis_share"),
-                page.lang,
-            ),
-            page.t("master_weights_data.over_title", layer=data.layer_words(page, sel.layer)),
-            data.source_line(page, sel, every_step=True),
-            alt=page.t(
-                "master_weights_data.alt_over",
-                first=data.pct(page, over["fp16"][0]),
-                last=data.pct(page, over["fp16"][-1]),
-                n=page.num(len(steps)),
-            ),
-        )
+    charts = widgets.figure_area()
     widgets.metric_row(
         [
             (page.t("master_weights_data.metric_fp16"), pct["fp16"]),
@@ -79,6 +40,55 @@ def show_measured(sel: data.Selection) -> None:
             (page.t("master_weights_data.metric_count"), page.num(stats.nonzero)),
         ]
     )
+    with charts:
+        widgets.chart(
+            figures.grouped_share_bars(
+                [r.name for r in shown], series, page.t("master_weights_data.axis_share"), page.lang
+            ),
+            page.t("master_weights_data.layers_title", step=page.num(sel.step)),
+            caption + " " + source,
+            alt=page.t("master_weights_data.alt_layers", n=page.num(len(rows)), fp16=pct["fp16"], bf16=pct["bf16"]),
+        )
+        steps, over = measured.lost_over_training(run, sel.layer, LOW_PRECISION)
+        if len(steps) > 1:
+            hover = page.t("master_weights_data.hover")
+            lines = [
+                (
+                    f,
+                    labels[f],
+                    over[f],
+                    [
+                        hover.format(step=page.num(s), share=data.pct(page, v))
+                        for s, v in zip(steps, over[f], strict=True)
+                    ],
+                )
+                for f in LOW_PRECISION
+            ]
+            lines.append(
+                (
+                    "fp32",
+                    master_label,
+                    [0.0] * len(steps),
+                    [hover.format(step=page.num(s), share=master) for s in steps],
+                )
+            )
+            widgets.chart(
+                figures.share_lines(
+                    steps,
+                    lines,
+                    page.t("master_weights_data.axis_step"),
+                    page.t("master_weights_data.axis_share"),
+                    page.lang,
+                ),
+                page.t("master_weights_data.over_title", layer=data.layer_words(page, sel.layer)),
+                data.source_line(page, sel, every_step=True),
+                alt=page.t(
+                    "master_weights_data.alt_over",
+                    first=data.pct(page, over["fp16"][0]),
+                    last=data.pct(page, over["fp16"][-1]),
+                    n=page.num(len(steps)),
+                ),
+            )
     paragraph = page.t(
         "master_weights_data.explain",
         step=page.num(sel.step),
@@ -110,55 +120,7 @@ def illustration(update: float, w: float) -> None:
     gap, stored = example.spacing, example.after_one
     exact, change32, change16 = example.exact_change, example.fp32_change, example.low_change
 
-    widgets.chart(
-        figures.number_line(
-            example.w_stored,
-            update,
-            stored,
-            example.grid,
-            gap,
-            {
-                "w": page.t("mark_w"),
-                "exact": page.t("mark_exact"),
-                "stored": page.t("mark_stored"),
-                "half": page.t("mark_half"),
-            },
-            page.t("axis_offset"),
-            page.lang,
-        ),
-        page.t("figure_title", spacing=page.sci(gap, 3)),
-        alt=page.t(
-            "alt",
-            w=page.plain(w),
-            spacing=page.sci(gap, 3),
-            ratio=page.sci(example.ratio),
-            stored=figures.exact(stored, page.lang),
-        ),
-    )
-    widgets.chart(
-        figures.labelled_bars(
-            [page.t("bar_exact"), page.t("bar_master"), page.t("bar_fp16")],
-            [exact, change32, change16],
-            [figures.NEUTRAL, figures.FORMAT_COLOURS["fp32"], figures.FORMAT_COLOURS["fp16"]],
-            [page.sci(exact, 3), page.sci(change32, 3), page.sci(change16, 3)],
-            lang=page.lang,
-            hovers=[
-                f"{page.t('bar_exact')}: {figures.exact(exact, page.lang)}",
-                f"{page.t('bar_master')}: {figures.exact(change32, page.lang)}",
-                f"{page.t('bar_fp16')}: {figures.exact(change16, page.lang)}",
-            ],
-            headroom=1.3,
-        ),
-        page.t("bars_title", steps=page.num(STEPS)),
-        alt=page.t(
-            "bars_alt",
-            steps=page.num(STEPS),
-            exact=page.sci(exact, 3),
-            master=page.sci(change32, 3),
-            fp16=page.sci(change16, 3),
-        ),
-    )
-
+    charts = widgets.figure_area()
     widgets.metric_row(
         [
             (page.t("metric_spacing"), page.sci(gap, 3)),
@@ -167,6 +129,55 @@ def illustration(update: float, w: float) -> None:
             (page.t("metric_master"), page.sci(change32, 3)),
         ]
     )
+    with charts:
+        widgets.chart(
+            figures.number_line(
+                example.w_stored,
+                update,
+                stored,
+                example.grid,
+                gap,
+                {
+                    "w": page.t("mark_w"),
+                    "exact": page.t("mark_exact"),
+                    "stored": page.t("mark_stored"),
+                    "half": page.t("mark_half"),
+                },
+                page.t("axis_offset"),
+                page.lang,
+            ),
+            page.t("figure_title", spacing=page.sci(gap, 3)),
+            alt=page.t(
+                "alt",
+                w=page.plain(w),
+                spacing=page.sci(gap, 3),
+                ratio=page.sci(example.ratio),
+                stored=figures.exact(stored, page.lang),
+            ),
+        )
+        widgets.chart(
+            figures.labelled_bars(
+                [page.t("bar_exact"), page.t("bar_master"), page.t("bar_fp16")],
+                [exact, change32, change16],
+                [figures.NEUTRAL, figures.FORMAT_COLOURS["fp32"], figures.FORMAT_COLOURS["fp16"]],
+                [page.sci(exact, 3), page.sci(change32, 3), page.sci(change16, 3)],
+                lang=page.lang,
+                hovers=[
+                    f"{page.t('bar_exact')}: {figures.exact(exact, page.lang)}",
+                    f"{page.t('bar_master')}: {figures.exact(change32, page.lang)}",
+                    f"{page.t('bar_fp16')}: {figures.exact(change16, page.lang)}",
+                ],
+                headroom=1.3,
+            ),
+            page.t("bars_title", steps=page.num(STEPS)),
+            alt=page.t(
+                "bars_alt",
+                steps=page.num(STEPS),
+                exact=page.sci(exact, 3),
+                master=page.sci(change32, 3),
+                fp16=page.sci(change16, 3),
+            ),
+        )
 
     values = {
         "ratio": page.sci(example.ratio),

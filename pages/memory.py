@@ -82,20 +82,7 @@ def lesson() -> None:
         )
     )
     formula = states_formula(model.params, *split_bytes_per_param(precision, optimizer, zero, gpus), gpus, page.lang)
-    widgets.chart(
-        figures.stacked_memory(parts, gpu_gb, page.t("gpu_line", gb=page.num(gpu_gb)), page.t("axis"), page.lang),
-        page.t("figure_title", model=page.t(f"model_{model_key.replace('-', '_')}")),
-        page.t("caption", formula=formula, states=page.gb(memory.model_states)),
-        alt=page.t(
-            "alt",
-            model=page.t(f"model_{model_key.replace('-', '_')}"),
-            states=page.gb(memory.model_states),
-            act=page.gb(memory.activations),
-            total=page.gb(memory.total),
-            gpu=page.t("gpu_line", gb=page.num(gpu_gb)),
-        ),
-    )
-
+    charts = widgets.figure_area()
     widgets.metric_row(
         [
             (page.t("metric_bpp"), page.num(memory.bytes_per_param)),
@@ -104,6 +91,20 @@ def lesson() -> None:
             (page.t("metric_total"), page.gb(memory.total)),
         ]
     )
+    with charts:
+        widgets.chart(
+            figures.stacked_memory(parts, gpu_gb, page.t("gpu_line", gb=page.num(gpu_gb)), page.t("axis"), page.lang),
+            page.t("figure_title", model=page.t(f"model_{model_key.replace('-', '_')}")),
+            page.t("caption", formula=formula, states=page.gb(memory.model_states)),
+            alt=page.t(
+                "alt",
+                model=page.t(f"model_{model_key.replace('-', '_')}"),
+                states=page.gb(memory.model_states),
+                act=page.gb(memory.activations),
+                total=page.gb(memory.total),
+                gpu=page.t("gpu_line", gb=page.num(gpu_gb)),
+            ),
+        )
 
     parts_text = " + ".join(
         page.t("part_bytes", b=page.num(c.bytes_per_param), name=page.t(f"part_{c.key}"), dtype=c.dtype.upper())

@@ -57,59 +57,7 @@ def lesson() -> None:
     memory_modes = [m for m in modes if m != "fp8"]  # FP8 training memory is not modelled here
     memories = [training_memory(SEVEN_B, tokens, MEMORY_PRECISION[m]) for m in memory_modes]
 
-    widgets.chart(
-        figures.step_time_bars(
-            names,
-            times,
-            colours,
-            [page.sec(t) for t in times],
-            axis_title=page.t("axis_time"),
-            patterns=patterns,
-            hovers=[
-                page.t("hover_time", mode=n, time=page.sec(t), peak=teraflops(gpu.peak(m), page.lang))
-                for n, t, m in zip(names, times, modes, strict=True)
-            ],
-            lang=page.lang,
-        ),
-        page.t("time_title", gpu=gpu.name),
-        page.t("time_subtitle", mfu=page.pct(mfu)),
-        alt=page.t(
-            "time_alt",
-            gpu=gpu.name,
-            mfu=page.pct(mfu),
-            bars="; ".join(f"{n} {page.sec(t)}" for n, t in zip(names, times, strict=True)),
-        ),
-    )
-    widgets.chart(
-        figures.memory_total_bars(
-            names[: len(memory_modes)],
-            [m.total for m in memories],
-            colours[: len(memory_modes)],
-            [page.gb(m.total) for m in memories],
-            axis_title=page.t("axis_memory"),
-            patterns=patterns[: len(memory_modes)],
-            hovers=[
-                page.t(
-                    "hover_memory",
-                    mode=n,
-                    states=page.gb(m.model_states),
-                    act=page.gb(m.activations),
-                    total=page.gb(m.total),
-                )
-                for n, m in zip(names[: len(memory_modes)], memories, strict=True)
-            ],
-            gpu_line=(gpu.memory_gb, page.t("gpu_line", gb=page.num(gpu.memory_gb))),
-            lang=page.lang,
-        ),
-        page.t("memory_title"),
-        alt=page.t(
-            "memory_alt",
-            bars="; ".join(f"{n} {page.gb(m.total)}" for n, m in zip(names, memories, strict=False)),
-            gpu=gpu.name,
-            gb=page.num(gpu.memory_gb),
-        ),
-    )
-
+    charts = widgets.figure_area()  # the two figures above the cards, sent after them
     fp32_time, mixed_time = timing.of("fp32"), timing.of(mixed)
     mixed_memory = memories[memory_modes.index(mixed)]
     label = mixed.upper()
@@ -133,6 +81,59 @@ def lesson() -> None:
             ),
         ]
     )
+    with charts:
+        widgets.chart(
+            figures.step_time_bars(
+                names,
+                times,
+                colours,
+                [page.sec(t) for t in times],
+                axis_title=page.t("axis_time"),
+                patterns=patterns,
+                hovers=[
+                    page.t("hover_time", mode=n, time=page.sec(t), peak=teraflops(gpu.peak(m), page.lang))
+                    for n, t, m in zip(names, times, modes, strict=True)
+                ],
+                lang=page.lang,
+            ),
+            page.t("time_title", gpu=gpu.name),
+            page.t("time_subtitle", mfu=page.pct(mfu)),
+            alt=page.t(
+                "time_alt",
+                gpu=gpu.name,
+                mfu=page.pct(mfu),
+                bars="; ".join(f"{n} {page.sec(t)}" for n, t in zip(names, times, strict=True)),
+            ),
+        )
+        widgets.chart(
+            figures.memory_total_bars(
+                names[: len(memory_modes)],
+                [m.total for m in memories],
+                colours[: len(memory_modes)],
+                [page.gb(m.total) for m in memories],
+                axis_title=page.t("axis_memory"),
+                patterns=patterns[: len(memory_modes)],
+                hovers=[
+                    page.t(
+                        "hover_memory",
+                        mode=n,
+                        states=page.gb(m.model_states),
+                        act=page.gb(m.activations),
+                        total=page.gb(m.total),
+                    )
+                    for n, m in zip(names[: len(memory_modes)], memories, strict=True)
+                ],
+                gpu_line=(gpu.memory_gb, page.t("gpu_line", gb=page.num(gpu.memory_gb))),
+                lang=page.lang,
+            ),
+            page.t("memory_title"),
+            alt=page.t(
+                "memory_alt",
+                bars="; ".join(f"{n} {page.gb(m.total)}" for n, m in zip(names, memories, strict=False)),
+                gpu=gpu.name,
+                gb=page.num(gpu.memory_gb),
+            ),
+        )
     paragraph = page.t(
         "explain",
         tokens=page.num(tokens),

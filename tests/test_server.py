@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.loadgen import LESSON_PAGES, Learner
+from bench.loadgen import LESSON_PAGES, Learner, RunResult
 from lensa.ui import serve
 from tests.e2e.harness import Server
 
@@ -51,6 +51,35 @@ def test_a_fresh_server_survives_a_crowd_arriving_at_once():
             if errors or health != "ok":
                 failures.append((attempt, health, errors[:3], server.output()[-2000:]))
     assert not failures, failures
+
+
+async def _one_move(url: str, page: str) -> RunResult:
+    """A learner opens ``page`` and moves its first slider once; what the move's run sent back."""
+    learner = Learner(0, url, page, "en", random.Random(0))
+    ws = await learner.open(timeout_s=60)
+    assert ws is not None, learner.errors
+    moved = await learner.move(ws, timeout_s=60)
+    await ws.close()
+    assert moved and not learner.errors, learner.errors
+    assert learner.last_run is not None
+    return learner.last_run
+
+
+@pytest.mark.parametrize("page", LESSON_PAGES)
+def test_a_move_reruns_the_lesson_fragment_and_sends_the_numbers_before_the_figures(page):
+    """What a browser gets back for a slider move: only the step's lesson part, its metric cards before its charts.
+
+    The fragment keeps the title, notes, questions and footer out of the move; the order lets the browser show
+    the new numbers before it draws a changed figure again (docs/performance.md).
+    """
+    with Server() as server:
+        after = asyncio.run(_one_move(server.url, page))
+    assert after.fragment_run
+    assert "heading" not in after.kinds and "radio" not in after.kinds  # no title, no questions
+    metrics = [i for i, kind in enumerate(after.kinds) if kind == "metric"]
+    charts = [i for i, kind in enumerate(after.kinds) if kind == "plotly_chart"]
+    assert metrics and charts
+    assert max(metrics) < min(charts)
 
 
 def test_serving_every_page_imports_nothing_after_start_up():
