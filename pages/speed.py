@@ -29,8 +29,6 @@ MODE_STYLE = {  # peak key: (colour, pattern)
     "fp8": (figures.FORMAT_COLOURS["fp8_e4m3"], ""),
 }
 
-chosen: dict[str, str] = {}  # what the notes below the lesson need from a full run of it
-
 
 def lesson() -> None:
     """The controls and what they change: step times, memory, throughput, and a measurement on this machine."""
@@ -196,13 +194,12 @@ def lesson() -> None:
                     )
                 )
             st.caption(page.t("lab.noisy"))
-    chosen["gpu"] = gpu_key
 
 
 page = setup("speed")
 widgets.step_header(page)
 widgets.lesson(page, lesson)
-gpu_key = chosen["gpu"]
+gpu_key = str(widgets.current(page, "gpu"))  # the lesson's choice (a change of it redraws the page)
 widgets.step_end(
     page,
     page.t("notes"),

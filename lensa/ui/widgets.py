@@ -257,6 +257,11 @@ def select(
     )
 
 
+def current(page: Page, name: str) -> object:
+    """The value control ``name`` has in this run, once the page has drawn it (for what is drawn after the lesson)."""
+    return _values()[(page.info.key, name)]
+
+
 def url_moved(page: Page, name: str) -> bool:
     """Whether the URL's value for ``name`` is not the one we last read or wrote (a new link, Back, Forward)."""
     seen: object = seen_urls().get((page.info.key, name), _MISSING)
@@ -427,12 +432,10 @@ def after_controls(page: Page) -> None:
         draw_own_link(page)
     if not page.notices:
         return
-    if page.partial:  # a link's values are read in a full run; should a fragment rerun find one, say it here
-        for text in page.notices:
-            st.warning(text, icon=LINK_NOTICE_ICON)
-        return
     assert page.notice_area is not None, "setup() makes the notices' container"
-    with page.notice_area:
+    # Link values are read in full runs; should a fragment rerun find a bad one, it says so in its own part:
+    # a fragment may write to a container outside it only where its full run wrote too.
+    with st.container() if page.partial else page.notice_area:
         for text in page.notices:
             st.warning(text, icon=LINK_NOTICE_ICON)
 
