@@ -43,6 +43,14 @@ _E4M3, _E5M2 = FORMATS["fp8_e4m3"], FORMATS["fp8_e5m2"]
 _A100 = GPUS["a100"]
 _STEP_MODEL = SpikeModel()
 
+
+def _a100_tflops(mode: str) -> float:
+    peak = _A100.peak(mode)
+    if peak is None:
+        raise ValueError(f"the A100 has no {mode} rate")
+    return peak / TERA
+
+
 PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     # --- counts and small integers, each with the uses the text makes of it
     ProseNumber(0, "zero: values rounded to 0, exact zeros, ZeRO stage 0, 0 × inf"),
@@ -90,8 +98,8 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(70, "Llama 2 70B (lensa.models.PRESETS)"),
     ProseNumber(100, "100%; w = 100, a stop of step 4's weight control"),
     ProseNumber(124, "GPT-2 small's 124M parameters (lensa.models.PRESETS)"),
-    ProseNumber(_A100.peak("tf32") / TERA, "the A100's dense TF32 rate in TFLOP/s (lensa.speed.GPUS)"),
-    ProseNumber(_A100.peak("bf16") / TERA, "the A100's dense BF16 and FP16 rates in TFLOP/s (lensa.speed.GPUS)"),
+    ProseNumber(_a100_tflops("tf32"), "the A100's dense TF32 rate in TFLOP/s (lensa.speed.GPUS)"),
+    ProseNumber(_a100_tflops("bf16"), "the A100's dense BF16 and FP16 rates in TFLOP/s (lensa.speed.GPUS)"),
     ProseNumber(SAMPLE_SIZE, "lensa.gradients.SAMPLE_SIZE; 10^400, the inspector's limit (lensa.exact)"),
     ProseNumber(_E4M3.max, "FP8 E4M3's largest value (lensa.formats)"),
     ProseNumber(_E4M3.overflow_threshold, "FP8 E4M3's saturation threshold (lensa.formats)"),
@@ -141,7 +149,7 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(_STEP_MODEL.noise_decades, "lensa.scaling.SpikeModel.noise_decades"),
     ProseNumber(KEEP_SHARE * 100, "lensa.measured.KEEP_SHARE"),
     ProseNumber(SPREAD_DECADES, "lensa.gradients.SPREAD_DECADES: one decade"),
-    ProseNumber(_A100.peak("fp32") / TERA, "the A100's FP32 rate in TFLOP/s (lensa.speed.GPUS)"),
+    ProseNumber(_a100_tflops("fp32"), "the A100's FP32 rate in TFLOP/s (lensa.speed.GPUS)"),
     ProseNumber(1.12, "PyTorch 1.12, which turned TF32 off for matrix multiplies by default (its release notes)"),
     ProseNumber(7.5, "7.5B, an example of a typed parameter count (memory.params_help)"),
     ProseNumber(1.3e9, "1.3e9 and 1,300,000,000, examples of a typed parameter count (memory.params_help)"),
