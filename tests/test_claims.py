@@ -234,6 +234,19 @@ def test_fp32_rounds_an_update_by_whole_spacings(w, update, error):
 _NOTES_FIELDS = {f for _, f, _, _ in string.Formatter().parse(i18n.catalogue("en")["master_weights.notes"]) if f}
 
 
+def test_step4_question_on_fp32s_limit_states_what_fp32_does():
+    spacing_1, spacing_10 = float(F.spacing(1.0, "fp32")), float(F.spacing(10.0, "fp32"))
+    moved = accumulate(1.0, 1e-7, 1000, "fp32") - 1.0
+    ratio = round(spacing_10 / spacing_1)
+    assert (spacing_1, ratio) == (2.0**-23, 8) and update_outcome(10.0, 1e-7, "fp32").kind == "lost"
+    for lang in i18n.LANGUAGES:
+        right = i18n.text(lang, f"quiz.master_weights_q3_{i18n.answers()['master_weights_q3']}")
+        assert right.startswith(i18n.sci(moved, lang, 3))
+        assert i18n.percent(update_outcome(1.0, 1e-7, "fp32").error, lang) in right
+        why = i18n.text(lang, "quiz.master_weights_q3_why")
+        assert i18n.sci(spacing_1, lang, 3) in why and f"{ratio} " in why
+
+
 def test_update_outcomes_cover_lost_exact_and_both_roundings():
     assert update_outcome(10.0, 1e-7, "fp32").kind == "lost"
     exact = update_outcome(0.5, 2.0**-20, "fp32")
