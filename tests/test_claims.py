@@ -81,6 +81,34 @@ def test_elementwise_ops_after_a_16_bit_matmul_stay_16_bit_under_autocast():
     assert "in FP32 when one of them is FP32" in notes
 
 
+def _cuda() -> bool:
+    try:
+        import torch
+    except ModuleNotFoundError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@requires_torch
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs CUDA: the lists the notes name are CUDA autocast's")
+def test_cuda_autocast_keeps_softmax_normalisation_and_losses_in_fp32():
+    import torch
+
+    x = torch.randn(8, 8, device="cuda")
+    with torch.autocast("cuda", dtype=torch.float16):
+        y = x @ x
+        kept = {
+            "softmax": torch.softmax(y, -1),
+            "layer_norm": torch.nn.functional.layer_norm(y, (8,)),
+            "loss": torch.nn.functional.mse_loss(y, x),
+        }
+        conv = torch.nn.functional.conv1d(x[None], torch.randn(8, 8, 1, device="cuda"))
+        gelu = torch.nn.functional.gelu(y)
+    assert (y.dtype, conv.dtype, gelu.dtype) == (torch.float16,) * 3
+    assert {k: v.dtype for k, v in kept.items()} == dict.fromkeys(kept, torch.float32)
+
+
 # --- 4. TF32 is off for matrix multiplies by default, on for cuDNN convolutions ---------------------------------
 
 
