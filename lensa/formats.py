@@ -15,7 +15,8 @@ to bfloat16 or float8 through float32 can round twice (torch does: it rounds
 ``1 + 2**-8 + 2**-40`` to 1.0 in bfloat16, where the nearest value is 1.0078125).
 
 Overflow follows the format: FP32, TF32, BF16, FP16 and FP8 E5M2 give ±inf.
-FP8 E4M3 (the ``e4m3fn`` variant: no infinity, one NaN code) *saturates*:
+FP8 E4M3 (the ``e4m3fn`` variant: no infinity, and NaN only at S.1111.111,
+0x7F and 0xFF) *saturates*:
 every magnitude above 464 (the midpoint between 448 and the next power-of-two
 step), ±inf included, becomes ±448. That is torch's cast and the convention of
 FP8 training libraries, which clamp after scaling; ml_dtypes would give NaN.
@@ -54,7 +55,8 @@ class FloatFormat:
     leading 1 (10 for FP16), as ``ml_dtypes.finfo(...).nmant`` does.
     ``nan_style`` is ``"ieee"`` (the all-ones exponent holds inf and NaN) or
     ``"fn"`` (finite-only, as FP8 E4M3: the all-ones exponent holds normal
-    numbers and only the all-ones code is NaN).
+    numbers and only the all-ones exponent and fraction, S.1111.111 with
+    either sign, is NaN).
     """
 
     name: str

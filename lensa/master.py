@@ -9,7 +9,9 @@ format and the result is the larger operand either way).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -111,3 +113,79 @@ def master_weight_example(
         fp32_change=total_change(w, update, steps, "fp32"),
         low_change=total_change(w, update, steps, f),
     )
+
+
+# --- what one update does to a weight held in each format ------------------------------------
+
+Outcome = Literal["exact", "rounded", "lost"]
+Direction = Literal["lost", "exact", "up", "down"]  # "rounded" split by the sign of the error
+Regime = Literal["lost", "exact", "close", "up", "down"]  # "up" and "down" only when the rounding is noticeable
+
+# The notes' worked example: a learning rate times a gradient, an update of EXAMPLE_LR * EXAMPLE_GRAD.
+EXAMPLE_LR = 1e-4
+EXAMPLE_GRAD = 1e-3
+
+# Step 4 calls FP32's rounding of an update out, with its share and its reason, once it is off by more than this.
+NOTICEABLE_ROUNDING = 0.01
+
+
+@dataclass(frozen=True)
+class UpdateOutcome:
+    """One update added once to a weight held in ``fmt``.
+
+    ``applied`` is what the stored weight moves by (the weight after the step,
+    rounded to ``fmt``, minus the weight before, both as ``fmt`` stores them);
+    ``spacing`` is the gap between ``fmt`` values at the weight. ``kind`` is
+    ``"lost"`` when the weight does not move, ``"exact"`` when it moves by the
+    update exactly, and ``"rounded"`` otherwise; ``error`` is applied ÷ update − 1
+    (positive: rounded up, so the weight moves further than asked).
+    """
+
+    fmt: str
+    w: float
+    update: float
+    applied: float
+    spacing: float
+
+    @property
+    def kind(self) -> Outcome:
+        if self.applied == 0.0:
+            return "lost"
+        return "exact" if self.applied == self.update else "rounded"
+
+    @property
+    def error(self) -> float:
+        return self.applied / self.update - 1.0
+
+    @property
+    def noticeable(self) -> bool:
+        """True when the update is kept but rounded by more than :data:`NOTICEABLE_ROUNDING`."""
+        return self.kind == "rounded" and abs(self.error) > NOTICEABLE_ROUNDING
+
+    @property
+    def direction(self) -> Direction:
+        """lost, exact, or which way the update was rounded."""
+        if self.kind != "rounded":
+            return self.kind
+        return "up" if self.error > 0 else "down"
+
+    @property
+    def regime(self) -> Regime:
+        """How step 4 words it: lost, exact, ``"close"`` (rounded by at most NOTICEABLE_ROUNDING), up or down."""
+        if self.kind == "rounded" and not self.noticeable:
+            return "close"
+        return self.direction
+
+
+def update_outcome(w: float, update: float, fmt: str | FloatFormat) -> UpdateOutcome:
+    """What a weight ``w`` held in ``fmt`` does with one ``update`` (a positive, finite number).
+
+    The update is first computed in ``fmt`` (rounded to it), as in :func:`accumulate`;
+    the error is measured against the exact ``update``.
+    """
+    if not (math.isfinite(update) and update > 0):
+        raise ValueError(f"an update must be a positive finite number, not {update!r}")
+    f = get_format(fmt)
+    start = round_scalar(w, f)
+    after = round_scalar(start + round_scalar(update, f), f)
+    return UpdateOutcome(f.name, float(w), float(update), after - start, float(spacing(w, f)))

@@ -280,3 +280,43 @@ def most_lost(rows: Sequence[LostRow], fmt: str, limit: int) -> list[LostRow]:
     """The ``limit`` rows that lose the largest share in ``fmt``, kept in their own (the model's) order."""
     ranked = sorted(range(len(rows)), key=lambda i: -np.nan_to_num(rows[i].lost[fmt], nan=-1.0))[:limit]
     return [rows[i] for i in sorted(ranked)]
+
+
+@dataclass(frozen=True)
+class DepthFinding:
+    """What a run's activation gradients say about depth: the share rounding to 0 in FP16 next to the loss and
+    furthest from it, at one recorded step (``nearest``/``furthest``: the tensors' names)."""
+
+    step: int
+    nearest: str
+    nearest_zero: float
+    furthest: str
+    furthest_zero: float
+
+    @property
+    def furthest_smallest(self) -> bool:
+        """True when the tensor furthest from the loss loses more to 0 than the one next to it."""
+        return self.furthest_zero > self.nearest_zero
+
+
+def depth_finding(run: RunStats, fmt: str = "fp16", step: int | None = None) -> DepthFinding | None:
+    """The activation gradients next to the loss against those furthest from it, at ``step`` (the last recorded
+    one by default); None when the run recorded no activation gradients there.
+
+    The recorder stores activation gradients in the order the backward pass reaches them, so the first name is
+    the tensor next to the loss and the last the one furthest from it.
+    """
+    if "activation_grad" not in run.kinds():
+        return None
+    steps = run.steps("activation_grad")
+    at = steps[-1] if step is None else step
+    if at not in steps:
+        return None
+    layers = layers_at(run, "activation_grad", at)
+    if len(layers) < 2:
+        return None
+    names = list(layers)
+    near, far = layers[names[0]], layers[names[-1]]
+    if not (near.nonzero and far.nonzero):
+        return None
+    return DepthFinding(at, names[0], zone_shares(near, fmt)["zero"], names[-1], zone_shares(far, fmt)["zero"])

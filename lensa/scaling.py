@@ -59,12 +59,14 @@ def static_shift_regime(shares: Mapping[str, float], k: int) -> StaticRegime:
 
 
 def per_tensor_scale_exp(values: ArrayLike, fmt: str | FloatFormat, margin: int = 0) -> int:
-    """FP8's per-tensor scale as its exponent k (S = 2**k): the power of two bringing the largest magnitude
-    (amax) up to the format's top.
+    """The largest power-of-two scale 2**k that brings the largest magnitude (amax) up to the format's top.
 
     k = floor(log2(max / amax)) - margin, so amax * S <= max and nothing
-    overflows; ``margin`` leaves headroom for growth between steps (FP8
-    recipes track amax over recent steps). An all-zero or empty tensor gets
+    overflows; ``margin`` leaves headroom for growth between steps. Scales
+    restricted to powers of two are how the MX formats scale each block (an
+    E8M0 shared scale). Transformer Engine's per-tensor FP8 recipe (delayed
+    scaling) does not round: its scale is max / amax / 2**margin, with amax
+    taken over recent steps. An all-zero or empty tensor gets
     k = 0 (S = 1). inf or NaN in ``values`` raises ValueError: they have no scale.
     """
     f = get_format(fmt)

@@ -185,4 +185,16 @@ def lesson() -> None:
 page = setup("bf16")
 widgets.step_header(page)
 widgets.lesson(page, lesson)
-widgets.step_end(page, page.t("notes"), [page.t("refs.kalamkar"), page.t("refs.ieee754")])
+BF16, FP32 = FORMATS["bf16"], FORMATS["fp32"]
+widgets.step_end(
+    page,
+    page.t(
+        "notes",
+        bf16_max=page.sci(BF16.max, 5),
+        fp32_max=page.sci(FP32.max, 5),
+        bf16_overflow=page.sci(BF16.overflow_threshold, 5),
+        bf16_tiny=page.sci(BF16.smallest_subnormal, 3),
+        fp32_tiny=page.sci(FP32.smallest_subnormal, 3),
+    ),
+    [page.t("refs.kalamkar"), page.t("refs.ieee754")],
+)

@@ -138,4 +138,25 @@ def lesson() -> None:
 page = setup("fp16_range")
 widgets.step_header(page)
 widgets.lesson(page, lesson)
-widgets.step_end(page, page.t("notes"), [page.t("refs.ieee754"), page.t("refs.micikevicius2017")])
+
+
+def depth_sentence() -> str:
+    """What the shipped reference run shows about depth, from its own numbers ("" without a reference run)."""
+    arms, _ = data.reference_run()
+    run = (arms or {}).get("fp32")
+    found = measured.depth_finding(run) if run is not None else None
+    if found is None:
+        return ""
+    return page.t(
+        "notes_depth_furthest" if found.furthest_smallest else "notes_depth_nearest",
+        step=page.num(found.step),
+        nearest=found.nearest,
+        nearest_zero=page.pct(found.nearest_zero),
+        furthest=found.furthest,
+        furthest_zero=page.pct(found.furthest_zero),
+    )
+
+
+widgets.step_end(
+    page, page.t("notes", depth=depth_sentence()), [page.t("refs.ieee754"), page.t("refs.micikevicius2017")]
+)

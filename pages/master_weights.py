@@ -3,8 +3,15 @@
 import streamlit as st
 
 from lensa import measured
-from lensa.formats import spacing
-from lensa.master import is_update_lost, master_weight_example
+from lensa.formats import get_format, spacing
+from lensa.master import (
+    EXAMPLE_GRAD,
+    EXAMPLE_LR,
+    NOTICEABLE_ROUNDING,
+    UpdateOutcome,
+    master_weight_example,
+    update_outcome,
+)
 from lensa.ui import figures, widgets
 from lensa.ui import measured as data
 from lensa.ui.frame import setup
@@ -179,19 +186,31 @@ def illustration(update: float, w: float) -> None:
             ),
         )
 
+    outcomes = {f: update_outcome(w, update, f) for f in (*LOW_PRECISION, "fp32")}
+    cards = [(page.t(f"outcome_{f}"), outcome_words(outcomes[f])) for f in ("fp16", "bf16", "fp32")]
+    widgets.metric_row(cards)
+    master = outcomes["fp32"]
     values = {
         "ratio": page.sci(example.ratio),
         "w": page.plain(w),
+        "update": page.sci(update),
         "steps": page.num(STEPS),
         "master": page.sci(change32, 3),
         "exact": page.sci(exact, 3),
         "fp16": page.sci(change16, 3),
-        "fp32_spacing": page.sci(float(spacing(w, "fp32")), 3),
+        "fp32_spacing": page.sci(master.spacing, 3),
+        "fp32_applied": page.sci(master.applied, 3),
+        "fp32_error": page.pct(abs(master.error)),
+        "threshold": page.sig(NOTICEABLE_ROUNDING * 100, 1) + "%",
     }
-    paragraph = page.t("explain_lost" if is_update_lost(w, update, "fp16") else "explain_kept", **values)
-    if is_update_lost(w, update, "fp32"):
-        paragraph += page.t("explain_both_lost", **values)
+    paragraph = page.t("explain_lost" if outcomes["fp16"].kind == "lost" else "explain_kept", **values)
+    paragraph += page.t(f"explain_fp32_{master.regime}", **values)
     widgets.explain(page, paragraph, page.t("try"))
+
+
+def outcome_words(outcome: UpdateOutcome) -> str:
+    """A card's value: lost, exact, or the share by which one update is rounded up or down."""
+    return page.t(f"outcome_{outcome.direction}", pct=page.pct(abs(outcome.error)))
 
 
 def lesson() -> None:
@@ -210,4 +229,37 @@ def lesson() -> None:
 page = setup("master_weights")
 widgets.step_header(page)
 widgets.lesson(page, lesson)
-widgets.step_end(page, page.t("notes"), [page.t("refs.micikevicius2017"), page.t("refs.ieee754")])
+
+
+def notes_values() -> dict[str, str]:
+    """The notes' numbers: the worked example of an update at w = 1 and w = 10, from the formats themselves."""
+    update = EXAMPLE_LR * EXAMPLE_GRAD
+    fp32_at_1 = float(spacing(1.0, "fp32"))
+    example = update_outcome(1.0, update, "fp32")
+    return {
+        "fp16_at_1": page.sci(float(spacing(1.0, "fp16")), 3),
+        "fp16_at_10": page.sci(float(spacing(10.0, "fp16"))),
+        "fp16_needed": page.sci(float(spacing(1.0, "fp16")) / 2),
+        "lr": page.sci(EXAMPLE_LR, 1),
+        "grad": page.sci(EXAMPLE_GRAD, 1),
+        "update": page.sci(update, 1),
+        "extra_bits": page.num(get_format("fp32").significand_bits - get_format("fp16").significand_bits),
+        "fp32_at_1": page.sci(fp32_at_1, 3),
+        "fp32_at_10": page.sci(float(spacing(10.0, "fp32")), 3),
+        "fp32_applied": page.sci(example.applied, 3),
+        "fp32_error": page.pct(abs(example.error)),
+        "adam_spacings": page.num(EXAMPLE_LR / fp32_at_1),
+        "adam_error": page.pct(fp32_at_1 / 2 / EXAMPLE_LR),
+    }
+
+
+widgets.step_end(
+    page,
+    page.t("notes", **notes_values()),
+    [
+        page.t("refs.micikevicius2017"),
+        page.t("refs.ieee754"),
+        page.t("refs.gupta2015"),
+        page.t("refs.zamirai2020"),
+    ],
+)

@@ -202,7 +202,7 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
     """(file, template) -> every full catalogue key the template can build, from the values the code can pass."""
     from typing import get_args
 
-    from lensa import estimators, formats, inspector, memory
+    from lensa import estimators, formats, inspector, master, memory
     from lensa.live import ARMS
     from lensa.live.errors import ErrorKind
     from lensa.models import PRESETS
@@ -303,6 +303,15 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
         ("lensa/ui/measured.py", "common.col_{k}"): section("common", (f"col_{k}" for k in col)),
         ("lensa/ui/widgets.py", "common.{v}"): section("common", ("off", "on")),
         ("lensa/ui/widgets.py", "{base}_{letter}"): quiz,
+        ("pages/master_weights.py", "outcome_{f}"): section(
+            "master_weights", (f"outcome_{f}" for f in _tuple_after("pages/master_weights.py", "outcome_{f}"))
+        ),
+        ("pages/master_weights.py", "outcome_{outcome.direction}"): section(
+            "master_weights", (f"outcome_{d}" for d in get_args(master.Direction))
+        ),
+        ("pages/master_weights.py", "explain_fp32_{master.regime}"): section(
+            "master_weights", (f"explain_fp32_{r}" for r in get_args(master.Regime))
+        ),
     }
 
 

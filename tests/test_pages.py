@@ -126,7 +126,26 @@ def test_step4_at_w_100():
         "Update ÷ spacing": "1.6e-5",
         "Total change, FP16": "0",
         "Total change, FP32 master": "0",  # FP32's spacing at 100 is 7.63e-6: even it loses 1e-6
+        "One update, FP16 weight": "lost",
+        "One update, BF16 weight": "lost",
+        "One update, FP32 master": "lost",
     }
+
+
+@pytest.mark.parametrize(
+    ("update", "w", "fp32", "sentence"),
+    [
+        # FP32's spacing at 1 is 2^-23 = 1.19e-7: 1e-7 becomes one spacing (+19%), 1e-6 eight (-4.6%)
+        ("1e-7", "1", "rounded up 19%", "1.19e-7 instead of 1.0e-7, 19% too much"),
+        ("1e-6", "1", "rounded down 4.6%", "9.54e-7 instead of 1.0e-6, 4.6% too little"),
+        ("1e-7", "10", "lost", "Even FP32 loses it"),
+        ("1e-3", "1", "rounded up 0.0047%", "only 0.0047%, well under 1%"),
+    ],
+)
+def test_step4_says_what_fp32_does_with_one_update(update, w, fp32, sentence):
+    at = open_page("master_weights", lang="en", update=update, w=w)
+    assert metrics(at)["One update, FP32 master"] == fp32
+    assert any(sentence in m.value for m in at.markdown)
 
 
 def test_step4_update_above_half_a_spacing_is_kept():
@@ -293,7 +312,8 @@ def test_step3_fp8_scales_per_tensor():
 def test_check_yourself_reveals_the_answer(key):
     at = open_page(key, lang="id")
     radios = [r for r in at.radio if r.key and r.key.startswith(f"quiz.{key}.")]
-    assert len(radios) == 2 and all(r.value is None for r in radios)
+    questions = [q for q in i18n.answers() if q.startswith(f"{key}_q")]
+    assert len(radios) == len(questions) >= 2 and all(r.value is None for r in radios)
     right = i18n.answers()[f"{key}_q1"]
     wrong = next(letter for letter in "abc" if letter != right)
     radios[0].set_value(wrong).run()

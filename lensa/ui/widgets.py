@@ -9,6 +9,7 @@ which is what makes every state of a page a link a teacher can send.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -533,9 +534,9 @@ def notes(page: Page, body: str, sources: Sequence[str]) -> None:
 
 
 def step_end(page: Page, notes_body: str, sources: Sequence[str]) -> None:
-    """How every step ends: its notes and sources, two check-yourself questions, the previous and next links."""
+    """How every step ends: notes and sources, the check-yourself questions answers.toml lists, the step links."""
     notes(page, notes_body, sources)
-    check_yourself(page, 2)
+    check_yourself(page, sum(1 for q in i18n.answers() if re.fullmatch(rf"{page.info.key}_q\d+", q)))
     step_footer(page)
 
 

@@ -1,0 +1,162 @@
+"""Every number the catalogues write as a literal, with where it comes from.
+
+The lesson's numbers are of three kinds. Those that follow the controls are
+placeholders, filled by the pages from the core. Citations carry their own
+years and identifiers (the ``refs`` keys), the GPU datasheet lines carry the
+figures of :data:`lensa.speed.GPUS` and the model names those of
+:data:`lensa.models.PRESETS`. The rest are written into the text, and each is
+listed here: its value (computed from the core wherever the core has it) and
+its source. ``tests/test_prose_numbers.py`` reads every number in both
+catalogues and fails on one that is none of these, so a number typed into
+the prose must be sourced here first.
+
+A written number matches a listed value when the value, rounded to as many
+significant digits as the text writes, is the written number (so ``9.77e-4``
+and ``9,77e-4`` match 2**-10). Signs are not compared: the text writes
+exponents such as 2^−14 with a typographic minus.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lensa.formats import FORMATS, spacing
+from lensa.gradients import SAMPLE_SIZE, SPREAD_DECADES
+from lensa.master import accumulate
+from lensa.measured import KEEP_SHARE
+from lensa.memory import ACTIVATION_BYTES_PER_TOKEN_PER_D_MODEL
+from lensa.runstats import MAX_FILE_BYTES
+from lensa.scaling import TORCH_GROWTH_INTERVAL, SpikeModel
+from lensa.speed import DEFAULT_MFU, FLOPS_PER_PARAM_PER_TOKEN, GPUS, TERA
+
+
+@dataclass(frozen=True)
+class ProseNumber:
+    """A number the catalogues write: its value and where it comes from."""
+
+    value: float
+    source: str
+
+
+_FP16, _BF16, _FP32 = FORMATS["fp16"], FORMATS["bf16"], FORMATS["fp32"]
+_E4M3, _E5M2 = FORMATS["fp8_e4m3"], FORMATS["fp8_e5m2"]
+_A100 = GPUS["a100"]
+_STEP_MODEL = SpikeModel()
+
+
+def _a100_tflops(mode: str) -> float:
+    peak = _A100.peak(mode)
+    if peak is None:
+        raise ValueError(f"the A100 has no {mode} rate")
+    return peak / TERA
+
+
+PROSE_NUMBERS: tuple[ProseNumber, ...] = (
+    # --- counts and small integers, each with the uses the text makes of it
+    ProseNumber(0, "zero: values rounded to 0, exact zeros, ZeRO stage 0, 0 × inf"),
+    ProseNumber(1, "one: the sign bit, a subnormal's last significant bit, one GPU, one step, 1 + update, 100% = 1"),
+    ProseNumber(
+        2,
+        "two: the base of every binary format, 2 bytes per 16-bit value (memory.bytes_per_param), "
+        "E5M2's 2 significand bits, 2 forward-pass FLOPs of the 6 (Kaplan et al.), ZeRO stage 2, Llama 2",
+    ),
+    ProseNumber(
+        3, "FP16's 3 more significand bits than BF16 (10 − 7), E4M3's 3 significand bits, ZeRO stage 3, Llama 3"
+    ),
+    ProseNumber(4, "4 bytes per FP32 value, E4M3's 4 exponent bits, 4 backward-pass FLOPs of the 6 (Kaplan et al.)"),
+    ProseNumber(_FP16.exponent_bits, "FP16's and E5M2's exponent bits (lensa.formats); 5 × heads (Korthikanti et al.)"),
+    ProseNumber(FLOPS_PER_PARAM_PER_TOKEN, "lensa.speed.FLOPS_PER_PARAM_PER_TOKEN (Kaplan et al. 2020)"),
+    ProseNumber(_BF16.significand_bits, "BF16's stored significand bits (lensa.formats); Llama 2 7B, Mistral 7B"),
+    ProseNumber(_FP32.exponent_bits, "FP32's and BF16's exponent bits (lensa.formats); 8 GPUs in the ZeRO examples"),
+    ProseNumber(9, "10^9 bytes in a GB (SI prefix giga); 2^−9, FP8 E4M3's smallest subnormal"),
+    ProseNumber(
+        _FP16.significand_bits, "FP16's stored significand bits (lensa.formats); w = 10; the 10-to-1,000 spike"
+    ),
+    ProseNumber(_FP16.significand_bits + 1, "FP16 normal numbers' significant bits, the implicit 1 included"),
+    ProseNumber(12, "K = 12 bytes of mixed-precision Adam state per parameter (ZeRO paper; lensa.memory)"),
+    ProseNumber(_FP32.significand_bits - _FP16.significand_bits, "FP32's significand bits beyond FP16's (23 − 10)"),
+    ProseNumber(-_FP16.emin, "FP16's smallest normal exponent, 2^−14 (lensa.formats); 2 + 14 ÷ N bytes (ZeRO-2)"),
+    ProseNumber(_FP16.bias, "FP16's exponent bias (lensa.formats)"),
+    ProseNumber(16, "16 bits; 16 bytes per parameter with Adam (lensa.memory); 2^16, GradScaler's first scale"),
+    ProseNumber(18, "DeepSpeed's ZeRO estimators: 18 bytes a parameter with an FP32 gradient copy (lensa.estimators)"),
+    ProseNumber(
+        1 + _FP32.exponent_bits + _FP16.significand_bits, "TF32's bits in all: sign, FP32's exponent, FP16's fraction"
+    ),
+    ProseNumber(_FP32.significand_bits, "FP32's stored significand bits (lensa.formats), 2^−23"),
+    ProseNumber(-(_FP16.emin - _FP16.significand_bits), "FP16's smallest subnormal exponent, 2^−24 (lensa.formats)"),
+    ProseNumber(MAX_FILE_BYTES // (1024 * 1024), "lensa.runstats.MAX_FILE_BYTES in MB, the upload limit"),
+    ProseNumber(-(_FP16.emin - _FP16.significand_bits - 1), "2^−25, half of FP16's smallest subnormal (lensa.formats)"),
+    ProseNumber(30, "the low end of typical model FLOPs utilisation (speed.mfu_help); 2^30 bytes in a GiB (IEC)"),
+    ProseNumber(_FP32.bits, "FP32's width in bits (lensa.formats)"),
+    ProseNumber(100 / 3, "a subnormal with 2 significant bits: relative error up to 1/3 (quiz.fp16_range_q2_why)"),
+    ProseNumber(ACTIVATION_BYTES_PER_TOKEN_PER_D_MODEL, "lensa.memory, Korthikanti et al. 2022"),
+    ProseNumber(DEFAULT_MFU * 100, "lensa.speed.DEFAULT_MFU, the utilisation step 6 assumes"),
+    ProseNumber(50, "the high end of typical model FLOPs utilisation for large models (speed.mfu_help)"),
+    ProseNumber(64, "2^64, the largest loss scale step 3's data sweep tries"),
+    ProseNumber(65, "the T4's FP16 tensor rate in TFLOP/s (lensa.speed.GPUS)"),
+    ProseNumber(67, "cuBLAS's working buffers in MB, left out of the lab's peak estimate (lensa.lab_memory)"),
+    ProseNumber(70, "Llama 2 70B (lensa.models.PRESETS)"),
+    ProseNumber(100, "100%; w = 100, a stop of step 4's weight control"),
+    ProseNumber(124, "GPT-2 small's 124M parameters (lensa.models.PRESETS)"),
+    ProseNumber(_a100_tflops("tf32"), "the A100's dense TF32 rate in TFLOP/s (lensa.speed.GPUS)"),
+    ProseNumber(_a100_tflops("bf16"), "the A100's dense BF16 and FP16 rates in TFLOP/s (lensa.speed.GPUS)"),
+    ProseNumber(SAMPLE_SIZE, "lensa.gradients.SAMPLE_SIZE; 10^400, the inspector's limit (lensa.exact)"),
+    ProseNumber(_E4M3.max, "FP8 E4M3's largest value (lensa.formats)"),
+    ProseNumber(_E4M3.overflow_threshold, "FP8 E4M3's saturation threshold (lensa.formats)"),
+    ProseNumber(512, "the CUDA caching allocator's rounding, 512 bytes (lensa.lab_memory)"),
+    ProseNumber(1000, "1,000: step 4's updates; 10 to 1,000, step 3's spikes (lensa.scaling.SpikeModel)"),
+    ProseNumber(TORCH_GROWTH_INTERVAL, "lensa.scaling.TORCH_GROWTH_INTERVAL, torch.amp.GradScaler's default"),
+    ProseNumber(8192, "a stop of the tokens control (lensa.ui.site)"),
+    ProseNumber(_E5M2.max, "FP8 E5M2's largest value (lensa.formats)"),
+    ProseNumber(_FP16.max, "FP16's largest value (lensa.formats)"),
+    ProseNumber(_FP16.overflow_threshold - 1, "an inspector example just under FP16's overflow threshold, 65,520"),
+    ProseNumber(0x7F, "FP8 E4M3's NaN code S.1111.111 with the sign clear (ml_dtypes.float8_e4m3fn)"),
+    ProseNumber(0xFF, "FP8 E4M3's NaN code S.1111.111 with the sign set (ml_dtypes.float8_e4m3fn)"),
+    # --- values of the formats
+    ProseNumber(_FP16.smallest_normal, "FP16's smallest normal, 2^−14 (lensa.formats)"),
+    ProseNumber(_FP16.smallest_subnormal, "FP16's smallest subnormal, 2^−24 (lensa.formats)"),
+    ProseNumber(_FP16.smallest_subnormal / 2, "half of FP16's smallest subnormal, 2^−25 (lensa.formats)"),
+    ProseNumber(_E5M2.smallest_subnormal, "FP8 E5M2's smallest subnormal, 2^−16 (lensa.formats)"),
+    ProseNumber(_E4M3.smallest_subnormal, "FP8 E4M3's smallest subnormal, 2^−9 ≈ 2e-3 (lensa.formats)"),
+    ProseNumber(_BF16.max, "BF16's largest value (lensa.formats, ml_dtypes)"),
+    ProseNumber(_BF16.smallest_subnormal, "BF16's smallest subnormal (lensa.formats, ml_dtypes)"),
+    ProseNumber(_FP32.smallest_subnormal, "FP32's smallest subnormal (lensa.formats)"),
+    ProseNumber(float(spacing(1.0, "fp16")), "FP16's spacing at 1, 2^−10 (lensa.formats.spacing)"),
+    ProseNumber(float(spacing(1.0, "fp16")) / 2, "half of FP16's spacing at 1 (lensa.formats.spacing)"),
+    ProseNumber(1 + float(spacing(1.0, "fp16")), "1 plus one FP16 spacing: 6e-4 added to 1 in FP16"),
+    ProseNumber(float(spacing(1.0, "fp32")), "FP32's spacing at 1, 2^−23 (lensa.formats.spacing)"),
+    ProseNumber(
+        accumulate(1.0, 1e-7, 1000, "fp32") - 1.0, "1,000 updates of 1e-7 to w = 1 in FP32 (lensa.master.accumulate)"
+    ),
+    ProseNumber(
+        (float(spacing(1.0, "fp32")) / 1e-7 - 1) * 100,
+        "an update of 1e-7 stored as 2^−23 at w = 1: +19% (lensa.master)",
+    ),
+    ProseNumber(0.0999755859375, "FP16's 0.1, exactly (lensa.exact)"),
+    ProseNumber(1.0625, "1 + 2^−4, the top of step 5's precision figure (pages/bf16.py)"),
+    # --- examples and settings: slider stops, typed examples, worked examples
+    ProseNumber(1e-12, "the lowest stop of step 5's gradient control (lensa.ui.site)"),
+    ProseNumber(1e-9, "the lowest stop of step 2's gradient control (lensa.ui.site)"),
+    ProseNumber(1e-8, "an inspector example; 1e-4 squared (quiz.master_weights_q2_why)"),
+    ProseNumber(2e-8, "quiz.fp16_range_q1's gradient, below 2^−25"),
+    ProseNumber(1e-7, "a learning rate of 1e-4 times a gradient of 1e-3 (lensa.master.EXAMPLE_LR × EXAMPLE_GRAD)"),
+    ProseNumber(1e-4, "lensa.master.EXAMPLE_LR; a gradient in quiz.master_weights_q2_why; quiz.master_weights_q1_a"),
+    ProseNumber(4e-4, "quiz.master_weights_q1_b: under half of FP16's spacing at 1"),
+    ProseNumber(6e-4, "quiz.master_weights_q1_c: over half of FP16's spacing at 1"),
+    ProseNumber(2.5e-3, "an example the inspector reads (formats.parse_error)"),
+    ProseNumber(0.01, "the highest stop of step 5's gradient control (lensa.ui.site)"),
+    ProseNumber(0.1, "an inspector example; the top stop of step 2's gradient control; 0.1% = 1 − KEEP_SHARE"),
+    ProseNumber(_STEP_MODEL.noise_decades, "lensa.scaling.SpikeModel.noise_decades"),
+    ProseNumber(KEEP_SHARE * 100, "lensa.measured.KEEP_SHARE"),
+    ProseNumber(SPREAD_DECADES, "lensa.gradients.SPREAD_DECADES: one decade"),
+    ProseNumber(_a100_tflops("fp32"), "the A100's FP32 rate in TFLOP/s (lensa.speed.GPUS)"),
+    ProseNumber(1.12, "PyTorch 1.12, which turned TF32 off for matrix multiplies by default (its release notes)"),
+    ProseNumber(7.5, "7.5B, an example of a typed parameter count (memory.params_help)"),
+    ProseNumber(1.3e9, "1.3e9 and 1,300,000,000, examples of a typed parameter count (memory.params_help)"),
+    ProseNumber(175e9, "175e9, an example of a typed parameter count (GPT-3's size)"),
+)
+
+
+def sourced_values() -> tuple[float, ...]:
+    """The listed values."""
+    return tuple(p.value for p in PROSE_NUMBERS)
