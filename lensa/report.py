@@ -201,7 +201,7 @@ def check_scale_k(bounds: Mapping[str, Any], scaled: bool) -> int:
     keep, safe = bounds["keep_k"], bounds["safe_k"]
     if keep is None or safe is None or keep > safe:
         return 0
-    return min(max(0, keep), safe)
+    return int(min(max(0, keep), safe))
 
 
 def check(
