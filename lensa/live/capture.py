@@ -264,7 +264,7 @@ class Recorder:
     def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self._recording:
             return
-        closure = (args and callable(args[0])) or kwargs.get("closure") is not None
+        closure = any(callable(a) for a in args) or kwargs.get("closure") is not None  # args: (optimizer, ...)
         fused_unscale = isinstance(getattr(optimizer, "grad_scale", None), torch.Tensor)
         # With a closure (Lightning's loop, LBFGS) the backward pass has not run yet; with a fused optimizer that
         # GradScaler hands its scale to (grad_scale), the step itself unscales .grad. Either way: read them after.
