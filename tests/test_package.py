@@ -163,3 +163,12 @@ def test_record_from_the_installed_wheel_in_a_fresh_environment(wheel, tmp_path)
     )
     assert report.returncode == 0, report.stderr
     assert '"schema": "lensa-report"' in report.stdout and '"weight_grad"' in report.stdout
+    text = subprocess.run(  # the text comes from the catalogues the wheel carries
+        [str(python), "-m", "lensa", "report", "run.npz", "--lang", "id"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith("Laporan Lensa: run.npz")
