@@ -11,7 +11,7 @@ This module imports numpy and the core only.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,6 +26,36 @@ ZONES: tuple[str, ...] = ("zero", "subnormal", "normal", "overflow")
 KEEP_SHARE = 0.999  # the smallest useful loss scale keeps all but 0.1% of the non-zero gradients from rounding to 0
 # Loss scales searched for the two bounds: 2**-64 ... 2**64 reaches past every float32 gradient's need.
 SCALE_SEARCH = range(-64, 65)
+
+
+def arms_of(runs: RunStats | Mapping[str, RunStats] | Sequence[RunStats]) -> dict[str, RunStats]:
+    """A run or several (one per arm) as {arm: run}; the arm's name from the mapping or the run's meta["arm"].
+
+    TypeError when there is no run in it.
+    """
+    if isinstance(runs, RunStats):
+        runs = [runs]
+    if isinstance(runs, Mapping):
+        items = list(runs.items())
+    else:
+        items = [(str(r.meta.get("arm", i)), r) for i, r in enumerate(runs)]
+    out = {str(arm): run for arm, run in items if isinstance(run, RunStats)}
+    if not out:
+        raise TypeError("need a RunStats, or a mapping or sequence of them")
+    return out
+
+
+def tensors_arm(arms: Mapping[str, RunStats]) -> str:
+    """The arm whose tensors steps 2-5 read: FP32 where there is one (its values are the run's true ones), else
+    the arm with most tensor statistics (the first of those)."""
+    if "fp32" in arms:
+        return "fp32"
+    return max(arms, key=lambda arm: len(arms[arm]))
+
+
+def scaler_arm(arms: Mapping[str, RunStats]) -> str | None:
+    """The first arm with a loss-scale history (step 3's dynamic run), or None."""
+    return next((arm for arm, run in arms.items() if run.loss_scales()), None)
 
 
 def select(run: RunStats, kind: str, layer: str, step: int) -> TensorStats:

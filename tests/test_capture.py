@@ -207,6 +207,109 @@ def test_skip_detected_from_the_scale_without_the_optimizer():
     assert rec.stats().loss_scales() == {1: 2.0**10, 2: 2.0**10, 3: 2.0**9}
 
 
+def test_fused_optimizer_under_gradscaler_true_gradients_and_its_skipped_step():
+    """GradScaler hands its scale to a fused optimizer (grad_scale, found_inf), whose step unscales .grad in place
+    and skips inside the kernel: the record still has the true gradients, the skip, and no update then."""
+    import torch
+
+    from lensa.live.capture import Recorder
+
+    model, x, y = _tiny()
+    twin, _, _ = _tiny()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, fused=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
+    spike_at = 2
+    with Recorder(model, opt, steps=range(1, 4), scaler=scaler, background=False) as rec:
+        for step in range(1, 4):
+            opt.zero_grad(set_to_none=True)
+            spike = 1e38 if step == spike_at else 1.0  # times 2**12 overflows float32: inf gradients
+            loss = torch.nn.functional.cross_entropy(model(x), y) * spike
+            before = [p.detach().clone() for p in model.parameters()]
+            scaler.scale(loss).backward()  # no unscale_: the fused step unscales
+            scaler.step(opt)
+            scaler.update()
+            rec.step(loss=loss)
+            moved = any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+            assert moved == (step != spike_at)
+            if step == 1:  # the same weights, FP32, unscaled: a power-of-two scale and back is exact here
+                twin.zero_grad()
+                torch.nn.functional.cross_entropy(twin(x), y).backward()
+                for n, p in twin.named_parameters():
+                    assert rec.stats().get("weight_grad", n, 1) == R.summarize(_np(p.grad)), n
+    run = rec.stats()
+    assert run.skipped_steps() == [spike_at]
+    assert run.steps("update") == [1, 3]
+    assert run.get("weight_grad", "2.weight", spike_at).nan + run.get("weight_grad", "2.weight", spike_at).inf > 0
+
+
+def test_a_step_given_a_closure_records_the_gradients_its_closure_made():
+    """optimizer.step(closure), as Lightning calls it: the backward pass runs inside the step."""
+    import torch
+
+    from lensa.live.capture import Recorder
+
+    model, x, y = _tiny()
+    twin, _, _ = _tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    twin_opt = torch.optim.SGD(twin.parameters(), lr=0.1)
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+
+    with Recorder(model, opt, steps=[1, 2], background=False) as rec:
+        for step in (1, 2):
+            opt.step(closure)
+            rec.step()
+            twin_opt.zero_grad()
+            torch.nn.functional.cross_entropy(twin(x), y).backward()
+            for n, p in twin.named_parameters():
+                assert rec.stats().get("weight_grad", n, step) == R.summarize(_np(p.grad)), (n, step)
+            twin_opt.step()
+    assert rec.stats().steps("update") == [1, 2]
+
+
+def test_weights_are_read_when_only_a_part_of_the_model_is_called():
+    """A LightningModule's training_step calls self.model, never the module the Recorder hooked."""
+    import torch
+
+    from lensa.live.capture import Recorder
+
+    inner, x, y = _tiny()
+    outer = torch.nn.Module()
+    outer.net = inner
+    weights = {f"net.{n}": R.summarize(_np(p)) for n, p in inner.named_parameters()}
+    opt = torch.optim.SGD(outer.parameters(), lr=0.1)
+    with Recorder(outer, opt, steps=[1], background=False) as rec:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(outer.net(x), y).backward()
+        opt.step()
+        rec.step()
+    assert {n: rec.stats().get("weight", n, 1) for n in weights} == weights
+
+
+def test_read_gradients_keeps_a_skipped_steps_gradients_from_a_loop_that_clears_them_first():
+    import torch
+
+    from lensa.live.capture import Recorder
+
+    model, x, y = _tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    with Recorder(model, opt, steps=[1], scaler=scaler, kinds=("weight_grad",), background=False) as rec:
+        loss = torch.nn.functional.cross_entropy(model(x), y) * 1e38
+        scaler.scale(loss).backward()
+        scaler.step(opt)  # skipped: inf gradients
+        rec.read_gradients()
+        opt.zero_grad(set_to_none=True)  # as the Trainer does before its step-end event
+        scaler.update()
+        rec.step(loss=loss)
+    run = rec.stats()
+    assert run.skipped_steps() == [1] and len(run.names("weight_grad")) == 4
+
+
 def test_close_removes_every_hook_and_memory_stays_summaries(tmp_path):
     import torch
 

@@ -38,7 +38,8 @@ model), :mod:`~lensa.live.device`, :mod:`~lensa.live.slot` (one run at a time),
 (the comparison), :mod:`~lensa.live.rows`, :mod:`~lensa.live.matmul`, :mod:`~lensa.live.trace`,
 :mod:`~lensa.live.schedule` (which steps a Recorder summarises); and,
 importing torch at once and so never imported from here, :mod:`~lensa.live.capture` (the Recorder) and
-:mod:`~lensa.live.reference` (the reference run). A module-level setting such as
+:mod:`~lensa.live.reference` (the reference run), and :mod:`~lensa.live.integrations` (the Hugging Face Trainer
+and Lightning callbacks, which import their libraries too). A module-level setting such as
 ``MATMUL_PRODUCT_BUDGET_S`` is read where it is defined (:mod:`lensa.live.matmul`): change it there.
 
 The first run in a process pays about 2 s of one-off set-up (torch and

@@ -26,7 +26,9 @@ recorded step (all as float32 on the CPU, ``t.detach().float().cpu()``, which is
 tensors):
 
 - ``weight``: each parameter (``model.named_parameters()``), read at the step's first forward pass, so it is
-  the weight that step's activations and gradients were computed with (before the step's update).
+  the weight that step's activations and gradients were computed with (before the step's update). A loop
+  that never calls the model itself, only its parts (a LightningModule's ``training_step`` calling
+  ``self.model``), has them read when the first hooked module returns, before any can change.
 - ``activation``: the output of each hooked module (see below) in the step's first forward pass; a tuple or
   list output gives its first tensor. Only passes with autograd on count, so an evaluation pass under
   ``torch.no_grad()`` in the same step is left out.
@@ -34,7 +36,9 @@ tensors):
   (registered only at recorded steps, so other steps pay nothing). With ``scaler=`` it is divided by the loss
   scale the backward pass used, giving the true gradient.
 - ``weight_grad``: each parameter's ``.grad``, read just before ``optimizer.step()`` runs (an optimizer step
-  pre-hook) or, when the optimizer did not step (a skipped FP16 step, or no optimizer given), at
+  pre-hook; just after it when ``step`` is given a closure that runs the backward pass, as Lightning does, or
+  when GradScaler leaves the unscaling to a fused optimizer, as Hugging Face's default ``adamw_torch_fused``),
+  or, when the optimizer did not step (a skipped FP16 step, or no optimizer given), at
   :meth:`Recorder.step`. ``GradScaler.step`` unscales the gradients in place before it steps or skips, so
   these are the true (unscaled) gradients; an overflowed step's inf and NaN are counted as they are.
 - ``update``: each parameter before and after ``optimizer.step()`` (step pre- and post-hooks; needs the
@@ -48,9 +52,10 @@ call. The model itself is hooked only when it has no children.
 Per step (every step, recorded or not): the loss passed to :meth:`Recorder.step` (NaN when none is
 given), and with ``scaler=`` the loss scale that step used and whether its optimizer step was skipped.
 A step is *skipped* when the optimizer was given and its ``step()`` did not run (GradScaler found inf or
-NaN in the gradients); without the optimizer, when the scale after ``scaler.update()`` is below the one the
-step used (GradScaler backs off only after an inf or NaN). These per-step scalars take a few dozen bytes
-each.
+NaN in the gradients) or ran as a fused step that GradScaler told of an inf or NaN (``found_inf``: such a
+step changes no weight inside the kernel); without the optimizer, when the scale after ``scaler.update()`` is
+below the one the step used (GradScaler backs off only after an inf or NaN). These per-step scalars take a
+few dozen bytes each.
 
 Cost: at steps that are not recorded, each hooked module and each optimizer step runs one Python call that
 returns at once. At recorded steps, by default (``background=True``), a hook only copies its tensor as
@@ -220,6 +225,8 @@ class Recorder:
         def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
             if not self._recording or name in self._seen or not torch.is_grad_enabled():
                 return
+            if not self._started:  # the model's own forward was not called (Lightning's training_step calls a part)
+                self._on_model_forward(module, args)
             self._seen.add(name)
             out = _first_tensor(output)
             if out is None or not out.is_floating_point():
@@ -257,15 +264,28 @@ class Recorder:
     def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self._recording:
             return
-        self._read_grads()
+        closure = any(callable(a) for a in args) or kwargs.get("closure") is not None  # args: (optimizer, ...)
+        fused_unscale = isinstance(getattr(optimizer, "grad_scale", None), torch.Tensor)
+        # With a closure (Lightning's loop, LBFGS) the backward pass has not run yet; with a fused optimizer that
+        # GradScaler hands its scale to (grad_scale), the step itself unscales .grad. Either way: read them after.
+        if not closure and not fused_unscale:
+            self._read_grads()
         if self._want("update"):
             self._before = self._summaries.hold(self._weights)
 
     def _on_optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._stepped = True
+        # A fused optimizer stepped by GradScaler (found_inf set) runs its step always and skips inside it.
+        found_inf = getattr(optimizer, "found_inf", None)
+        skipped = isinstance(found_inf, torch.Tensor) and bool(found_inf.item() != 0)
+        self._stepped = not skipped
+        if self._recording:
+            self._read_grads()  # a closure made them, or the fused step unscaled them; the step leaves .grad be
         if self._before is None:
             return
         before, self._before = self._before, None
+        if skipped:  # the weights did not change: no update
+            self._summaries.release_held()
+            return
         names, befores, afters = [], [], []
         for (name, p), b in zip(self._params, before, strict=True):
             if p.grad is not None:
@@ -301,6 +321,17 @@ class Recorder:
         self._seen.clear()
         self._grads_seen.clear()
         self._before = None
+
+    def read_gradients(self) -> None:
+        """Read each parameter's ``.grad`` now, for this step's ``weight_grad`` (once a step; later calls do nothing).
+
+        For loops that clear the gradients before the step ends: a skipped FP16 step never runs the optimizer's
+        step hooks, so without this call its gradients would be read at :meth:`step`, after they are gone. Call it
+        after ``scaler.step(optimizer)`` (which unscales them in place, steps or skips) and before ``zero_grad``.
+        Nothing is read at a step that is not recorded.
+        """
+        if self._recording:
+            self._read_grads()
 
     def stats(self) -> RunStats:
         """The run so far, every summary queued until now included (the same object each time; it grows)."""

@@ -57,17 +57,8 @@ def md_escape(text: str, limit: int | None = None) -> str:
 
 
 def _arms(runs: RunStats | Mapping[str, RunStats] | Sequence[RunStats]) -> dict[str, RunStats]:
-    """A run or several (one per arm) as {arm: run}; the arm's name from the mapping or the run's meta."""
-    if isinstance(runs, RunStats):
-        runs = [runs]
-    if isinstance(runs, Mapping):
-        items = list(runs.items())
-    else:
-        items = [(str(r.meta.get("arm", i)), r) for i, r in enumerate(runs)]
-    out = {str(arm): run for arm, run in items if isinstance(run, RunStats)}
-    if not out:
-        raise TypeError("need a RunStats, or a mapping or sequence of them")
-    return out
+    """A run or several (one per arm) as {arm: run} (:func:`lensa.measured.arms_of`)."""
+    return measured.arms_of(runs)
 
 
 def set_lab_run(runs: RunStats | Mapping[str, RunStats] | Sequence[RunStats]) -> None:
@@ -135,19 +126,17 @@ class Source:
 
     @property
     def tensors(self) -> RunStats:
-        """The FP32 arm where there is one (its values are the run's true ones), else the arm with most tensors."""
-        if "fp32" in self.arms:
-            return self.arms["fp32"]
-        return max(self.arms.values(), key=len)
+        """The FP32 arm where there is one, else the arm with most tensors (:func:`lensa.measured.tensors_arm`)."""
+        return self.arms[self.tensors_arm]
 
     @property
     def tensors_arm(self) -> str:
-        return next(arm for arm, run in self.arms.items() if run is self.tensors)
+        return measured.tensors_arm(self.arms)
 
     @property
     def scaler(self) -> RunStats | None:
-        with_scale = [run for run in self.arms.values() if run.loss_scales()]
-        return with_scale[0] if with_scale else None
+        arm = measured.scaler_arm(self.arms)
+        return None if arm is None else self.arms[arm]
 
     @property
     def recipe(self) -> Any:
