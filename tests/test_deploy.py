@@ -1,8 +1,9 @@
-"""The deployment files agree with each other: compose, the nginx configuration, Kubernetes, the Dockerfile.
+"""The deployment files agree with each other: compose, the nginx configuration, Kubernetes, the Dockerfiles.
 
-No Docker engine or cluster runs here; checkov (make lint) checks the manifests' hardening, and
-tests/e2e/test_replicas.py runs the nginx configuration for real. These tests check what neither sees:
-that the pieces name the same files, ports, users and options.
+checkov and kubernetes-validate (make lint) check the manifests' hardening and schema, tests/e2e/test_replicas.py
+runs the nginx configuration for real, tests/e2e/test_compose.py runs deploy/compose.yaml on Docker Engine and
+scripts/kube_play.py the Deployment on podman. These tests check what those do not see, without an engine: that the
+pieces name the same files, ports, users and options.
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ def test_compose_nginx_mounts_the_config_the_local_test_uses():
     assert nginx["depends_on"]["app"]["condition"] == "service_healthy"
     assert "/healthz" in " ".join(nginx["healthcheck"]["test"])
     env = nginx["environment"]
-    assert f"{env['LENSA_LISTEN']}:{env['LENSA_LISTEN']}" in nginx["ports"]
+    (published,) = nginx["ports"]
+    assert published == f"${{LENSA_ADDRESS:-127.0.0.1}}:${{LENSA_PORT:-8080}}:{env['LENSA_LISTEN']}", (
+        "nginx is published on this machine only unless LENSA_ADDRESS says otherwise"
+    )
     # Every name the template uses is given, and the envsubst filter lets exactly those through.
     names = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)\}", NGINX_CONF.read_text()))
     assert names == {"LENSA_LISTEN", "LENSA_UPSTREAM_SERVERS"}
@@ -58,6 +62,65 @@ def test_compose_nginx_mounts_the_config_the_local_test_uses():
     assert all(re.search(env["NGINX_ENVSUBST_FILTER"], n) for n in names)
     # The replicas get the same failover options in compose as in the local test.
     assert SERVER_OPTIONS in env["LENSA_UPSTREAM_SERVERS"]
+
+
+def test_compose_names_public_images_by_default_and_takes_local_ones_from_the_environment():
+    services = compose()["services"]
+    assert services["app"]["image"] == "${LENSA_IMAGE:-lensa:latest}"
+    assert services["app"]["build"]["args"]["BASE_IMAGE"] == "${LENSA_BASE_IMAGE:-python:3.11.13-slim-bookworm}"
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11\.13-slim-bookworm$", (ROOT / "Dockerfile").read_text(), re.M)
+    assert services["nginx"]["image"] == "${LENSA_NGINX_IMAGE:-nginx:1.27.5-alpine}"
+    # The default upstream (official nginx >= 1.27.3) re-resolves the replicas; make compose-up's Debian nginx (1.22)
+    # gets server lines without `resolve`, with the same failover options.
+    upstream = services["nginx"]["environment"]["LENSA_UPSTREAM_SERVERS"]
+    assert upstream.startswith("${LENSA_UPSTREAM_SERVERS:-resolver 127.0.0.11 ") and " resolve " in upstream
+    script = (ROOT / "scripts" / "compose_stack.sh").read_text()
+    assert f'LENSA_UPSTREAM_SERVERS="server app:8501 {SERVER_OPTIONS};"' in script
+
+
+def test_the_debian_nginx_image_renders_templates_as_the_official_one(tmp_path):
+    if shutil.which("envsubst") is None:
+        pytest.skip("envsubst not found (apt-get install -y gettext-base)")
+    templates, out = tmp_path / "templates", tmp_path / "conf.d"
+    templates.mkdir()
+    out.mkdir()
+    (templates / "default.conf.template").write_text(NGINX_CONF.read_text())
+    nginx = compose()["services"]["nginx"]["environment"]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "NGINX_ENVSUBST_TEMPLATE_DIR": str(templates),
+        "NGINX_ENVSUBST_OUTPUT_DIR": str(out),
+        "NGINX_ENVSUBST_FILTER": nginx["NGINX_ENVSUBST_FILTER"],
+        "LENSA_LISTEN": "8080",
+        "LENSA_UPSTREAM_SERVERS": f"server app:8501 {SERVER_OPTIONS};",
+        "request_id": "must stay nginx's own",
+    }
+    done = subprocess.run(
+        [str(DEPLOY / "nginx" / "entrypoint.sh"), "true"], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    rendered = (out / "default.conf").read_text()
+    assert rendered == nginx_config_for_compose(f"server app:8501 {SERVER_OPTIONS};")
+    assert "$request_id" in rendered and "${LENSA_" not in rendered
+
+
+def nginx_config_for_compose(servers: str) -> str:
+    from bench.replicas import render
+
+    return render(NGINX_CONF.read_text(), {"LENSA_LISTEN": "8080", "LENSA_UPSTREAM_SERVERS": servers})
+
+
+def test_the_debian_nginx_image_runs_unprivileged_with_logs_on_the_console():
+    dockerfile = (DEPLOY / "nginx" / "Dockerfile").read_text()
+    main = (DEPLOY / "nginx" / "nginx.conf").read_text()
+    assert re.search(r"^USER 33:33$", dockerfile, re.M), "www-data, not root"
+    assert re.search(r"^EXPOSE 8080$", dockerfile, re.M)
+    assert "STOPSIGNAL SIGQUIT" in dockerfile
+    assert "/healthz" in dockerfile
+    live = "\n".join(line.split("#", 1)[0] for line in main.splitlines())
+    assert "user " not in live and "pid /tmp/nginx/" in live
+    assert "error_log /dev/stderr" in live and "access_log /dev/stdout" in live
+    assert "include /etc/nginx/conf.d/*.conf;" in live
 
 
 def test_nginx_config_has_cookie_affinity_not_ip_hash():
