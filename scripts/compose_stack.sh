@@ -96,7 +96,11 @@ find_compose() {
         return 1
     fi
 }
-compose() { "${COMPOSE[@]}" -p "$PROJECT" -f "$COMPOSE_FILE" "$@"; }
+compose() { # seconds compose-arguments...
+    local limit="$1"
+    shift
+    timeout "$limit" "${COMPOSE[@]}" -p "$PROJECT" -f "$COMPOSE_FILE" "$@"
+}
 
 cookie_secret() {
     if [[ -z "${LENSA_COOKIE_SECRET:-}" ]]; then
@@ -288,13 +292,13 @@ stack_up() {
     log "5/5 stack: $REPLICAS replicas behind nginx on http://$LENSA_ADDRESS:$LENSA_PORT"
     cookie_secret
     # --scale: deploy.replicas says 3 (Compose 1.29 reads it, and deploy.resources, in --compatibility mode only).
-    timeout 600 compose up -d --no-build --remove-orphans --scale "app=$REPLICAS" >"$WORK/up.log" 2>&1 || {
+    compose 600 up -d --no-build --remove-orphans --scale "app=$REPLICAS" >"$WORK/up.log" 2>&1 || {
         cat "$WORK/up.log" >&2
         die "compose up failed"
     }
     deadline=$((SECONDS + UP_TIMEOUT))
     while ((SECONDS < deadline)); do
-        mapfile -t ids < <(compose ps -q)
+        mapfile -t ids < <(compose 60 ps -q)
         if ((${#ids[@]} == REPLICAS + 1)); then
             states="$("$DOCKER" inspect --format '{{.Name}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}' "${ids[@]}")"
             if ! grep -qv ' running healthy$' <<<"$states"; then
@@ -305,8 +309,8 @@ stack_up() {
         sleep 1
     done
     [[ "$health" == ok ]] || {
-        compose ps >&2 || true
-        compose logs --tail 30 >&2 || true
+        compose 60 ps >&2 || true
+        compose 60 logs --tail 30 >&2 || true
         die "the stack was not healthy within ${UP_TIMEOUT}s"
     }
     TIMINGS+=("stack healthy $(elapsed "$t") s")
@@ -333,7 +337,7 @@ down)
     DOCKER="$(docker_bin)" || die "no docker here"
     find_compose || die "no docker compose nor docker-compose"
     export LENSA_COOKIE_SECRET="${LENSA_COOKIE_SECRET:-unused-by-down}"
-    timeout 300 compose down --remove-orphans --timeout 10
+    compose 300 down --remove-orphans --timeout 10
     ;;
 *)
     die "usage: $0 up|down|images"
