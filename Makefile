@@ -17,7 +17,7 @@ TORCH_INDEX_URL ?=
 WITH_TORCH ?= 1
 
 .PHONY: run test torch lint format clean screenshots bench bench-compose reference-run docker-build docker-run container-check \
-	compose-up compose-down
+	compose-up compose-down kube-play
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -121,6 +121,11 @@ compose-up:
 ## Take the stack down (its containers and network; the images stay for the next compose-up).
 compose-down:
 	scripts/compose_stack.sh down
+
+## deploy/kubernetes's Deployment on podman (kube play), checked in the running pod: probes, user, read-only root,
+## capabilities, seccomp, the cookie secret (as root; the image make compose-up built, via docker save | podman load).
+kube-play: $(VENV)/.dev-installed
+	$(BIN)/python scripts/kube_play.py
 
 ## The compose stack under a class (200 learners at 5 s) and a killed replica; rewrites its section of
 ## docs/performance.md. As root, with Docker Engine (make compose-up's); takes the stack down at the end.

@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import importlib.util
 import json
 import os
 import shutil
@@ -75,6 +76,16 @@ def engine_missing_reason() -> str | None:
     if shutil.which("debootstrap") is None and not _image_exists(docker, base_image()):
         return "no debootstrap to make the base image (apt-get install -y debootstrap)"
     return None
+
+
+def podman_missing_reason() -> str | None:
+    """Why the Deployment cannot run on podman here (scripts/kube_play.py), or None when it can."""
+    spec = importlib.util.spec_from_file_location("kube_play", ROOT / "scripts" / "kube_play.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    reason: str | None = module.podman_missing_reason()
+    return reason
 
 
 def base_image() -> str:

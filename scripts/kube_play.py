@@ -27,6 +27,8 @@ import argparse
 import base64
 import copy
 import json
+import os
+import resource
 import secrets
 import shutil
 import subprocess
@@ -42,11 +44,13 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 KUBE = ROOT / "deploy" / "kubernetes"
 SECRET_NAME = "lensa-cookie"
-POD = "lensa-pod"  # podman names a Deployment's pod <name>-pod
+
+
+ENV = dict(os.environ)
 
 
 def run(*cmd: str, check: bool = True, timeout: float = 300, **kw: Any) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, **kw)
+    result = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, env=ENV, **kw)
     if check and result.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
     return result
@@ -61,15 +65,19 @@ def manifest(kind: str) -> dict[str, Any]:
 
 
 def python_probe(probe: dict[str, Any], port: int) -> dict[str, Any]:
-    """An httpGet probe as the same GET made by the image's python (podman would run curl, which it lacks)."""
+    """An httpGet probe as the same GET made by the image's python (podman would run curl, which the image lacks).
+
+    podman 4.3 joins an exec probe's words with spaces and hands them to sh -c (its health check is CMD-SHELL), so
+    the program goes in as one single-quoted shell word without spaces."""
     get = probe["httpGet"]
     url = f"http://localhost:{port}{get['path']}"
     code = (
-        f"import urllib.request as u; raise SystemExit(u.urlopen('{url}', timeout={probe.get('timeoutSeconds', 1)})"
-        ".read() != b'ok')"
+        f'exit(__import__("urllib.request").request.urlopen("{url}",timeout={probe.get("timeoutSeconds", 1)})'
+        '.read()!=b"ok")'
     )
+    assert " " not in code and "'" not in code
     adapted = {k: v for k, v in probe.items() if k != "httpGet"}
-    adapted["exec"] = {"command": ["python3", "-c", code]}
+    adapted["exec"] = {"command": ["python3", "-c", f"'{code}'"]}
     return adapted
 
 
@@ -91,6 +99,16 @@ def http(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return r.status, r.read()
 
 
+def podman_missing_reason() -> str | None:
+    """Why the Deployment cannot run on podman here, or None when it can."""
+    if os.geteuid() != 0:
+        return "podman kube play runs rootful here: run it as root"
+    missing = [tool for tool in ("podman", "catatonit") if shutil.which(tool) is None]
+    if missing and not (missing == ["catatonit"] and Path("/usr/libexec/podman/catatonit").exists()):
+        return f"{' and '.join(missing)} not found (apt-get install -y podman catatonit)"
+    return None
+
+
 def podman_has(image: str) -> bool:
     return run("podman", "image", "exists", image, check=False).returncode == 0
 
@@ -109,15 +127,8 @@ def bring_image(image: str) -> str:
     return "from Docker Engine (docker save | podman load)"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--image", default="localhost/lensa:compose")
-    parser.add_argument("--keep", action="store_true", help="leave the pod running")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds for the pod to become ready")
-    args = parser.parse_args(argv)
-    if shutil.which("podman") is None:
-        raise SystemExit("cannot run: no podman here (apt-get install -y podman)")
-
+def play(image: str, keep: bool = False, timeout: float = 120.0) -> tuple[list[tuple[str, str]], list[str]]:
+    """Run the Deployment's pod on podman and check it; returns the report's lines and the failures."""
     report: list[tuple[str, str]] = []
     failures: list[str] = []
 
@@ -127,47 +138,51 @@ def main(argv: list[str] | None = None) -> int:
             failures.append(f"{name}: {detail}")
 
     started = time.monotonic()
-    source = bring_image(args.image)
-    report.append(("     image", f"{args.image}, {source}, {time.monotonic() - started:.0f} s"))
+    source = bring_image(image)
+    report.append(("     image", f"{image}, {source}, {time.monotonic() - started:.0f} s"))
     deployment = manifest("Deployment")
     (declared,) = deployment["spec"]["template"]["spec"]["containers"]
     work = Path(tempfile.mkdtemp(prefix="lensa-kube-play-"))
-    play = work / "lensa.yaml"
-    # podman reads a secretKeyRef from a podman secret holding a Kubernetes Secret.
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": SECRET_NAME},
-        "data": {"secret": base64.b64encode(secrets.token_hex(32).encode()).decode()},
-    }
-    (work / "secret.yaml").write_text(yaml.safe_dump(secret))
-    play.write_text(yaml.safe_dump_all([adapt(deployment, args.image)], sort_keys=False))
-    run("podman", "kube", "play", "--down", str(play), check=False)
+    # podman raises the containers' open-file and process limits (to 1,048,576 and more) unless told otherwise,
+    # which a host, or a container this runs in, with lower limits refuses; this run's containers.conf keeps them at
+    # this process's own, the process count also within the kernel's pid_max (higher is refused here too).
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    nproc = [pid_max if v < 0 else min(v, pid_max) for v in resource.getrlimit(resource.RLIMIT_NPROC)]
+    ulimits = f'"nofile={nofile[0]}:{nofile[1]}", "nproc={nproc[0]}:{nproc[1]}"'
+    (work / "containers.conf").write_text(f"[containers]\ndefault_ulimits = [{ulimits}]\n")
+    ENV["CONTAINERS_CONF"] = str(work / "containers.conf")
+    play_file = work / "lensa.yaml"
+    # podman (4.3) reads a secretKeyRef from a podman secret holding the Secret's data: a JSON object of base64 values.
+    secret = {"secret": base64.b64encode(secrets.token_hex(32).encode()).decode()}
+    (work / "secret.json").write_text(json.dumps(secret))
+    play_file.write_text(yaml.safe_dump_all([adapt(deployment, image)], sort_keys=False))
+    run("podman", "kube", "play", "--down", str(play_file), check=False)
     run("podman", "secret", "rm", SECRET_NAME, check=False)
     try:
-        run("podman", "secret", "create", SECRET_NAME, str(work / "secret.yaml"))
-        out = run("podman", "kube", "play", str(play))
+        run("podman", "secret", "create", SECRET_NAME, str(work / "secret.json"))
+        out = run("podman", "kube", "play", str(play_file))
         report.append(("     kube play", " ".join(out.stdout.split())[:200]))
-        ctr = json.loads(run("podman", "pod", "inspect", POD).stdout)
-        ctr = ctr[0] if isinstance(ctr, list) else ctr
-        names = [c["Name"] for c in ctr["Containers"] if not c["Name"].endswith("-infra")]
-        (name,) = names
+        # Its output lists the pod, then the container(s) it started.
+        lines = out.stdout.split()
+        (name,) = lines[lines.index("Container:") + 1 :] if "Container:" in lines else [""]
         info = json.loads(run("podman", "inspect", name).stdout)[0]
         address = next(
             (n["IPAddress"] for n in (info["NetworkSettings"].get("Networks") or {}).values() if n["IPAddress"]),
             info["NetworkSettings"].get("IPAddress", ""),
         )
-        if not address:
-            infra = ctr.get("InfraContainerID", "")
-            infra_info = json.loads(run("podman", "inspect", infra).stdout)[0]
-            address = next(n["IPAddress"] for n in infra_info["NetworkSettings"]["Networks"].values())
+        if not address:  # the pod's network belongs to its infra container
+            pod = json.loads(run("podman", "pod", "inspect", info["Pod"]).stdout)
+            pod = pod[0] if isinstance(pod, list) else pod
+            infra = json.loads(run("podman", "inspect", pod["InfraContainerID"]).stdout)[0]
+            address = next(n["IPAddress"] for n in infra["NetworkSettings"]["Networks"].values() if n["IPAddress"])
         port = declared["ports"][0]["containerPort"]
         base = f"http://{address}:{port}"
 
         # Ready: the startup and readiness probes' GET, from the host, within the startup probe's budget.
         t0 = time.monotonic()
         health = b""
-        deadline = t0 + args.timeout
+        deadline = t0 + timeout
         while time.monotonic() < deadline:
             try:
                 status, health = http(f"{base}{declared['readinessProbe']['httpGet']['path']}", timeout=3)
@@ -192,9 +207,15 @@ def main(argv: list[str] | None = None) -> int:
         state = json.loads(run("podman", "inspect", name).stdout)[0]["State"]
         hstate = (state.get("Health") or state.get("Healthcheck") or {}).get("Status", "")
         cfg = json.loads(run("podman", "inspect", name).stdout)[0]["Config"].get("Healthcheck") or {}
+        live = declared["livenessProbe"]
+        same = (cfg.get("Interval"), cfg.get("Timeout"), cfg.get("Retries")) == (
+            live["periodSeconds"] * 10**9,
+            live["timeoutSeconds"] * 10**9,
+            live["failureThreshold"],
+        )
         check(
             "liveness probe as podman's health check",
-            hc.returncode == 0 and hstate == "healthy",
+            hc.returncode == 0 and hstate == "healthy" and same,
             f"podman healthcheck run -> exit {hc.returncode}, status {hstate!r}; "
             f"interval {cfg.get('Interval', 0) / 1e9:.0f} s, timeout {cfg.get('Timeout', 0) / 1e9:.0f} s, "
             f"retries {cfg.get('Retries')}",
@@ -210,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         check(
             "read-only root file system",
             host.get("ReadonlyRootfs") is True and write_root.returncode != 0 and "Read-only" in write_root.stdout,
-            f"ReadonlyRootfs {host.get('ReadonlyRootfs')}; touch /x -> {write_root.stdout.strip()[:80]}",
+            f"ReadonlyRootfs {host.get('ReadonlyRootfs')}; {write_root.stdout.strip().splitlines()[-1][:80]}",
         )
         tmp = run("podman", "exec", name, "sh", "-c", "touch /tmp/x /home/lensa/x && echo writable", check=False)
         check("emptyDir /tmp and /home/lensa writable", tmp.stdout.strip() == "writable", tmp.stdout.strip()[:80])
@@ -227,11 +248,25 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # reported with the rest; the pod is still removed below
         failures.append(f"{type(exc).__name__}: {exc}")
     finally:
-        if not args.keep:
-            run("podman", "kube", "play", "--down", str(play), check=False)
+        if not keep:
+            run("podman", "kube", "play", "--down", str(play_file), check=False)
             run("podman", "secret", "rm", SECRET_NAME, check=False)
         shutil.rmtree(work, ignore_errors=True)
 
+    return report, failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--image", default="localhost/lensa:compose")
+    parser.add_argument("--keep", action="store_true", help="leave the pod running")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds for the pod to become ready")
+    args = parser.parse_args(argv)
+    reason = podman_missing_reason()
+    if reason:
+        raise SystemExit(f"cannot run: {reason}")
+    started = time.monotonic()
+    report, failures = play(args.image, args.keep, args.timeout)
     width = max(len(k) for k, _ in report) if report else 0
     print("\n".join(f"{k.ljust(width)}  {v}" for k, v in report))
     if failures:

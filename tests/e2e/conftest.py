@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from bench.compose import engine_missing_reason
+from bench.compose import engine_missing_reason, podman_missing_reason
 from bench.replicas import nginx_missing_reason
 from tests.e2e.harness import Server, browser, chromium_missing_reason
 
@@ -24,7 +24,7 @@ def missing_requirement(item: pytest.Item) -> str | None:
     if item.get_closest_marker("nginx"):
         return nginx_missing_reason()
     if item.get_closest_marker("engine"):
-        return engine_missing_reason()
+        return engine_missing_reason() or (podman_missing_reason() if item.get_closest_marker("podman") else None)
     return None
 
 

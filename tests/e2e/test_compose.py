@@ -6,16 +6,21 @@ port, so a stack a developer started with make compose-up is left alone. Then, t
 class of bench/loadgen.py's learners (shorter than bench/compose.py's full run, for CI's time), and one replica
 killed: only its sessions move, the engine restarts it.
 
-Skipped without root, Docker Engine, compose or a running daemon (failed in CI, where .ci/run installs and starts
-them: tests/e2e/conftest.py).
+Then the Kubernetes Deployment on podman (scripts/kube_play.py, with the image the stack ran): its probes, user,
+read-only root and the rest of its securityContext, looked at in the running pod.
+
+Skipped without root, Docker Engine, compose or a running daemon, or (the last test) podman (failed in CI, where
+.ci/run installs and starts them: tests/e2e/conftest.py).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +91,29 @@ def test_a_class_through_nginx_sticks_and_survives_a_killed_replica(stack):
     assert run.restarted is not None, "the engine restarted the killed replica and it became healthy"
     assert run.address_kept, "it came back on the address nginx resolved at start"
     assert stack.healthy()
+
+
+def kube_play():
+    spec = importlib.util.spec_from_file_location(
+        "kube_play", Path(__file__).resolve().parents[2] / "scripts" / "kube_play.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.podman
+def test_the_kubernetes_deployment_runs_on_podman_with_its_probes_user_and_read_only_root(stack):
+    image = next(c for c in stack.containers("app"))
+    name = inspect(stack, image.id)["Config"]["Image"]
+    report, failures = kube_play().play(name)
+    assert not failures, "\n".join(f"{k}  {v}" for k, v in report)
+    checked = {k.split(" ", 1)[1].strip() for k, _ in report if k.startswith("ok")}
+    assert {
+        "liveness probe as podman's health check",
+        "startup/readiness probe's GET",
+        "runs as non-root",
+        "read-only root file system",
+        "capabilities dropped (ALL)",
+    } <= checked
