@@ -41,6 +41,8 @@ def stack():
     s = ComposeStack(port=free_port(), project="lensa-e2e")
     try:
         s.up()
+        # What was built and what came from cache, and how long each phase took (shown with pytest -rA).
+        print(next((ln.strip() for ln in s.up_log.splitlines() if ln.strip().startswith("timings")), s.up_log[-500:]))
         yield s
     finally:
         s.down()
