@@ -8,6 +8,7 @@ pieces name the same files, ports, users and options.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -175,3 +176,53 @@ def test_every_checkov_skip_gives_a_reason():
     assert skips, "the skips are annotated in the files"
     for check, reason in skips:
         assert len(reason.split()) >= 8, f"{check} is skipped without a real reason"
+
+
+def compose_cli() -> list[str] | None:
+    """Compose itself, to read the file as an engine would: v2 (docker compose) or 1.29 (docker-compose)."""
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True, timeout=30).returncode == 0:
+        return [docker, "compose"]
+    return [shutil.which("docker-compose") or ""] if shutil.which("docker-compose") else None
+
+
+@pytest.mark.skipif(compose_cli() is None, reason="neither docker compose nor docker-compose here")
+@pytest.mark.parametrize(
+    ("env", "app_image", "nginx_image", "published"),
+    [
+        ({}, "lensa:latest", "nginx:1.27.5-alpine", ("127.0.0.1", "8080")),
+        (
+            {
+                "LENSA_IMAGE": "localhost/lensa:compose",
+                "LENSA_NGINX_IMAGE": "localhost/lensa-nginx:bookworm",
+                "LENSA_PORT": "8090",
+                "LENSA_ADDRESS": "0.0.0.0",
+            },
+            "localhost/lensa:compose",
+            "localhost/lensa-nginx:bookworm",
+            ("0.0.0.0", "8090"),
+        ),
+    ],
+)
+def test_compose_reads_the_file_with_public_defaults_and_local_overrides(env, app_image, nginx_image, published):
+    cli = compose_cli()
+    assert cli is not None
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LENSA_")}
+    result = subprocess.run(
+        [*cli, "-p", "lensa", "-f", str(DEPLOY / "compose.yaml"), "config"],
+        env={**clean, "LENSA_COOKIE_SECRET": "0" * 64, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    assert services["app"]["image"] == app_image
+    assert services["nginx"]["image"] == nginx_image
+    (port,) = services["nginx"]["ports"]
+    if isinstance(port, str):  # Compose 1.29: "127.0.0.1:8080:8080/tcp"
+        assert port == f"{published[0]}:{published[1]}:8080/tcp"
+    else:  # v2: a mapping
+        assert (port["host_ip"], str(port["published"]), port["target"]) == (*published, 8080)
+    upstream = services["nginx"]["environment"]["LENSA_UPSTREAM_SERVERS"]
+    assert upstream == f"resolver 127.0.0.11 valid=10s ipv6=off; server app:8501 resolve {SERVER_OPTIONS};"
