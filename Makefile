@@ -16,7 +16,8 @@ TORCH_INDEX_URL ?=
 # docker-build with WITH_TORCH=0: the lesson-only image, without torch and the live runs (under 400 MB).
 WITH_TORCH ?= 1
 
-.PHONY: run test torch lint format clean screenshots bench reference-run docker-build docker-run container-check
+.PHONY: run test torch lint format clean screenshots bench bench-compose reference-run docker-build docker-run container-check \
+	compose-up compose-down kube-play
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +55,12 @@ test: lint
 	$(BIN)/pytest -n auto -m "not e2e" $(PYTEST_ARGS)
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
+# Every manifest but kustomize's own file, validated against the Kubernetes OpenAPI schemas kubernetes-validate
+# bundles: the oldest and the newest release it carries that the manifests target.
+KUBE_MANIFESTS := $(filter-out deploy/kubernetes/kustomization.yaml,$(wildcard deploy/kubernetes/*.yaml))
+KUBE_SCHEMA_OLDEST ?= 1.29.0
+KUBE_SCHEMA_NEWEST ?= 1.37.0
+
 # checkov runs offline: --skip-download and BC_SKIP_MAPPING keep it from fetching policies and guidelines, and no
 # API key is given. Every check it skips is annotated, with the reason, in the file it concerns.
 lint: $(VENV)/.dev-installed $(TOOLS_VENV)/.installed
@@ -61,8 +68,12 @@ lint: $(VENV)/.dev-installed $(TOOLS_VENV)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
+	$(BIN)/hadolint deploy/nginx/Dockerfile
 	BC_SKIP_MAPPING=TRUE $(TOOLS)/checkov --quiet --compact --skip-download --framework kubernetes -d deploy/kubernetes
-	BC_SKIP_MAPPING=TRUE $(TOOLS)/checkov --quiet --compact --skip-download --framework dockerfile -f Dockerfile
+	BC_SKIP_MAPPING=TRUE $(TOOLS)/checkov --quiet --compact --skip-download --framework dockerfile -f Dockerfile \
+		-f deploy/nginx/Dockerfile
+	$(TOOLS)/kubernetes-validate --strict --quiet -k $(KUBE_SCHEMA_OLDEST) $(KUBE_MANIFESTS)
+	$(TOOLS)/kubernetes-validate --strict --quiet -k $(KUBE_SCHEMA_NEWEST) $(KUBE_MANIFESTS)
 
 ## The benchmarks: each prints its table and rewrites its section of docs/performance.md.
 bench: $(VENV)/.dev-installed
@@ -100,6 +111,26 @@ docker-run:
 ## Build the real Dockerfile with podman, both images (with the lab, lesson-only), and prove they serve (as root; no Docker engine needed).
 container-check:
 	scripts/container_check.sh
+
+## deploy/compose.yaml on this machine's Docker Engine (as root): installs Docker Engine and Compose from Debian and
+## starts dockerd when missing, builds every image here (no registry needed; cached for the next time), and brings
+## up three replicas behind nginx on http://127.0.0.1:8080 (LENSA_PORT=8090 for another port).
+compose-up:
+	scripts/compose_stack.sh up
+
+## Take the stack down (its containers and network; the images stay for the next compose-up).
+compose-down:
+	scripts/compose_stack.sh down
+
+## deploy/kubernetes's Deployment on podman (kube play), checked in the running pod: probes, user, read-only root,
+## capabilities, seccomp, the cookie secret (as root; the image make compose-up built, via docker save | podman load).
+kube-play: $(VENV)/.dev-installed
+	$(BIN)/python scripts/kube_play.py
+
+## The compose stack under a class (200 learners at 5 s) and a killed replica; rewrites its section of
+## docs/performance.md. As root, with Docker Engine (make compose-up's); takes the stack down at the end.
+bench-compose: $(VENV)/.dev-installed
+	$(BIN)/python -m bench.compose
 
 format: $(VENV)/.dev-installed
 	$(BIN)/ruff check --fix .

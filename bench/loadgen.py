@@ -279,28 +279,37 @@ class Learner:
     async def live(self, deadline: float, think_s: float, arrival_s: float, timeout_s: float) -> None:
         await asyncio.sleep(arrival_s)
         ws = await self.open(timeout_s)
-        while ws is not None and time.monotonic() < deadline:
-            pause = think_s * self.rng.uniform(0.5, 1.5)
-            if time.monotonic() + pause >= deadline:
-                break
-            await asyncio.sleep(pause)
-            if await self.move(ws, timeout_s):
-                continue
-            # The connection broke (a replica stopped, say): reconnect as the browser does, which reloads
-            # the page from its URL; the slider must come back where the URL says it was.
-            with contextlib.suppress(Exception):
-                await ws.close()
-            if self.reconnects >= MAX_RECONNECTS:
-                break
-            self.reconnects += 1
-            expected = self._state.slider_value if self._state else None
-            self._page_hash = ""
-            ws = await self.open(timeout_s)
-            if ws is not None and self._state is not None:
-                self.restored.append(self._state.slider_value == expected)
-        if ws is not None:
-            with contextlib.suppress(Exception):
-                await ws.close()
+        closed = asyncio.ensure_future(ws.wait_closed()) if ws is not None else None
+        try:
+            while ws is not None and closed is not None and time.monotonic() < deadline:
+                pause = think_s * self.rng.uniform(0.5, 1.5)
+                if time.monotonic() + pause >= deadline:
+                    break
+                # The think time, cut short when the server closes the connection: a browser notices at once
+                # and reconnects, it does not wait for the learner's next move.
+                await asyncio.wait({closed}, timeout=pause)
+                if not closed.done() and await self.move(ws, timeout_s):
+                    continue
+                # The connection broke (a replica stopped, say): reconnect as the browser does, which reloads
+                # the page from its URL; the slider must come back where the URL says it was.
+                with contextlib.suppress(Exception):
+                    await ws.close()
+                if self.reconnects >= MAX_RECONNECTS:
+                    break
+                self.reconnects += 1
+                expected = self._state.slider_value if self._state else None
+                self._page_hash = ""
+                ws = await self.open(timeout_s)
+                closed.cancel()
+                closed = asyncio.ensure_future(ws.wait_closed()) if ws is not None else None
+                if ws is not None and self._state is not None:
+                    self.restored.append(self._state.slider_value == expected)
+        finally:
+            if closed is not None:
+                closed.cancel()
+            if ws is not None:
+                with contextlib.suppress(Exception):
+                    await ws.close()
 
 
 # --- a server, measured -----------------------------------------------------------------------------
