@@ -203,8 +203,8 @@ FORMATS: dict[str, FloatFormat] = {
         FloatFormat("fp32", "FP32", 8, 23, 127, True, (1 << 23) - 1, "float32"),
         # TF32 is a tensor-core mode: FP32's exponent with FP16's significand.
         FloatFormat("tf32", "TF32", 8, 10, 127, True, (1 << 10) - 1, None),
-        FloatFormat("bf16", "BF16", 8, 7, 127, True, (1 << 7) - 1, "bfloat16"),
         FloatFormat("fp16", "FP16", 5, 10, 15, True, (1 << 10) - 1, "float16"),
+        FloatFormat("bf16", "BF16", 8, 7, 127, True, (1 << 7) - 1, "bfloat16"),
         FloatFormat("fp8_e4m3", "FP8 E4M3", 4, 3, 7, False, 1, "float8_e4m3fn"),
         FloatFormat("fp8_e5m2", "FP8 E5M2", 5, 2, 15, True, 3, "float8_e5m2"),
         # OCP Microscaling v1.0 element formats: no infinity, no NaN.

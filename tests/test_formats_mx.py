@@ -125,7 +125,7 @@ def test_no_format_is_told_by_its_name():
 
 
 def test_groups_come_from_width_and_sign():
-    assert F.formats_in("16bit") == ("bf16", "fp16")
+    assert F.formats_in("16bit") == ("fp16", "bf16")
     assert F.formats_in("fp8") == ("fp8_e4m3", "fp8_e5m2")
     assert F.formats_in("narrow") == ("fp6_e3m2", "fp6_e2m3", "fp4_e2m1")
     assert F.formats_in("scale") == ("e8m0",)

@@ -7,14 +7,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lensa.formats import FORMATS, category_shares, classify, relative_error
+from lensa.formats import FORMATS, category_shares, classify, formats_in, relative_error
 from lensa.measured import ZoneHistogram
 from lensa.scaling import loss_scaled
 from lensa.ui import figures
 from lensa.ui.frame import Page
 from lensa.ui.i18n import power_of_two
 
-FP8_KEYS = ("fp8_e4m3", "fp8_e5m2")
+# The formats the steps list side by side, by the registry's groups.
+SIXTEEN_BIT_KEYS = formats_in("16bit")
+FP8_KEYS = formats_in("fp8")
+NARROW_KEYS = formats_in("narrow")  # FP6 and FP4
 
 
 def _zone_labels(page: Page) -> dict[str, str]:
