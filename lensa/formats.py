@@ -190,6 +190,18 @@ class FloatFormat:
         return np.dtype(getattr(ml_dtypes, self.dtype_name, None) or self.dtype_name)
 
     @cached_property
+    def float32_grid(self) -> bool:
+        """Whether :func:`round_float32` can round float32 values to this format: a signed format with
+        subnormals whose spacings are all float32 powers of two with room above (FP16, FP8, FP6, FP4)."""
+        return (
+            self.signed
+            and self.has_subnormals
+            and self.significand_bits < 23
+            and self.emin >= -126
+            and self.emax + 24 - self.significand_bits <= 127
+        )
+
+    @cached_property
     def library_rounds(self) -> bool:
         """Whether numpy's / ml_dtypes' cast rounds float32 inputs as :func:`quantize` does (then it is
         the fast path). Not for E8M0: ml_dtypes rounds float32 subnormals in (2**-127, 1.5 * 2**-127) up
@@ -314,6 +326,10 @@ def quantize(x: ArrayLike, fmt: str | FloatFormat, workers: int = 1) -> NDArray[
     """
     f = get_format(fmt)
     a = _as_float_array(x)
+    if a.dtype in _EXACT_IN_FLOAT32 and f.float32_grid:
+        out = np.empty(a.shape, np.float64)
+        _in_chunks(a, out, lambda src, dst: _grid_quantize(src, dst, f), workers)
+        return out
     if a.dtype in _EXACT_IN_FLOAT32 and f.library_rounds:
         out = np.empty(a.shape, np.float64)
         _in_chunks(a, out, lambda src, dst: _library_quantize(src, dst, f), workers)
@@ -373,6 +389,52 @@ def cast(x: ArrayLike, fmt: str | FloatFormat, workers: int = 1) -> NDArray[Any]
     out = np.empty(a.shape, f.dtype)
     _in_chunks(a, out, lambda src, dst: np.copyto(dst, _library_cast(src, f)), workers)
     return out
+
+
+def round_float32(
+    x: NDArray[np.float32], fmt: str | FloatFormat, limit: float | None = None, inplace: bool = False
+) -> NDArray[np.float32]:
+    """Round float32 values to ``fmt``'s grid in float32 arithmetic, ties to even; for ``fmt.float32_grid`` formats.
+
+    Adding 2**(b + 23 - m) to |x| (b: x's binade, emin at least) leaves float32
+    exactly ``m`` fraction bits of x's binade, so the hardware's own
+    round-to-nearest-even does the rounding; subtracting it again is exact.
+    Several times faster than the library casts (numpy rounds FP16
+    subnormals one by one). The top is *not* handled unless ``limit`` is
+    given: magnitudes are first clamped to it (saturation; give ``fmt.max``);
+    otherwise a magnitude past ``max`` comes back past it (or as inf). NaN
+    stays NaN, -0 and the signs are kept. ``x`` is changed only with
+    ``inplace`` (a C-contiguous float32 array).
+    """
+    f = get_format(fmt)
+    bits = (x if inplace else np.ascontiguousarray(x, dtype=np.float32)).view(np.uint32)
+    sign = bits & np.uint32(0x80000000)
+    if inplace:
+        magnitude = bits
+        magnitude &= np.uint32(0x7FFFFFFF)
+    else:
+        magnitude = bits & np.uint32(0x7FFFFFFF)
+    a = magnitude.view(np.float32)
+    if limit is not None:
+        np.minimum(a, np.float32(limit), out=a)  # NaN stays NaN
+    exp = magnitude & np.uint32(0x7F800000)
+    np.clip(exp, np.uint32((f.emin + 127) << 23), np.uint32((f.emax + 128) << 23), out=exp)
+    exp += np.uint32((23 - f.significand_bits) << 23)
+    magic = exp.view(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        a += magic
+        a -= magic
+    magnitude |= sign
+    return magnitude.view(np.float32)
+
+
+def _grid_quantize(src: NDArray[Any], dst: NDArray[np.float64], f: FloatFormat) -> None:
+    """:func:`round_float32`, then the top: past ``max`` becomes ±inf, or ±max where the format saturates."""
+    r = round_float32(src, f)
+    over = np.abs(r) > np.float32(f.max)
+    if over.any():
+        r[over] = np.copysign(np.float32(np.inf if f.has_inf else f.max), r[over])
+    np.copyto(dst, r)
 
 
 def _library_cast(a: NDArray[Any], f: FloatFormat) -> NDArray[Any]:
