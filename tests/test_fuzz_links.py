@@ -169,6 +169,7 @@ test_bf16_links = _fuzz_page("bf16")
 test_speed_links = _fuzz_page("speed")
 test_lab_links = _fuzz_page("lab")
 test_formats_links = _fuzz_page("formats")
+test_blocks_links = _fuzz_page("blocks")
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)

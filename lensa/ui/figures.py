@@ -1213,3 +1213,92 @@ def grouped_share_bars(
     table_rows = [(name, *(texts[i] for _, _, _, texts in series)) for i, name in enumerate(names)]
     headers = (_words(lang, "col_item"), *(label for _, label, _, _ in series))
     return _figure(data, layout, table=_table(lang, headers, table_rows))
+
+
+# What a block recipe did to each value (the block scaling page): colour and marker shape, so colour is not alone.
+OUTCOME_COLOURS = {
+    "kept": CATEGORY_COLOURS["normal"],
+    "rounded": "#56B4E9",  # sky blue
+    "flushed": CATEGORY_COLOURS["zero"],
+    "saturated": CATEGORY_COLOURS["overflow"],
+}
+OUTCOME_SYMBOLS = {"kept": "square", "rounded": "diamond", "flushed": "x", "saturated": "triangle-up"}
+
+
+@dataclass(frozen=True)
+class BlockRow:
+    """One recipe's strip: its label, each value's outcome and stored value (as text), and the hover texts."""
+
+    label: str
+    outcomes: Sequence[str]
+    stored: Sequence[str]
+    hovers: Sequence[str]
+
+
+def block_strips(
+    rows: Sequence[BlockRow],
+    values: Sequence[str],
+    outcome_names: Mapping[str, str],
+    axis_index: str,
+    lang: str,
+) -> go.Figure:
+    """One strip of cells per recipe, a cell per value of the block, marked by what the recipe did to it.
+
+    ``values`` are the block's values as written for the table; ``outcome_names`` the words for kept,
+    rounded, flushed and saturated. The data table lists every value with what each recipe stores.
+    """
+    data: list[Spec] = []
+    for outcome, name in outcome_names.items():
+        xs, ys, hovers = [], [], []
+        for r, row in enumerate(rows):
+            for i, o in enumerate(row.outcomes):
+                if o == outcome:
+                    xs.append(i + 1)
+                    ys.append(r)
+                    hovers.append(row.hovers[i])
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "x": xs,
+                "y": ys,
+                "name": name,
+                "marker": {
+                    "symbol": OUTCOME_SYMBOLS[outcome],
+                    "size": 15,
+                    "color": OUTCOME_COLOURS[outcome],
+                    "line": {"color": OUTLINE, "width": 1},
+                },
+                "hovertext": hovers,
+                "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+            }
+        )
+    n = max((len(row.outcomes) for row in rows), default=0)
+    layout = _layout(
+        90 + 42 * len(rows),
+        lang,
+        xaxis={"title": {"text": axis_index}, "range": [0.3, n + 0.7], "dtick": 4, "fixedrange": True},
+        yaxis={
+            "range": [len(rows) - 0.5, -0.5],
+            "tickvals": list(range(len(rows))),
+            "ticktext": [row.label for row in rows],
+            "fixedrange": True,
+            "showgrid": False,
+            "automargin": True,
+        },
+    )
+    headers = (axis_index, _words(lang, "col_value"), *(row.label for row in rows))
+    table_rows = [
+        (
+            str(i + 1),
+            value,
+            *(f"{row.stored[i]} ({outcome_names[row.outcomes[i]]})" for row in rows),
+        )
+        for i, value in enumerate(values)
+    ]
+    counts = "; ".join(
+        f"{row.label}: " + ", ".join(f"{sum(o == k for o in row.outcomes)} {name}" for k, name in outcome_names.items())
+        for row in rows
+    )
+    alt = _words(lang, "alt_strips", n=n, rows=counts)
+    return _figure(data, layout, table=_table(lang, headers, table_rows), alt=alt)

@@ -114,6 +114,17 @@ PAGES: tuple[PageInfo, ...] = (
     ),
     PageInfo("formats", "pages/formats.py", None, (TextControl("x", "0.1", lambda t: try_parse_exact(t) is not None),)),
     PageInfo(
+        "blocks",
+        "pages/blocks.py",
+        None,
+        (
+            NumberControl("n", (16, 32), 32, integer=True),
+            NumberControl("grad", log_stops(-9, -1), 1e-6, log=True),
+            # how far the one outlier stands above the block's other values: 2**outlier times their largest
+            NumberControl("outlier", tuple(i / 4 for i in range(0, 65)), 0.0),
+        ),
+    ),
+    PageInfo(
         "lab",
         "pages/lab.py",
         None,
