@@ -84,8 +84,8 @@ def _widget_value(at, key: str, name: str):
 def _label(key: str, name: str) -> str:
     """The text of a control's label, which notices quote."""
     special = {("formats", "x"): "formats.input"}
-    if name == "fp8":
-        return i18n.text("en", "common.fp8_toggle")
+    if name == "also":
+        return i18n.text("en", "also.label")
     if name == "data":
         return i18n.text("en", "data.data")
     return i18n.text("en", special.get((key, name), f"{key}.{name}"))

@@ -237,6 +237,10 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
         ("app.py", "idea_{i}"): section("overview", (f"idea_{i}" for i in range(1, len(STEPS) + 1))),
         ("app.py", "faq_q{i}"): section("overview", (f"faq_q{i}" for i in range(1, 7))),
         ("app.py", "faq_a{i}"): section("overview", (f"faq_a{i}" for i in range(1, 7))),
+        ("lensa/ui/compare.py", "also.option_{o}"): section(
+            "also",
+            (f"option_{o}" for o in PAGES_BY_KEY["bf16"].control("also").options),  # type: ignore[union-attr]
+        ),
         ("pages/blocks.py", "recipe_{k}"): section("blocks", (f"recipe_{k}" for k in shown)),
         ("pages/blocks.py", "outcome_{o}"): section("blocks", (f"outcome_{o}" for o in blockscale.OUTCOMES)),
         ("pages/bf16.py", "bf16_data.explain_{verdict}"): section("bf16_data", (f"explain_{v}" for v in verdicts)),

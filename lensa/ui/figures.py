@@ -38,6 +38,7 @@ import numpy as np
 import plotly.graph_objects as go
 from numpy.typing import ArrayLike
 
+from lensa.formats import FORMATS
 from lensa.ui import i18n
 
 # What FP16 (or any format) does to a value.
@@ -47,21 +48,38 @@ CATEGORY_COLOURS = {
     "normal": "#009E73",  # bluish green
     "overflow": "#CC79A7",  # reddish purple
 }
-# Which format a value is stored in.
-FORMAT_COLOURS = {
+# Which format a value is stored in: one colour per format of the registry that stores values (TF32, a
+# tensor-core mode, is FP32's colour with TENSOR_CORE_PATTERN). Okabe and Ito's blue, sky blue and orange;
+# Tol's purple and rose for FP8 (Tol's olive was too close to the orange for protanopes); for FP6, FP4 and the
+# E8M0 scale the colours that stay farthest from all the others under protanopia, deuteranopia and tritanopia
+# (tests/test_palette.py). All mid tones, so they read on light and dark backgrounds.
+_COLOUR_OF = {
     "fp32": "#0072B2",  # blue
-    "bf16": "#56B4E9",  # sky blue
     "fp16": "#E69F00",  # orange
-    # Tol's purple and rose: distinct from the three above for the common colour blindnesses
-    # (tests/test_palette.py; Tol's olive was too close to the orange for protanopes),
-    # and mid tones that read on light and dark backgrounds.
+    "bf16": "#56B4E9",  # sky blue
     "fp8_e4m3": "#AA3377",  # purple
     "fp8_e5m2": "#CC6677",  # rose
+    "fp6_e3m2": "#666600",  # dark olive
+    "fp6_e2m3": "#664444",  # brown
+    "fp4_e2m1": "#EE2244",  # red
+    "e8m0": "#AAAAAA",  # grey: a block's scale, never a bar of values
 }
+FORMAT_COLOURS = {key: _COLOUR_OF[key] for key, f in FORMATS.items() if f.dtype_name is not None}
 # The same zones told apart without colour (plotly pattern shapes; normal, the common case, is plain).
 CATEGORY_PATTERNS = {"zero": "x", "subnormal": ".", "normal": "", "overflow": "/"}
-# Formats side by side in one bar chart (FP16 against BF16 and FP8 on a recorded run), told apart the same way.
-FORMAT_PATTERNS = {"fp16": "", "bf16": "/", "fp8_e4m3": "x", "fp8_e5m2": ".", "fp32": "-"}
+# Formats side by side in one bar chart (FP16 against BF16 and FP8 on a recorded run), told apart the same way;
+# the E8M0 scale has no pattern: it is never a bar.
+_PATTERN_OF = {
+    "fp16": "",
+    "bf16": "/",
+    "fp8_e4m3": "x",
+    "fp8_e5m2": ".",
+    "fp32": "-",
+    "fp6_e3m2": "\\",
+    "fp6_e2m3": "|",
+    "fp4_e2m1": "+",
+}
+FORMAT_PATTERNS = {key: _PATTERN_OF[key] for key in FORMAT_COLOURS if FORMATS[key].signed}
 ARM_DASHES = {"fp32": "solid", "fp16": "dash", "bf16": "dot"}
 NEUTRAL = "rgba(128,128,128,0.85)"
 OUTLINE = "rgba(60,60,60,0.55)"  # keeps the yellow legible on white
