@@ -25,9 +25,21 @@ def gradient_block(n: int, grad: float, outlier: float) -> np.ndarray:
 def scale_text(enc: blockscale.Encoded, recipe: blockscale.Recipe) -> str:
     """The block scale(s) as stored: E8M0 powers of two, or NVFP4's E4M3 block scales times its FP32 tensor scale."""
     if recipe.two_level and enc.tensor_scale is not None:
-        blocks = " · ".join(page.num(s, 3) if s >= 1 else page.sci(s, 3) for s in enc.block_scales)
+        blocks = " · ".join(short(s, 4) if s >= 1 else page.sci(s, 3) for s in enc.block_scales)
         return page.t("scale_two_level", blocks=blocks, tensor=page.sci(enc.tensor_scale, 3))
     return " · ".join(f"2^{int(np.log2(s))}" for s in enc.block_scales)
+
+
+def short(x: float, places: int) -> str:
+    """A number with at most ``places`` decimals and no trailing zeros, in the page's language."""
+    text = page.num(x, places)
+    mark = "," if page.lang == "id" else "."
+    return text.rstrip("0").rstrip(mark) if mark in text else text
+
+
+def times(k: float) -> str:
+    """2**k as a multiple: 1.7, 3.4, 256, 65,536."""
+    return short(2.0**k, 1 if k < 4 else 0)
 
 
 def db(x: float) -> str:
@@ -41,7 +53,7 @@ def lesson() -> None:
         page,
         "outlier",
         page.t("outlier"),
-        lambda k: page.t("outlier_stop", k=page.num(k, 2), times=page.num(2.0**k, 1)),
+        lambda k: page.t("outlier_stop", k=short(k, 2), times=times(k)),
         help=page.t("outlier_help"),
     )
     widgets.after_controls(page)
@@ -62,7 +74,13 @@ def lesson() -> None:
         ]
         rows.append(figures.BlockRow(label[r.key], [str(m) for m in marks], stored, hovers))
     charts = widgets.figure_area()
-    widgets.metric_row([(page.t("metric_sqnr", recipe=label[r.key]), db(lost[r.key].sqnr_db)) for r in recipes])
+    widgets.metric_row(
+        [
+            (page.t("metric_flushed", recipe=label["mxfp4_e2m1"]), page.pct(lost["mxfp4_e2m1"].flushed)),
+            (page.t("metric_flushed", recipe=label["nvfp4"]), page.pct(lost["nvfp4"].flushed)),
+            (page.t("metric_saturated", recipe=label["mxfp8_e4m3"]), page.pct(lost["mxfp8_e4m3"].saturated)),
+        ]
+    )
     with charts:
         widgets.chart(
             figures.block_strips(rows, [page.sci(float(v), 3) for v in x], names, page.t("axis_index"), page.lang),
@@ -88,7 +106,7 @@ def lesson() -> None:
     values = {
         "mx4": page.pct(mx4.flushed),
         "nv4": page.pct(nv4.flushed),
-        "times": page.num(2.0**outlier, 1),
+        "times": times(outlier),
         "floor_sat": page.pct(floor.saturated),
         "floor_db": db(floor.sqnr_db),
         "ceil_db": db(ceil.sqnr_db),
