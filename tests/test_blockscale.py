@@ -192,3 +192,22 @@ def test_outcomes_name_what_happened():
 def test_unknown_recipe_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown recipe"):
         B.quantize([1.0], "mxfp3")
+
+
+def test_nvfp4_matches_torchaos_reference_where_it_installs():
+    """torchao's NVFP4 reference (optional: skipped where torchao is not installed)."""
+    pytest.importorskip("torch")
+    nv = pytest.importorskip("torchao.prototype.mx_formats.nvfp4_tensor")
+    kernels = pytest.importorskip("torchao.prototype.mx_formats.kernels")
+    import torch
+
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((8, 64)) * 10.0 ** rng.integers(-8, -2, (8, 4)).repeat(16, axis=1)).astype(np.float32)
+    tx = torch.from_numpy(x)
+    tensor_scale = nv.per_tensor_amax_to_scale(torch.max(torch.abs(tx)))
+    scales, packed = nv.nvfp4_quantize(tx, 16, tensor_scale)
+    elements = kernels.f4_unpacked_to_f32(kernels.unpack_uint4(packed.view(torch.uint8))).numpy().reshape(8, 64)
+    enc = B.encode(x, "nvfp4")
+    assert enc.tensor_scale == float(tensor_scale)
+    assert enc.block_scales.tolist() == scales.to(torch.float32).numpy().reshape(-1).tolist()
+    assert same(enc.stored / enc.scale, elements)
