@@ -79,6 +79,7 @@ lint: $(VENV)/.dev-installed $(TOOLS_VENV)/.installed
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench.core_rounding
 	$(BIN)/python -m bench.runstats_speed
+	$(BIN)/python -m bench.blockscale_speed
 	$(BIN)/python -m bench.capture_overhead
 	$(BIN)/python -m bench.page_rerun
 	$(BIN)/python -m bench.browser_roundtrip

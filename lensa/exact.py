@@ -270,8 +270,8 @@ def _round_magnitude(num: int, den: int, f: FloatFormat) -> tuple[int, int, bool
         e -= 1
     if e > f.emax:
         return 0, 0, True  # at least 2**(emax+1), past max whatever the rounding
-    if e < f.emin - p - 1:
-        return 0, 0, False  # below half the smallest subnormal: rounds to zero
+    if e < f.emin - p - 1:  # below half the smallest subnormal: rounds to zero (E8M0, without zero: its smallest)
+        return (0, 0, False) if f.has_zero else (1, -f.emin, False)
     binade = max(e, f.emin)  # subnormals share the lowest binade's spacing
     shift = p - binade
     if shift >= 0:
@@ -282,22 +282,33 @@ def _round_magnitude(num: int, den: int, f: FloatFormat) -> tuple[int, int, bool
         q, r = divmod(num, d)
     if 2 * r > d or (2 * r == d and q & 1):
         q += 1
-    # Only the top binade can pass max: q may carry to 2**(p+1), or be E4M3's NaN significand.
-    top_q = (1 << (p + 1)) - (1 if f.nan_style == "ieee" else 2)
+    if not f.has_zero and binade == f.emin:
+        q = max(q, 1 << p)  # no zero and no subnormals (E8M0): the smallest value is the nearest
+    # Only the top binade can pass max: q may carry to 2**(p+1), or land on a NaN code (E4M3, FP4's 6 + 1).
+    top_q = (1 << p) | (f.max_code & ((1 << p) - 1))
     return q, shift, binade == f.emax and q > top_q
 
 
 def _overflowed(negative: bool, f: FloatFormat) -> float:
-    top = math.inf if f.overflow == "inf" else f.max
+    top = math.inf if f.has_inf else f.max
     return -top if negative else top
 
 
 def round_exact_overflow(value: Parsed | Fraction | int | float, fmt: str | FloatFormat) -> tuple[float, bool]:
     """``(stored, overflow)``: :func:`round_exact`, and whether rounding went past ``max`` (±inf included).
 
-    The flag is what tells E4M3's saturation to 448 from a typed 448.
+    The flag is what tells E4M3's saturation to 448 from a typed 448. A value
+    the format has no code for (a negative or zero in unsigned E8M0) gives NaN.
     """
     f = get_format(fmt)
+    stored, overflow = _round_signed(value, f)
+    if (not f.signed and math.copysign(1.0, stored) < 0) or (not f.has_zero and stored == 0):
+        return math.nan, False
+    return stored, overflow
+
+
+def _round_signed(value: Parsed | Fraction | int | float, f: FloatFormat) -> tuple[float, bool]:
+    """:func:`round_exact_overflow` as if every format had a sign and a zero."""
     if isinstance(value, Parsed):
         if value.special == "nan":
             return math.nan, False

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lensa.formats import FORMATS, spacing
+from lensa.blockscale import RECIPES
+from lensa.formats import FORMATS, quantize, spacing
 from lensa.gradients import SAMPLE_SIZE, SPREAD_DECADES
 from lensa.master import accumulate
 from lensa.measured import KEEP_SHARE
@@ -41,6 +42,14 @@ class ProseNumber:
 _FP16, _BF16, _FP32 = FORMATS["fp16"], FORMATS["bf16"], FORMATS["fp32"]
 _E4M3, _E5M2 = FORMATS["fp8_e4m3"], FORMATS["fp8_e5m2"]
 _A100 = GPUS["a100"]
+_E3M2, _E2M3, _E2M1 = FORMATS["fp6_e3m2"], FORMATS["fp6_e2m3"], FORMATS["fp4_e2m1"]
+_MX_BLOCK = RECIPES["mxfp4_e2m1"].block_size or 0
+_TILE = RECIPES["fp8_1x128"].block_size or 0
+# blocks_q2's worked example: a block maximum of 1.9 × 2^3 in MXFP8 E4M3, scaled by OCP's 2^(3 − 8)
+# and by the rounded-up 2^(3 − 7).
+_Q2_SIGNIFICAND = 1.9
+_Q2_FLOOR_SCALED = _Q2_SIGNIFICAND * 2.0 ** (_E4M3.emax)
+_Q2_CEIL_SCALED = _Q2_SIGNIFICAND * 2.0 ** (_E4M3.emax - 1)
 _STEP_MODEL = SpikeModel()
 
 
@@ -154,6 +163,22 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(7.5, "7.5B, an example of a typed parameter count (memory.params_help)"),
     ProseNumber(1.3e9, "1.3e9 and 1,300,000,000, examples of a typed parameter count (memory.params_help)"),
     ProseNumber(175e9, "175e9, an example of a typed parameter count (GPT-3's size)"),
+    # --- the narrow formats and block scaling (lensa.formats, lensa.blockscale)
+    ProseNumber(_E3M2.max, "FP6 E3M2's largest value (lensa.formats)"),
+    ProseNumber(_E3M2.smallest_subnormal, "FP6 E3M2's smallest subnormal, 2^−4 (lensa.formats)"),
+    ProseNumber(_E2M3.smallest_subnormal, "FP6 E2M3's smallest subnormal, 2^−3 (lensa.formats)"),
+    ProseNumber(_E2M1.smallest_subnormal, "FP4 E2M1's smallest non-zero value (lensa.formats)"),
+    ProseNumber(_E2M1.smallest_subnormal / 2, "half of FP4 E2M1's smallest non-zero value: below it, 0"),
+    ProseNumber(1 + _E2M1.smallest_subnormal, "FP4 E2M1's value 1.5, 1 + 2^−1 (lensa.formats)"),
+    ProseNumber(_E4M3.max / 2.0**_E4M3.emax, "FP8 E4M3's largest significand, 448 = 1.75 × 2^8 (lensa.formats)"),
+    ProseNumber(2.0**_E4M3.emax, "2^8: FP8 E4M3's largest exponent; the outlier 2^8 above its block in quiz.blocks_q1"),
+    ProseNumber(_MX_BLOCK - 1, "the other values of a 32-value MX block beside its outlier (lensa.blockscale.RECIPES)"),
+    ProseNumber(8 / 2.0**_E4M3.emax, "8 ÷ 2^8: the others' bound when the outlier is scaled below 8 (quiz.blocks_q1)"),
+    ProseNumber(_TILE, "DeepSeek-V3's 1×128 tiles and 128×128 blocks (lensa.blockscale.RECIPES; arXiv:2412.19437)"),
+    ProseNumber(_Q2_SIGNIFICAND, "quiz.blocks_q2's worked example: a block maximum of 1.9 × 2^3"),
+    ProseNumber(_Q2_FLOOR_SCALED, "1.9 × 2^8, quiz.blocks_q2's value under OCP's scale"),
+    ProseNumber(_Q2_CEIL_SCALED, "1.9 × 2^7, quiz.blocks_q2's value under the rounded-up scale"),
+    ProseNumber(float(quantize(_Q2_CEIL_SCALED, "fp8_e4m3")), "1.9 × 2^7 rounded to FP8 E4M3 (lensa.formats.quantize)"),
 )
 
 

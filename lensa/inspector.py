@@ -91,8 +91,8 @@ class FormatReport:
 
     @property
     def bit_string(self) -> str:
-        """The bits as ``"s eeeee mmmmmmmmmm"`` groups."""
-        return f"{self.sign_str} {self.exponent_str} {self.significand_str}"
+        """The bits as ``"s eeeee mmmmmmmmmm"`` groups (E8M0's missing sign and significand left out)."""
+        return " ".join(p for p in (self.sign_str, self.exponent_str, self.significand_str) if p)
 
     @property
     def code_hex(self) -> str:
@@ -106,7 +106,7 @@ class FormatReport:
 
 def _errors(parsed: Parsed, stored: float) -> tuple[float, float]:
     """(relative, absolute) error of ``stored`` against the exact typed value; see FormatReport."""
-    if parsed.is_nan:
+    if parsed.is_nan or math.isnan(stored):  # NaN, or no code for it (a negative or zero in E8M0)
         return math.nan, math.nan
     if parsed.special is not None:  # ±inf: kept exactly, or saturated (E4M3)
         return (0.0, 0.0) if math.isinf(stored) else (1.0, math.inf)
@@ -119,7 +119,13 @@ def _errors(parsed: Parsed, stored: float) -> tuple[float, float]:
         absolute = float(diff)
     except OverflowError:  # only the "huge" stand-in saturated in E4M3 gets here
         absolute = math.inf
-    return (0.0 if x == 0 else float(diff / abs(x))), absolute
+    if x == 0:
+        return 0.0, absolute
+    try:
+        relative = float(diff / abs(x))
+    except OverflowError:  # E8M0 lifts a tiny value to 2**-127: far more than float64's largest times too big
+        relative = math.inf
+    return relative, absolute
 
 
 def _above(stored: float, f: FloatFormat) -> float | None:
@@ -128,8 +134,10 @@ def _above(stored: float, f: FloatFormat) -> float | None:
         return None
     if stored == 0:
         return f.smallest_subnormal
+    if stored == f.max:  # the code after max is inf, or a NaN (E4M3), or FP4's and FP6's sign bit: nothing
+        return math.inf if f.has_inf else None
     if stored > 0:
-        # Positive codes grow with the value; the code after max is inf (IEEE) or NaN (E4M3: nothing).
+        # Positive codes grow with the value.
         nxt = value_of(code_of(stored, f) + 1, f)
         return None if math.isnan(nxt) else nxt
     if stored == -math.inf:
@@ -140,6 +148,10 @@ def _above(stored: float, f: FloatFormat) -> float | None:
 
 def _below(stored: float, f: FloatFormat) -> float | None:
     """The next value down: the mirror image of :func:`_above`."""
+    if not f.signed:  # E8M0: one code less, none below the smallest (nor for NaN)
+        if math.isnan(stored) or code_of(stored, f) == 0:
+            return None
+        return value_of(code_of(stored, f) - 1, f)
     up = _above(-stored, f)
     return None if up is None else -up + 0.0
 
@@ -152,7 +164,7 @@ def inspect(parsed: Parsed | str, fmt: str | FloatFormat) -> FormatReport:
     stored, overflow = round_exact_overflow(parsed, f)
     code = code_of(stored, f)
     m, eb = f.significand_bits, f.exponent_bits
-    sign = (code >> (eb + m)) & 1
+    sign = int(code & f.sign_bit != 0)
     exponent_field = (code >> m) & ((1 << eb) - 1)
     significand_field = code & ((1 << m) - 1)
 
@@ -171,7 +183,7 @@ def inspect(parsed: Parsed | str, fmt: str | FloatFormat) -> FormatReport:
     significand: float | None = None
     if math.isfinite(stored):
         exponent = f.emin if exponent_field == 0 else exponent_field - f.bias
-        lead = 0 if exponent_field == 0 else 1 << m
+        lead = 0 if exponent_field == 0 and f.has_subnormals else 1 << m
         significand = math.ldexp(lead + significand_field, -m)
 
     relative, absolute = _errors(parsed, stored)
@@ -191,9 +203,9 @@ def inspect(parsed: Parsed | str, fmt: str | FloatFormat) -> FormatReport:
         sign=sign,
         exponent_field=exponent_field,
         significand_field=significand_field,
-        sign_str=str(sign),
+        sign_str=str(sign) if f.signed else "",  # E8M0 has no sign bit, nor significand bits
         exponent_str=format(exponent_field, f"0{eb}b"),
-        significand_str=format(significand_field, f"0{m}b"),
+        significand_str=format(significand_field, f"0{m}b") if m else "",
         exponent=exponent,
         significand=significand,
         below=below,

@@ -82,9 +82,11 @@ from typing import IO, Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from lensa.formats import FloatFormat, cast, classify, get_format, quantize
+from lensa.formats import FloatFormat, cast, classify, formats_in, get_format, quantize
 
-SUMMARY_FORMATS: tuple[str, ...] = ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+# The formats a recorded run is summarised for: the registry's 16-bit and FP8 groups (torch can store a tensor in
+# each of them; FP6 and FP4 have no torch type to record with). Their order is the file's.
+SUMMARY_FORMATS: tuple[str, ...] = formats_in("16bit", "fp8")
 CLASS_KEYS: tuple[str, ...] = ("exact_zero", "zero", "subnormal", "normal", "overflow", "nan")
 KINDS: tuple[str, ...] = ("weight_grad", "activation_grad", "activation", "weight", "update")
 

@@ -9,13 +9,13 @@ from lensa.ui import compare, figures, widgets
 from lensa.ui import measured as data
 from lensa.ui.frame import setup
 
-LESSON_FORMATS = ("fp32", "bf16", "fp16")
+LESSON_FORMATS = ("fp32", *compare.SIXTEEN_BIT_KEYS)
 
 
-def show_measured(sel: data.Selection, fp8: bool) -> None:
+def show_measured(sel: data.Selection, also: str) -> None:
     """The recorded values instead of the illustration: FP16 against BF16 (and FP8) on what to 0 and the error."""
     stats = sel.stats
-    keys = ("fp16", "bf16", *compare.FP8_KEYS) if fp8 else ("fp16", "bf16")
+    keys = (*compare.SIXTEEN_BIT_KEYS, *(compare.FP8_KEYS if also in ("fp8", "all") else ()))
     zero = {f: measured.zone_shares(stats, f)["zero"] for f in keys}
     errors = measured.mean_relative_errors(stats, keys)
     over16 = measured.zone_shares(stats, "fp16")["overflow"]
@@ -91,13 +91,15 @@ def show_measured(sel: data.Selection, fp8: bool) -> None:
     ]
     rows = measured.layer_rows(sel.run, sel.kind, sel.step, ("fp16", "bf16"))
     st.dataframe(data.layer_frame(page, rows, columns), hide_index=True)
-    if fp8:
+    if also in ("fp8", "all"):
         st.subheader(page.t("fp8_title"))
         st.dataframe(data.format_rows(page, stats, keys), hide_index=True)
         st.markdown(page.t("fp8_explain"))
+    if also in ("narrow", "all"):
+        st.caption(page.t("also.measured_note"))
 
 
-def illustration(grad: float, fp8: bool) -> None:
+def illustration(grad: float, also: str) -> None:
     """The seed's illustration: 400 gradients of a typical size against each format's range, and the precision."""
     sample = gradient_sample(grad)
     s16, sbf = category_shares(sample, "fp16"), category_shares(sample, "bf16")
@@ -106,7 +108,7 @@ def illustration(grad: float, fp8: bool) -> None:
         figures.FormatRange(
             key, FORMATS[key].label, FORMATS[key].smallest_subnormal, FORMATS[key].smallest_normal, FORMATS[key].max
         )
-        for key in (LESSON_FORMATS + compare.FP8_KEYS if fp8 else LESSON_FORMATS)
+        for key in (*LESSON_FORMATS, *compare.also_keys(also))
     ]
     charts = widgets.figure_area()
     widgets.metric_row(
@@ -163,10 +165,16 @@ def illustration(grad: float, fp8: bool) -> None:
     }
     verdict = fp16_against_bf16(s16["overflow"], e16, ebf)
     widgets.explain(page, page.t(f"explain_{verdict}", **values), page.t("try"))
-    if fp8:
-        st.subheader(page.t("fp8_title"))
-        st.dataframe(compare.format_rows(page, sample, ("fp16", "bf16", *compare.FP8_KEYS)), hide_index=True)
+    if also == "none":
+        return
+    st.subheader(page.t("fp8_title" if also in ("fp8", "all") else "also.narrow_title"))
+    st.dataframe(
+        compare.format_rows(page, sample, (*compare.SIXTEEN_BIT_KEYS, *compare.also_keys(also))), hide_index=True
+    )
+    if also in ("fp8", "all"):
         st.markdown(page.t("fp8_explain"))
+    if also in ("narrow", "all"):
+        st.markdown(page.t("also.explain_bf16", e2m1_zero=page.pct(category_shares(sample, "fp4_e2m1")["zero"])))
 
 
 def lesson() -> None:
@@ -174,12 +182,12 @@ def lesson() -> None:
     selection = data.data_controls(page)
     if selection is None:
         grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
-    fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("common.fp8_help"))
+    also = compare.also_control(page)
     widgets.after_controls(page)
     if selection is None:
-        illustration(grad, fp8)
+        illustration(grad, also)
     else:
-        show_measured(selection, fp8)
+        show_measured(selection, also)
 
 
 page = setup("bf16")

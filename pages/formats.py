@@ -1,4 +1,5 @@
-"""Format inspector: one number, as FP32, TF32, BF16, FP16, FP8 E4M3 and FP8 E5M2 store it, bit by bit."""
+"""Format inspector: one number, as every format of lensa.formats.FORMATS stores it (FP32 down to FP4 and the E8M0
+scale), bit by bit."""
 
 import streamlit as st
 
@@ -64,6 +65,7 @@ st.dataframe(
     width="stretch",
 )
 st.caption(page.t("legend"))
+st.caption(page.t("formats_mx.legend"))
 st.markdown(page.t("flip_hint"))
 
 for r in reports:
@@ -71,9 +73,16 @@ for r in reports:
         st.markdown(f"**{r.label}** · {page.t('common.bits', n=r.fmt.bits)} · {category(r)}")
         st.markdown(
             f"`{decimal(r.stored_exact)}`  \n"
-            f":violet[{r.sign_str}] :blue[{r.exponent_str}] :orange[{r.significand_str}] · {r.code_hex}"
+            + " ".join(
+                f":{colour}[{bits}]"
+                for colour, bits in (("violet", r.sign_str), ("blue", r.exponent_str), ("orange", r.significand_str))
+                if bits  # E8M0 has no sign and no significand bits
+            )
+            + f" · {r.code_hex}"
         )
         for field in inspector.field_bits(r):  # one row per field: rows wrap on a narrow screen, columns would clip
+            if not field.bits:
+                continue  # E8M0 has no sign and no significand bits
             key = f"bits.{r.name}.{field.name}.{r.code}"
             st.pills(
                 page.t(f"field_{field.name}"),
@@ -94,4 +103,8 @@ for r in reports:
         )
         st.caption(details)
 
-widgets.notes(page, page.t("notes"), [page.t("refs.ieee754"), page.t("refs.fp8"), page.t("refs.kalamkar")])
+widgets.notes(
+    page,
+    page.t("notes") + "\n" + page.t("formats_mx.notes"),
+    [page.t("refs.ieee754"), page.t("refs.fp8"), page.t("refs.kalamkar"), page.t("refs.ocp_mx")],
+)

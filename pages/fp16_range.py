@@ -12,7 +12,7 @@ from lensa.ui.frame import setup
 FP16 = FORMATS["fp16"]
 
 
-def show_measured(sel: data.Selection, fp8: bool) -> None:
+def show_measured(sel: data.Selection, also: str) -> None:
     """The recorded tensors instead of the illustration: their histogram over FP16's zones, and who loses most."""
     stats = sel.stats
     shares = measured.zone_shares(stats, "fp16")
@@ -57,12 +57,14 @@ def show_measured(sel: data.Selection, fp8: bool) -> None:
     ]
     rows = measured.layer_rows(sel.run, sel.kind, sel.step, ("fp16",))
     st.dataframe(data.layer_frame(page, rows, columns), hide_index=True)
-    if fp8:
+    if also in ("fp8", "all"):
         st.subheader(page.t("fp8_title"))
-        st.dataframe(data.format_rows(page, stats, ("fp16", "bf16", *compare.FP8_KEYS)), hide_index=True)
+        st.dataframe(data.format_rows(page, stats, (*compare.SIXTEEN_BIT_KEYS, *compare.FP8_KEYS)), hide_index=True)
+    if also in ("narrow", "all"):
+        st.caption(page.t("also.measured_note"))
 
 
-def illustration(grad: float, fp8: bool) -> None:
+def illustration(grad: float, also: str) -> None:
     """The seed's illustration: 400 gradients of a typical size over FP16's zones."""
     sample = gradient_sample(grad)
     shares = category_shares(sample, FP16)
@@ -109,15 +111,27 @@ def illustration(grad: float, fp8: bool) -> None:
     if shares["overflow"] > 0:
         paragraph += page.t("explain_overflow", **values)
     widgets.explain(page, paragraph, page.t("try"))
-    if fp8:
-        st.subheader(page.t("fp8_title"))
-        st.dataframe(compare.format_rows(page, sample, ("fp16", "bf16", *compare.FP8_KEYS)), hide_index=True)
+    if also == "none":
+        return
+    st.subheader(page.t("fp8_title" if also in ("fp8", "all") else "also.narrow_title"))
+    st.dataframe(
+        compare.format_rows(page, sample, (*compare.SIXTEEN_BIT_KEYS, *compare.also_keys(also))), hide_index=True
+    )
+    if also in ("fp8", "all"):
         e4m3 = category_shares(sample, "fp8_e4m3")
         st.markdown(
             page.t(
                 "fp8_explain",
                 e4m3_zero=page.pct(e4m3["zero"]),
                 e5m2_zero=page.pct(category_shares(sample, "fp8_e5m2")["zero"]),
+            )
+        )
+    if also in ("narrow", "all"):
+        st.markdown(
+            page.t(
+                "also.explain_fp16_range",
+                e2m1_zero=page.pct(category_shares(sample, "fp4_e2m1")["zero"]),
+                e3m2_zero=page.pct(category_shares(sample, "fp6_e3m2")["zero"]),
             )
         )
 
@@ -127,12 +141,12 @@ def lesson() -> None:
     selection = data.data_controls(page)
     if selection is None:
         grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
-    fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("common.fp8_help"))
+    also = compare.also_control(page)
     widgets.after_controls(page)
     if selection is None:
-        illustration(grad, fp8)
+        illustration(grad, also)
     else:
-        show_measured(selection, fp8)
+        show_measured(selection, also)
 
 
 page = setup("fp16_range")

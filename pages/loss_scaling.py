@@ -3,7 +3,7 @@
 import streamlit as st
 
 from lensa import measured
-from lensa.formats import FORMATS, largest_magnitude
+from lensa.formats import FORMATS, category_shares, largest_magnitude
 from lensa.gradients import gradient_sample
 from lensa.scaling import (
     TORCH_INIT_SCALE,
@@ -71,7 +71,7 @@ def _scale(k: int | None) -> str:
     return "—" if k is None else power_of_two(k)
 
 
-def show_measured(sel: data.Selection, k: int, fp8: bool) -> None:
+def show_measured(sel: data.Selection, k: int, also: str) -> None:
     """The recorded gradients instead of the illustration: scaled, swept over S, and the run's own scaler."""
     stats = sel.stats
     kind = data.kind_words(page, sel.kind)
@@ -164,7 +164,9 @@ def show_measured(sel: data.Selection, k: int, fp8: bool) -> None:
             n=page.num(len(history.steps)),
         )
     widgets.explain(page, paragraph, page.t("loss_scaling_data.try"))
-    if fp8:
+    if also in ("narrow", "all"):
+        st.caption(page.t("also.measured_note"))
+    if also in ("fp8", "all"):
         scales = {key: measured.scale_bounds(stats, key).safe_k for key in compare.FP8_KEYS}
         st.subheader(page.t("fp8_title"))
         st.markdown(page.t("loss_scaling_data.fp8_explain"))
@@ -176,7 +178,7 @@ def show_measured(sel: data.Selection, k: int, fp8: bool) -> None:
         st.dataframe(rows, hide_index=True)
 
 
-def illustration(k: int, fp8: bool) -> None:
+def illustration(k: int, also: str) -> None:
     """The seed's illustration: step 2's sample times S, and an illustrative dynamic run (with a real one)."""
     scaled = loss_scaled(gradient_sample(TYPICAL), k)
     shares = static_shift_shares(gradient_sample(TYPICAL), k)
@@ -253,10 +255,13 @@ def illustration(k: int, fp8: bool) -> None:
         skipped=page.num(len(run.skipped_steps)),
     )
     widgets.explain(page, paragraph, page.t("try"))
-    if fp8:
-        sample = gradient_sample(TYPICAL)
-        scale_exps = {key: per_tensor_scale_exp(sample, key) for key in compare.FP8_KEYS}
-        st.subheader(page.t("fp8_title"))
+    if also == "none":
+        return
+    sample = gradient_sample(TYPICAL)
+    extra = compare.also_keys(also)
+    scale_exps = {key: per_tensor_scale_exp(sample, key) for key in extra}
+    st.subheader(page.t("fp8_title" if also in ("fp8", "all") else "also.narrow_title"))
+    if also in ("fp8", "all"):
         st.markdown(
             page.t(
                 "fp8_explain",
@@ -265,22 +270,32 @@ def illustration(k: int, fp8: bool) -> None:
                 e5m2_scale=power_of_two(scale_exps["fp8_e5m2"]),
             )
         )
-        rows = compare.format_rows(page, sample, ("fp16",), {"fp16": k})
-        rows += compare.format_rows(page, sample, compare.FP8_KEYS)
-        rows += compare.format_rows(page, sample, compare.FP8_KEYS, scale_exps)
-        st.dataframe(rows, hide_index=True)
+    if also in ("narrow", "all"):
+        fp4 = "fp4_e2m1"
+        scaled_fp4 = category_shares(sample * 2.0 ** scale_exps[fp4], fp4)
+        st.markdown(
+            page.t(
+                "also.explain_loss_scaling",
+                e2m1_scale=power_of_two(scale_exps[fp4]),
+                e2m1_zero=page.pct(scaled_fp4["zero"]),
+            )
+        )
+    rows = compare.format_rows(page, sample, ("fp16",), {"fp16": k})
+    rows += compare.format_rows(page, sample, extra)
+    rows += compare.format_rows(page, sample, extra, scale_exps)
+    st.dataframe(rows, hide_index=True)
 
 
 def lesson() -> None:
     """The controls and what they change; a recorded run replaces the illustration."""
     selection = data.data_controls(page)
     k = int(widgets.slider(page, "scale", page.t("scale"), lambda v: power_of_two(int(v)), help=page.t("scale_help")))
-    fp8 = widgets.toggle(page, "fp8", page.t("common.fp8_toggle"), help=page.t("common.fp8_help"))
+    also = compare.also_control(page)
     widgets.after_controls(page)
     if selection is None:
-        illustration(k, fp8)
+        illustration(k, also)
     else:
-        show_measured(selection, k, fp8)
+        show_measured(selection, k, also)
 
 
 def end_of_step() -> None:

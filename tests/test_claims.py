@@ -156,7 +156,8 @@ def test_e4m3_has_two_nan_codes():
     values = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
     nans = [int(c) for c in codes[np.isnan(values)]]
     assert nans == [0x7F, 0xFF]
-    assert F._nan_code(F.get_format("fp8_e4m3")) == 0x7F
+    e4m3 = F.get_format("fp8_e4m3")
+    assert e4m3.nan_code == 0x7F and e4m3.nan_codes == 1 and e4m3.signed  # one code a sign: 0x7F and 0xFF
     assert all(math.isnan(F.value_of(c, "fp8_e4m3")) for c in nans)
     notes = text("formats.notes")
     assert "two NaN codes, S.1111.111 (0x7F and 0xFF)" in notes and "single NaN" not in notes

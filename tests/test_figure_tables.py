@@ -20,6 +20,8 @@ VIEWS = [
     ("loss_scaling", {"data": "reference"}),
     ("master_weights", {"data": "reference"}),
     ("bf16", {"data": "reference"}),
+    ("blocks", {}),
+    ("blocks", {"outlier": "8", "n": "16"}),
 ]
 
 

@@ -84,8 +84,8 @@ def _widget_value(at, key: str, name: str):
 def _label(key: str, name: str) -> str:
     """The text of a control's label, which notices quote."""
     special = {("formats", "x"): "formats.input"}
-    if name == "fp8":
-        return i18n.text("en", "common.fp8_toggle")
+    if name == "also":
+        return i18n.text("en", "also.label")
     if name == "data":
         return i18n.text("en", "data.data")
     return i18n.text("en", special.get((key, name), f"{key}.{name}"))
@@ -169,6 +169,7 @@ test_bf16_links = _fuzz_page("bf16")
 test_speed_links = _fuzz_page("speed")
 test_lab_links = _fuzz_page("lab")
 test_formats_links = _fuzz_page("formats")
+test_blocks_links = _fuzz_page("blocks")
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)

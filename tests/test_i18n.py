@@ -202,7 +202,7 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
     """(file, template) -> every full catalogue key the template can build, from the values the code can pass."""
     from typing import get_args
 
-    from lensa import estimators, formats, inspector, master, memory
+    from lensa import blockscale, estimators, formats, inspector, master, memory
     from lensa.live import ARMS
     from lensa.live.errors import ErrorKind
     from lensa.models import PRESETS
@@ -231,11 +231,18 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
     sources = ("reference", "lab", "upload")  # measured.Source.key: every data source but the illustration
     assert set(sources) == set(DATA_SOURCES) - {"illustration"}
     quiz = {f"quiz.{q}_{letter}" for q in i18n.answers() for letter in "abc"}
+    shown = ast.literal_eval(re.search(r"^SHOWN = (\([^)]*\))", (ROOT / "pages/blocks.py").read_text(), re.M).group(1))
     col = _tuple_after("lensa/ui/compare.py", "common.col_{k}")
     return {
         ("app.py", "idea_{i}"): section("overview", (f"idea_{i}" for i in range(1, len(STEPS) + 1))),
         ("app.py", "faq_q{i}"): section("overview", (f"faq_q{i}" for i in range(1, 7))),
         ("app.py", "faq_a{i}"): section("overview", (f"faq_a{i}" for i in range(1, 7))),
+        ("lensa/ui/compare.py", "also.option_{o}"): section(
+            "also",
+            (f"option_{o}" for o in PAGES_BY_KEY["bf16"].control("also").options),  # type: ignore[union-attr]
+        ),
+        ("pages/blocks.py", "recipe_{k}"): section("blocks", (f"recipe_{k}" for k in shown)),
+        ("pages/blocks.py", "outcome_{o}"): section("blocks", (f"outcome_{o}" for o in blockscale.OUTCOMES)),
         ("pages/bf16.py", "bf16_data.explain_{verdict}"): section("bf16_data", (f"explain_{v}" for v in verdicts)),
         ("pages/bf16.py", "explain_{verdict}"): section("bf16", (f"explain_{v}" for v in verdicts)),
         ("pages/formats.py", "out_of_range_{parsed.out_of_range}"): section(

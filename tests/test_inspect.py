@@ -22,6 +22,8 @@ from lensa import inspector as I
 from tests.conftest import requires_torch
 
 NAMES = list(F.FORMATS)
+# Formats with a sign and a zero; E8M0 (unsigned, no zero) has its own tests below.
+SIGNED = [n for n in NAMES if F.FORMATS[n].signed and F.FORMATS[n].has_zero]
 SMALL = ["bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
 ML_DTYPES = {
     "fp32": np.float32,
@@ -108,7 +110,7 @@ def test_negative_zero(text):
     r = p(text)
     assert r.value == 0 and r.negative_zero and r.negative
     assert same(r.as_float(), -0.0)
-    for name in NAMES:
+    for name in SIGNED:
         rep = I.inspect(r, name)
         assert same(rep.stored, -0.0) and rep.code == 1 << (F.FORMATS[name].bits - 1)
         assert rep.category == "zero" and rep.relative_error == 0.0 and rep.is_exact
@@ -217,7 +219,7 @@ def test_huge_and_tiny_exponents_are_capped_quickly():
         assert same(r.as_float(), -0.0 if r.negative else 0.0)
     assert time.perf_counter() - start < 1.0
     # every format: huge overflows as the format does, tiny is lost to a signed zero
-    for name in NAMES:
+    for name in SIGNED:
         f = F.FORMATS[name]
         top = math.inf if f.overflow == "inf" else f.max
         for sign in (1, -1):
@@ -273,12 +275,13 @@ def code_midpoints(name: str, n_random: int = 4000) -> tuple[np.ndarray, np.ndar
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_code_points_midpoints_agree_with_quantize(name):
+    sign = -1 if F.FORMATS[name].signed else 1  # E8M0: no negatives, so the mirror image is itself
     lo, mid, hi = code_midpoints(name)
     ours = np.array([E.round_exact(float(m), name) for m in mid])
     assert np.array_equal(ours, F.quantize(mid, name))
-    assert np.array_equal(np.array([E.round_exact(-float(m), name) for m in mid]), -ours)
-    # ties go to the even code
-    even_hi = (F.to_bits(hi, name) % 2) == 0
+    assert np.array_equal(np.array([E.round_exact(sign * float(m), name) for m in mid]), sign * ours)
+    # ties go to the even code; with no significand bit (E8M0) that is the even significand 2: up
+    even_hi = ((F.to_bits(hi, name) % 2) == 0) | (F.FORMATS[name].significand_bits == 0)
     assert np.array_equal(ours, np.where(even_hi, hi, lo))
 
 
@@ -292,7 +295,8 @@ def test_just_off_a_midpoint_rounds_to_the_nearer_side(name):
         m = Fraction(float(mid[i]))
         assert E.round_exact(m + nudge, name) == hi[i]
         assert E.round_exact(m - nudge, name) == lo[i]
-        assert same(E.round_exact(-m - nudge, name), -hi[i])
+        if F.FORMATS[name].signed:
+            assert same(E.round_exact(-m - nudge, name), -hi[i])
 
 
 def test_double_rounding_example():
@@ -393,7 +397,7 @@ def test_inspector_agrees_with_torch_casts():
     references = {name: torch.from_numpy(y).to(t).to(torch.float64).numpy() for name, t in tdtypes.items()}
     references["tf32"] = F.quantize(y, "tf32")
     double_rounded = 0
-    for name in NAMES:
+    for name in references:
         f = F.FORMATS[name]
         for q, yi, ref in zip(parsed, y, references[name], strict=True):
             ours, ref = I.inspect(q, name).stored, float(ref)
@@ -528,11 +532,15 @@ def test_report_matches_lensa_formats_on_float64_inputs(name):
             assert r.exponent == F.fields(x, name).unbiased_exponent
             assert math.copysign(r.significand * 2.0**r.exponent, r.stored) == r.stored
             assert Decimal(r.stored_exact) == Decimal(r.stored)
-        if f.overflow == "inf" or not math.isinf(x):  # formats says NaN for ±inf saturated to 448; we say 1.0
+        if r.category == "overflow" and not f.has_inf and math.isfinite(x):
+            # saturated: 1 - max/|x| exactly here, where formats subtracts in float64 first (one ulp apart)
+            assert math.isclose(r.relative_error, float(F.relative_error(x, name)), rel_tol=4e-16)
+        elif f.overflow == "inf" or not math.isinf(x):  # formats says NaN for ±inf saturated to 448; we say 1.0
             assert same(r.relative_error, float(F.relative_error(x, name)))
         if abs(r.stored) < f.max:
             assert same(r.above, float(F.next_up(r.stored, name)) + 0.0)
-            assert same(r.below, float(F.next_down(r.stored, name)) + 0.0)
+            down = float(F.next_down(r.stored, name)) + 0.0
+            assert same(r.below, down) if down != -math.inf else r.below is None  # E8M0's bottom: none
         if math.isfinite(r.stored) and 0 <= r.stored < f.max:
             assert r.gap_above == float(F.spacing(r.stored, name))
 
@@ -562,7 +570,7 @@ def test_every_bit_flip_round_trips(name):
             v1 = I.flip_bit(r, None, i)
             assert same(v1, float(F.from_bits(flipped_code, name)))
             assert same(I.flip_bit(r.code, name, i), v1)
-            if i == sign_bit:
+            if i == sign_bit and f.signed:
                 assert same(v1, -r.stored)
             if math.isnan(v1):
                 continue  # a NaN code's payload is not kept
@@ -605,3 +613,29 @@ def test_importing_the_modules_pulls_in_no_torch_or_streamlit():
         "import lensa.exact, lensa.inspector, sys; assert 'torch' not in sys.modules and 'streamlit' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_e8m0_has_no_sign_no_zero_and_no_significand_bits():
+    one = I.inspect("1", "e8m0")
+    assert (one.code, one.bit_string, one.exponent, one.significand) == (127, "01111111", 0, 1.0)
+    assert (one.below, one.above, one.category) == (0.5, 2.0, "normal")
+    assert [f.name for f in I.field_bits(one)] == ["sign", "exponent", "significand"]
+    assert [len(f.bits) for f in I.field_bits(one)] == [0, 8, 0]
+    for text in ("0", "-0", "-1", "nan", "-inf"):
+        r = I.inspect(text, "e8m0")
+        assert math.isnan(r.stored) and r.category == "nan" and r.code == 0xFF and math.isnan(r.relative_error)
+    tiny = I.inspect("1e-999999", "e8m0")  # lifted to the smallest value, 2**-127: no zero to round to
+    assert tiny.stored == 2.0**-127 and tiny.below is None and tiny.relative_error == math.inf
+    huge = I.inspect("1e999", "e8m0")
+    assert huge.stored == 2.0**127 and huge.category == "overflow" and huge.above is None
+    assert I.inspect("3", "e8m0").stored == 4.0  # a tie goes up, as ml_dtypes
+    assert I.flip_bit(one, None, 7) != I.flip_bit(one, None, 7)  # 0xFF: the NaN code
+    assert I.flip_bit(one, None, 6) == 2.0**-64  # 0b00111111
+
+
+def test_fp4_saturates_and_has_no_nan_code():
+    r = I.inspect("7", "fp4_e2m1")
+    assert (r.stored, r.category, r.bit_string, r.above) == (6.0, "overflow", "0 11 1", None)
+    assert I.inspect("5", "fp4_e2m1").stored == 4.0 and I.inspect("0.25", "fp4_e2m1").stored == 0.0
+    n = I.inspect("nan", "fp4_e2m1")
+    assert math.isnan(n.stored) and n.code == 0b1000  # -0's code, as ml_dtypes stores a NaN

@@ -283,21 +283,49 @@ sys.exit(1 if heavy else 0)
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
 
 
+def also_choice(at, key: str):
+    return next(b for b in at.button_group if b.key == f"w.{key}.also")
+
+
 @pytest.mark.parametrize("key", ["fp16_range", "loss_scaling", "bf16"])
 def test_fp8_is_off_by_default_and_on_by_link(key):
     at = open_page(key, lang="en")
-    assert not at.dataframe and at.toggle(key=f"w.{key}.fp8").value is False
-    at = open_page(key, lang="en", fp8="on")
-    assert not at.exception and at.toggle(key=f"w.{key}.fp8").value is True
+    assert not at.dataframe and also_choice(at, key).value == "none"
+    at = open_page(key, lang="en", also="fp8")
+    assert not at.exception and also_choice(at, key).value == "fp8"
     formats = list(at.dataframe[0].value["Format"])
-    assert "FP8 E4M3" in formats and "FP8 E5M2" in formats
+    assert "FP8 E4M3" in formats and "FP8 E5M2" in formats and not any("FP4" in f for f in formats)
     assert metrics(at) == metrics(open_page(key, lang="en"))  # the lesson's cards are unchanged
 
 
-def test_fp8_toggle_writes_the_url():
+@pytest.mark.parametrize("key", ["fp16_range", "loss_scaling", "bf16"])
+def test_old_fp8_links_keep_working(key):
+    at = open_page(key, lang="en", fp8="on")
+    assert not at.exception and also_choice(at, key).value == "fp8"
+    assert at.query_params["also"] in ("fp8", ["fp8"]) and "fp8" not in at.query_params
+    assert "FP8 E4M3" in list(at.dataframe[0].value["Format"])
+    off = open_page(key, lang="en", fp8="off")
+    assert also_choice(off, key).value == "none" and not off.dataframe and not notices(off)
+    bad = open_page(key, lang="en", fp8="maybe")  # the new control names the value it cannot read
+    assert also_choice(bad, key).value == "none" and notices(bad)
+
+
+@pytest.mark.parametrize("key", ["fp16_range", "loss_scaling", "bf16"])
+@pytest.mark.parametrize("also", ["narrow", "all"])
+def test_fp6_and_fp4_appear_wherever_fp8_does(key, also):
+    at = open_page(key, lang="en", also=also)
+    assert not at.exception, [e.value for e in at.exception]
+    formats = " ".join(at.dataframe[0].value["Format"])
+    for label in ("FP6 E3M2", "FP6 E2M3", "FP4 E2M1"):
+        assert label in formats
+    assert ("FP8 E4M3" in formats) == (also == "all")
+    assert "block scaling" in " ".join(m.value for m in at.markdown)
+
+
+def test_also_choice_writes_the_url():
     at = open_page("bf16", lang="en")
-    at.toggle(key="w.bf16.fp8").set_value(True).run()
-    assert at.query_params["fp8"] in ("on", ["on"])
+    also_choice(at, "bf16").set_value("all").run()
+    assert at.query_params["also"] in ("all", ["all"])
     assert len(at.get("plotly_chart")) == 2 and at.dataframe
 
 

@@ -133,3 +133,11 @@ def test_zones_differ_by_pattern_as_well_as_colour():
     )
     shapes = {trace["name"]: trace["marker"]["pattern"]["shape"] for trace in fig.to_dict()["data"]}
     assert shapes == patterns
+
+
+def test_every_format_that_stores_values_has_a_colour_and_every_value_format_a_pattern():
+    """The palette follows the registry: a new format without a colour or a hatching fails here."""
+    stored = {k for k, f in FORMATS.items() if f.dtype_name is not None}
+    assert set(figures.FORMAT_COLOURS) == stored
+    assert set(figures.FORMAT_PATTERNS) == {k for k in stored if FORMATS[k].signed}
+    assert len(set(figures.FORMAT_PATTERNS.values())) == len(figures.FORMAT_PATTERNS)

@@ -37,8 +37,18 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from lensa.formats import FORMATS
 from lensa.live.summary_worker import HEADER, read_message, write_message
-from lensa.runstats import BINADE_MIN, N_BINADES, RunStats, TensorStats, exact_fractions, from_histograms, load
+from lensa.runstats import (
+    BINADE_MIN,
+    N_BINADES,
+    SUMMARY_FORMATS,
+    RunStats,
+    TensorStats,
+    exact_fractions,
+    from_histograms,
+    load,
+)
 
 # --- the summaries, binned with torch ------------------------------------------------------------------------
 
@@ -174,11 +184,11 @@ def summarize_tensor(t: torch.Tensor) -> TensorStats:
     return _summarize_bits(_as_bits(t))
 
 
-_CASTS: tuple[tuple[torch.dtype, float | None], ...] = (  # SUMMARY_FORMATS: torch's type, saturation bound
-    (torch.float16, None),
-    (torch.bfloat16, None),
-    (torch.float8_e4m3fn, 448.0),  # E4M3 saturates (lensa.formats): clamp first; torch would give NaN past 464
-    (torch.float8_e5m2, None),
+# SUMMARY_FORMATS: torch's type, and the saturation bound of a format without inf (E4M3 saturates, as
+# lensa.formats: clamp first; torch would give NaN past 464).
+_CASTS: tuple[tuple[torch.dtype, float | None], ...] = tuple(
+    (getattr(torch, FORMATS[k].dtype_name or ""), None if FORMATS[k].has_inf else FORMATS[k].max)
+    for k in SUMMARY_FORMATS
 )
 
 

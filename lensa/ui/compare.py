@@ -7,14 +7,30 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lensa.formats import FORMATS, category_shares, classify, relative_error
+from lensa.formats import FORMATS, category_shares, classify, formats_in, relative_error
 from lensa.measured import ZoneHistogram
 from lensa.scaling import loss_scaled
-from lensa.ui import figures
+from lensa.ui import figures, widgets
 from lensa.ui.frame import Page
 from lensa.ui.i18n import power_of_two
+from lensa.ui.site import ALSO_GROUPS
 
-FP8_KEYS = ("fp8_e4m3", "fp8_e5m2")
+# The formats the steps list side by side, by the registry's groups.
+SIXTEEN_BIT_KEYS = formats_in("16bit")
+FP8_KEYS = formats_in("fp8")
+NARROW_KEYS = formats_in("narrow")  # FP6 and FP4
+
+
+def also_keys(also: str) -> tuple[str, ...]:
+    """The formats the steps' "also show" choice adds to FP16 and BF16, from the registry's groups."""
+    return formats_in(*ALSO_GROUPS[also])
+
+
+def also_control(page: Page) -> str:
+    """Steps 2, 3 and 5's choice of format groups to show beside FP16 and BF16 (URL ``also``)."""
+    return widgets.choice(
+        page, "also", page.t("also.label"), lambda o: page.t(f"also.option_{o}"), help=page.t("also.help")
+    )
 
 
 def _zone_labels(page: Page) -> dict[str, str]:

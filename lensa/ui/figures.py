@@ -38,6 +38,7 @@ import numpy as np
 import plotly.graph_objects as go
 from numpy.typing import ArrayLike
 
+from lensa.formats import FORMATS
 from lensa.ui import i18n
 
 # What FP16 (or any format) does to a value.
@@ -47,21 +48,38 @@ CATEGORY_COLOURS = {
     "normal": "#009E73",  # bluish green
     "overflow": "#CC79A7",  # reddish purple
 }
-# Which format a value is stored in.
-FORMAT_COLOURS = {
+# Which format a value is stored in: one colour per format of the registry that stores values (TF32, a
+# tensor-core mode, is FP32's colour with TENSOR_CORE_PATTERN). Okabe and Ito's blue, sky blue and orange;
+# Tol's purple and rose for FP8 (Tol's olive was too close to the orange for protanopes); for FP6, FP4 and the
+# E8M0 scale the colours that stay farthest from all the others under protanopia, deuteranopia and tritanopia
+# (tests/test_palette.py). All mid tones, so they read on light and dark backgrounds.
+_COLOUR_OF = {
     "fp32": "#0072B2",  # blue
-    "bf16": "#56B4E9",  # sky blue
     "fp16": "#E69F00",  # orange
-    # Tol's purple and rose: distinct from the three above for the common colour blindnesses
-    # (tests/test_palette.py; Tol's olive was too close to the orange for protanopes),
-    # and mid tones that read on light and dark backgrounds.
+    "bf16": "#56B4E9",  # sky blue
     "fp8_e4m3": "#AA3377",  # purple
     "fp8_e5m2": "#CC6677",  # rose
+    "fp6_e3m2": "#666600",  # dark olive
+    "fp6_e2m3": "#664444",  # brown
+    "fp4_e2m1": "#EE2244",  # red
+    "e8m0": "#AAAAAA",  # grey: a block's scale, never a bar of values
 }
+FORMAT_COLOURS = {key: _COLOUR_OF[key] for key, f in FORMATS.items() if f.dtype_name is not None}
 # The same zones told apart without colour (plotly pattern shapes; normal, the common case, is plain).
 CATEGORY_PATTERNS = {"zero": "x", "subnormal": ".", "normal": "", "overflow": "/"}
-# Formats side by side in one bar chart (FP16 against BF16 and FP8 on a recorded run), told apart the same way.
-FORMAT_PATTERNS = {"fp16": "", "bf16": "/", "fp8_e4m3": "x", "fp8_e5m2": ".", "fp32": "-"}
+# Formats side by side in one bar chart (FP16 against BF16 and FP8 on a recorded run), told apart the same way;
+# the E8M0 scale has no pattern: it is never a bar.
+_PATTERN_OF = {
+    "fp16": "",
+    "bf16": "/",
+    "fp8_e4m3": "x",
+    "fp8_e5m2": ".",
+    "fp32": "-",
+    "fp6_e3m2": "\\",
+    "fp6_e2m3": "|",
+    "fp4_e2m1": "+",
+}
+FORMAT_PATTERNS = {key: _PATTERN_OF[key] for key in FORMAT_COLOURS if FORMATS[key].signed}
 ARM_DASHES = {"fp32": "solid", "fp16": "dash", "bf16": "dot"}
 NEUTRAL = "rgba(128,128,128,0.85)"
 OUTLINE = "rgba(60,60,60,0.55)"  # keeps the yellow legible on white
@@ -1213,3 +1231,92 @@ def grouped_share_bars(
     table_rows = [(name, *(texts[i] for _, _, _, texts in series)) for i, name in enumerate(names)]
     headers = (_words(lang, "col_item"), *(label for _, label, _, _ in series))
     return _figure(data, layout, table=_table(lang, headers, table_rows))
+
+
+# What a block recipe did to each value (the block scaling page): colour and marker shape, so colour is not alone.
+OUTCOME_COLOURS = {
+    "kept": CATEGORY_COLOURS["normal"],
+    "rounded": "#56B4E9",  # sky blue
+    "flushed": CATEGORY_COLOURS["zero"],
+    "saturated": CATEGORY_COLOURS["overflow"],
+}
+OUTCOME_SYMBOLS = {"kept": "square", "rounded": "diamond", "flushed": "x", "saturated": "triangle-up"}
+
+
+@dataclass(frozen=True)
+class BlockRow:
+    """One recipe's strip: its label, each value's outcome and stored value (as text), and the hover texts."""
+
+    label: str
+    outcomes: Sequence[str]
+    stored: Sequence[str]
+    hovers: Sequence[str]
+
+
+def block_strips(
+    rows: Sequence[BlockRow],
+    values: Sequence[str],
+    outcome_names: Mapping[str, str],
+    axis_index: str,
+    lang: str,
+) -> go.Figure:
+    """One strip of cells per recipe, a cell per value of the block, marked by what the recipe did to it.
+
+    ``values`` are the block's values as written for the table; ``outcome_names`` the words for kept,
+    rounded, flushed and saturated. The data table lists every value with what each recipe stores.
+    """
+    data: list[Spec] = []
+    for outcome, name in outcome_names.items():
+        xs, ys, hovers = [], [], []
+        for r, row in enumerate(rows):
+            for i, o in enumerate(row.outcomes):
+                if o == outcome:
+                    xs.append(i + 1)
+                    ys.append(r)
+                    hovers.append(row.hovers[i])
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "x": xs,
+                "y": ys,
+                "name": name,
+                "marker": {
+                    "symbol": OUTCOME_SYMBOLS[outcome],
+                    "size": 15,
+                    "color": OUTCOME_COLOURS[outcome],
+                    "line": {"color": OUTLINE, "width": 1},
+                },
+                "hovertext": hovers,
+                "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+            }
+        )
+    n = max((len(row.outcomes) for row in rows), default=0)
+    layout = _layout(
+        90 + 42 * len(rows),
+        lang,
+        xaxis={"title": {"text": axis_index}, "range": [0.3, n + 0.7], "dtick": 4, "fixedrange": True},
+        yaxis={
+            "range": [len(rows) - 0.5, -0.5],
+            "tickvals": list(range(len(rows))),
+            "ticktext": [row.label for row in rows],
+            "fixedrange": True,
+            "showgrid": False,
+            "automargin": True,
+        },
+    )
+    headers = (axis_index, _words(lang, "col_value"), *(row.label for row in rows))
+    table_rows = [
+        (
+            str(i + 1),
+            value,
+            *(f"{row.stored[i]} ({outcome_names[row.outcomes[i]]})" for row in rows),
+        )
+        for i, value in enumerate(values)
+    ]
+    counts = "; ".join(
+        f"{row.label}: " + ", ".join(f"{sum(o == k for o in row.outcomes)} {name}" for k, name in outcome_names.items())
+        for row in rows
+    )
+    alt = _words(lang, "alt_strips", n=n, rows=counts)
+    return _figure(data, layout, table=_table(lang, headers, table_rows), alt=alt)

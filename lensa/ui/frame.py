@@ -16,7 +16,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from lensa.ui import i18n
-from lensa.ui.site import PAGES, PAGES_BY_KEY, PageInfo
+from lensa.ui.site import LEGACY_PARAMS, PAGES, PAGES_BY_KEY, PageInfo
 
 LANG_WIDGET = "w.lang"
 _LANG_CHOICE = "lensa.lang_choice"  # the learner's choice this session (outlives page switches)
@@ -213,6 +213,7 @@ def setup(page_key: str) -> Page:
     switched = switched or st.session_state.get(_LAST_LANG) != lang
     st.session_state[_LAST_LANG] = lang
     page = Page(info, lang, switched=switched)
+    _translate_legacy_params(info)
     title = page.t(f"nav.{info.key}")
     st.set_page_config(page_title=f"{title} · Lensa")
     for raw in pending:
@@ -221,6 +222,22 @@ def setup(page_key: str) -> Page:
     st.html(_STYLE)
     page.notice_area = st.container()
     return page
+
+
+def _translate_legacy_params(info: PageInfo) -> None:
+    """Rewrite a parameter of an older link into the control that replaced it (``fp8=on`` into ``also=fp8``).
+
+    A value the old control did not know is passed on as it is, so the new control's notice names it; a
+    link that already says the new parameter keeps it.
+    """
+    names = {c.name for c in info.controls}
+    for old, (new, mapping) in LEGACY_PARAMS.items():
+        if new not in names or old not in st.query_params:
+            continue
+        raw = st.query_params.get(old) or ""
+        del st.query_params[old]
+        if new not in st.query_params:
+            st.query_params[new] = mapping.get(raw.strip().lower(), raw)
 
 
 def safe_echo(raw: str, limit: int = 24) -> str:

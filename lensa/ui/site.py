@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lensa.exact import try_parse_exact
+from lensa.formats import FormatGroup
 from lensa.memory import CHECKPOINTING, OPTIMIZERS
 from lensa.models import DEFAULT_PRESET, PRESETS
 from lensa.runstats import KINDS
@@ -35,8 +36,18 @@ class PageInfo:
 
 TOKENS_STOPS = power_of_two_stops(512, 32768)
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-# Steps 2, 3 and 5 can also show FP8; off by default, so the lesson reads as the seed's.
-FP8_SWITCH = ChoiceControl("fp8", ("off", "on"), "off")
+# Steps 2, 3 and 5 can also show the narrower format groups of lensa.formats: FP8, and FP6 with FP4 (OCP MX's
+# element formats); none by default, so the lesson reads as the seed's.
+ALSO = ChoiceControl("also", ("none", "fp8", "narrow", "all"), "none")
+# What each choice adds, as format groups of the registry (lensa.formats.FloatFormat.group).
+ALSO_GROUPS: dict[str, tuple[FormatGroup, ...]] = {
+    "none": (),
+    "fp8": ("fp8",),
+    "narrow": ("narrow",),
+    "all": ("fp8", "narrow"),
+}
+# Links made before the choice existed: ?fp8=on (the "Also show FP8" switch) means also=fp8.
+LEGACY_PARAMS: dict[str, tuple[str, dict[str, str]]] = {"fp8": ("also", {"on": "fp8", "off": "none"})}
 # Steps 2-5 can show a recorded run instead of the illustration (the default, so the lesson reads as the seed's).
 DATA_SOURCES = ("illustration", "reference", "lab", "upload")
 DATA = ChoiceControl("data", DATA_SOURCES, "illustration")
@@ -75,13 +86,13 @@ PAGES: tuple[PageInfo, ...] = (
         "fp16_range",
         "pages/fp16_range.py",
         2,
-        (NumberControl("grad", log_stops(-9, -1), 1e-6, log=True), FP8_SWITCH, *measured_controls()),
+        (NumberControl("grad", log_stops(-9, -1), 1e-6, log=True), ALSO, *measured_controls()),
     ),
     PageInfo(
         "loss_scaling",
         "pages/loss_scaling.py",
         3,
-        (NumberControl("scale", tuple(range(25)), 0, integer=True), FP8_SWITCH, *measured_controls()),
+        (NumberControl("scale", tuple(range(25)), 0, integer=True), ALSO, *measured_controls()),
     ),
     PageInfo(
         "master_weights",
@@ -98,7 +109,7 @@ PAGES: tuple[PageInfo, ...] = (
         "bf16",
         "pages/bf16.py",
         5,
-        (NumberControl("grad", log_stops(-12, -2), 1e-8, log=True), FP8_SWITCH, *measured_controls()),
+        (NumberControl("grad", log_stops(-12, -2), 1e-8, log=True), ALSO, *measured_controls()),
     ),
     PageInfo(
         "speed",
@@ -113,6 +124,17 @@ PAGES: tuple[PageInfo, ...] = (
         ),
     ),
     PageInfo("formats", "pages/formats.py", None, (TextControl("x", "0.1", lambda t: try_parse_exact(t) is not None),)),
+    PageInfo(
+        "blocks",
+        "pages/blocks.py",
+        None,
+        (
+            NumberControl("n", (16, 32), 32, integer=True),
+            NumberControl("grad", log_stops(-9, -1), 1e-6, log=True),
+            # how far the one outlier stands above the block's other values: 2**outlier times their largest
+            NumberControl("outlier", tuple(i / 4 for i in range(0, 65)), 0.0),
+        ),
+    ),
     PageInfo(
         "lab",
         "pages/lab.py",

@@ -1,0 +1,354 @@
+"""Block scaling as data: how FP8, MX and NVFP4 training recipes store a tensor, and what they lose.
+
+A :class:`Recipe` is an element format (a key of :data:`lensa.formats.FORMATS`),
+a block shape, a scale format and a scale rule. A block's values are divided
+by the block's scale, rounded to the element format (nearest, ties to even;
+a scaled value past the element's largest value saturates to it, in every
+recipe), and stored; what a value stands for afterwards is element × scale.
+
+Scale rules (``amax`` is the largest magnitude in the block):
+
+``"amax"`` (FP8 current scaling, per tensor, per row, DeepSeek-V3's 1×128 tiles and 128×128 blocks)
+    scale = amax / max_elem, in FP32, so that amax lands on the element's
+    largest value. A block of zeros gets scale 1.
+``"mx_floor"`` (OCP Microscaling v1.0, section 6.3)
+    scale = 2**(floor(log2 amax) - emax_elem), an E8M0 power of two, its
+    exponent clipped to [-127, 127]; a block of zeros gets 2**-127. amax /
+    scale lies in [2**emax, 2**(emax + 1)), which can pass max_elem: MXFP8
+    E4M3's 448 is 1.75 * 2**8, so a block whose amax has a significand above
+    1.75 saturates its largest value.
+``"mx_ceil"`` (Mishra, Stosic and Layton, "Recipes for Pre-training LLMs with MXFP8", arXiv:2506.08027)
+    scale = 2**ceil(log2(amax / max_elem)): the power of two rounded *up*,
+    so that amax / scale <= max_elem and nothing saturates. Computed exactly
+    here: the smallest power of two with amax <= max_elem * scale, clipped as above.
+``"nvfp4"`` (NVIDIA NVFP4: FP4 E2M1 elements, 16 to a block, two levels of scale)
+    tensor_scale = amax_tensor / (448 * 6), in FP32: one per tensor;
+    block_scale = e4m3(clamp(amax_block / 6 / tensor_scale, 2**-6, 448)): the
+    block's FP8 E4M3 scale, kept within E4M3's normal range as torchao's
+    reference (``torchao.prototype.mx_formats.nvfp4_tensor``) clamps it;
+    element = e2m1(clamp(x / (tensor_scale * block_scale), -6, 6));
+    stored = element * tensor_scale * block_scale, where the product
+    tensor_scale * block_scale is the FP32 number the elements were divided by.
+    The block with the tensor's amax gets block_scale 448 (up to E4M3's
+    rounding), so its amax maps to 6.
+
+Arithmetic: the values are taken as FP32 (a float64 input is rounded to
+float32 first: these recipes quantize FP32 or BF16 tensors), and scaled in
+FP32 as the kernels do: x / scale, rounded to float32, then to the element
+format. For power-of-two scales (MX) the division is exact, so the result is
+the element rounding of the exact quotient, which is what gfloat computes
+(tests/test_blockscale.py checks every block against it).
+
+Blocks run over the last axis (``(1, n)``), or over the last two (``(128,
+128)``); ``None`` in a block shape is the whole axis, and a block shape of
+``None`` is the whole tensor. An axis that is not a multiple of the block is
+padded with zeros for the scale (zeros do not change amax) and cut back.
+A block with a NaN or an infinity gets a NaN scale, and all its values are
+stored as NaN (OCP MX: a NaN scale makes the whole block NaN).
+
+Public API: :data:`RECIPES`, :func:`quantize`, :func:`encode` (stored values,
+the scales, which values saturated), :func:`lost` (shares flushed and
+saturated, SQNR) and :func:`outcomes` (kept, rounded, flushed or saturated,
+per value).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from lensa.formats import FORMATS, FloatFormat, classify, get_format, round_float32
+
+ScaleRule = Literal["amax", "mx_floor", "mx_ceil", "nvfp4"]
+Outcome = Literal["kept", "rounded", "flushed", "saturated"]
+OUTCOMES: tuple[Outcome, ...] = ("kept", "rounded", "flushed", "saturated")
+
+_E8M0_LO, _E8M0_HI = -127, 127  # E8M0's exponents: 2**-127 ... 2**127
+_NVFP4_TENSOR_DIVISOR = np.float32(448.0 * 6.0)  # E4M3's max times E2M1's max
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a tensor is stored: element format, block shape, scale format and scale rule.
+
+    ``block`` is ``(rows, cols)`` over the last two axes (``(1, 32)`` is 32
+    values of a row; ``None`` in it is the whole axis), or None for the
+    whole tensor. ``scale_format`` is the format the scale is stored in
+    (``"fp32"``, ``"e8m0"`` or ``"fp8_e4m3"``); NVFP4 adds an FP32 scale per tensor.
+    """
+
+    key: str
+    label: str
+    element: str
+    block: tuple[int | None, int | None] | None
+    scale_format: str
+    rule: ScaleRule
+
+    @property
+    def element_format(self) -> FloatFormat:
+        return get_format(self.element)
+
+    @property
+    def block_size(self) -> int | None:
+        """Values per block along a row (None: the whole row or tensor)."""
+        return None if self.block is None else self.block[1]
+
+    @property
+    def two_level(self) -> bool:
+        """Whether a per-tensor FP32 scale sits above the block scales (NVFP4)."""
+        return self.rule == "nvfp4"
+
+
+RECIPES: dict[str, Recipe] = {
+    r.key: r
+    for r in (
+        Recipe("fp8_tensor", "FP8 E4M3 per tensor", "fp8_e4m3", None, "fp32", "amax"),
+        Recipe("fp8_row", "FP8 E4M3 per row", "fp8_e4m3", (1, None), "fp32", "amax"),
+        Recipe("fp8_1x128", "FP8 E4M3 1×128 tiles", "fp8_e4m3", (1, 128), "fp32", "amax"),
+        Recipe("fp8_128x128", "FP8 E4M3 128×128 blocks", "fp8_e4m3", (128, 128), "fp32", "amax"),
+        Recipe("mxfp8_e4m3", "MXFP8 E4M3", "fp8_e4m3", (1, 32), "e8m0", "mx_floor"),
+        Recipe("mxfp8_e4m3_ceil", "MXFP8 E4M3, scale rounded up", "fp8_e4m3", (1, 32), "e8m0", "mx_ceil"),
+        Recipe("mxfp8_e5m2", "MXFP8 E5M2", "fp8_e5m2", (1, 32), "e8m0", "mx_floor"),
+        Recipe("mxfp6_e3m2", "MXFP6 E3M2", "fp6_e3m2", (1, 32), "e8m0", "mx_floor"),
+        Recipe("mxfp6_e2m3", "MXFP6 E2M3", "fp6_e2m3", (1, 32), "e8m0", "mx_floor"),
+        Recipe("mxfp4_e2m1", "MXFP4 E2M1", "fp4_e2m1", (1, 32), "e8m0", "mx_floor"),
+        Recipe("mxfp4_e2m1_ceil", "MXFP4 E2M1, scale rounded up", "fp4_e2m1", (1, 32), "e8m0", "mx_ceil"),
+        Recipe("nvfp4", "NVFP4", "fp4_e2m1", (1, 16), "fp8_e4m3", "nvfp4"),
+    )
+}
+
+
+def get_recipe(recipe: str | Recipe) -> Recipe:
+    """Look a recipe up by key; a Recipe passes through."""
+    if isinstance(recipe, Recipe):
+        return recipe
+    try:
+        return RECIPES[recipe]
+    except KeyError:
+        raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}") from None
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """What a recipe stores for a tensor.
+
+    ``stored``: the values it stands for (float64, the input's shape).
+    ``scale``: the number each value was divided by (float64, the input's
+    shape: its block's scale, times the tensor scale in NVFP4).
+    ``block_scales``: one per block, as stored in ``scale_format`` (blocks
+    in row-major order of the padded blocked tensor; NVFP4: the E4M3 block
+    scales, without the tensor scale). ``tensor_scale``: NVFP4's FP32
+    per-tensor scale (None otherwise). ``saturated``: which values were
+    past the element's largest value after scaling by more than rounding
+    absorbs (they would round beyond it), and were clamped to it.
+    """
+
+    stored: NDArray[np.float64]
+    scale: NDArray[np.float64]
+    block_scales: NDArray[np.float64]
+    tensor_scale: float | None
+    saturated: NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Lost:
+    """What a recipe loses on a tensor: shares (0..1) and the signal-to-quantization-noise ratio.
+
+    ``flushed``: of the non-zero values, the share stored as 0. ``saturated``:
+    of all values, the share clamped to the largest element value (as
+    :attr:`Encoded.saturated`).
+    ``sqnr_db``: 10 log10(sum x**2 / sum (x - stored)**2); inf when nothing
+    changed, NaN for an empty or all-NaN tensor.
+    """
+
+    flushed: float
+    saturated: float
+    sqnr_db: float
+
+
+def _as_float32(values: ArrayLike) -> NDArray[np.float32]:
+    a = np.asarray(values)
+    if a.dtype != np.float32:
+        with np.errstate(over="ignore", invalid="ignore"):
+            a = a.astype(np.float32)
+    return a
+
+
+def _exponent_floor(amax: NDArray[np.float32]) -> NDArray[np.int32]:
+    """floor(log2(amax)) for finite amax > 0, exactly (frexp, not a rounded log)."""
+    _, e = np.frexp(amax)
+    return (e - 1).astype(np.int32)
+
+
+def _mx_exponent(amax: NDArray[np.float32], f: FloatFormat, rule: ScaleRule) -> NDArray[np.int32]:
+    """The E8M0 exponent of each block's scale, clipped to E8M0's range; 2**-127 for a block of zeros."""
+    positive = amax > 0
+    safe = np.where(positive, amax, np.float32(1.0))
+    if rule == "mx_floor":
+        e = _exponent_floor(safe) - f.emax
+    else:
+        # Smallest e with amax <= max_elem * 2**e: start from floor(log2(amax / max)), step up where short.
+        _, ex = np.frexp(np.float64(f.max))
+        e = _exponent_floor(safe) - (ex - 1)  # within one of the answer
+        e = np.where(safe.astype(np.float64) > np.ldexp(f.max, e), e + 1, e)
+        e = np.where(safe.astype(np.float64) <= np.ldexp(f.max, e - 1), e - 1, e).astype(np.int32)
+    e = np.clip(e, _E8M0_LO, _E8M0_HI)
+    return np.where(positive, e, np.int32(_E8M0_LO)).astype(np.int32)
+
+
+def _blocked(a: NDArray[np.float32], block: tuple[int | None, int | None] | None) -> tuple[NDArray[np.float32], Any]:
+    """``a`` as (matrices, rows, column blocks, values per column block), the columns zero-padded to whole blocks;
+    and how to undo it, with the rows per block. A block at least as large as its axis covers the axis."""
+    shape = a.shape
+    if block is None:  # the whole tensor: one row, one block
+        return a.reshape(1, 1, 1, -1), (shape, 1, 1, a.size, 0, 1)
+    rows = 1 if a.ndim < 2 else shape[-2]
+    cols = 1 if a.ndim == 0 else shape[-1]
+    lead = int(np.prod(shape[:-2])) if a.ndim > 2 else 1
+    m = a.reshape(lead, rows, cols)
+    br = rows if block[0] is None or block[0] > rows else block[0]
+    bc = cols if block[1] is None or block[1] > cols else block[1]
+    pc = (-cols) % max(bc, 1)
+    if pc:
+        m = np.pad(m, ((0, 0), (0, 0), (0, pc)))
+    return m.reshape(lead, rows, (cols + pc) // max(bc, 1), max(bc, 1)), (shape, lead, rows, cols, pc, max(br, 1))
+
+
+def _unblocked(b: NDArray[Any], how: Any) -> NDArray[Any]:
+    shape, lead, rows, cols, pc, _ = how
+    m = b.reshape(lead, rows, cols + pc)
+    return (m[:, :, :cols] if pc else m).reshape(shape)
+
+
+def _block_amax(b: NDArray[np.float32], br: int) -> tuple[NDArray[np.float32], NDArray[np.bool_]]:
+    """Each block's amax (0 for a block with a NaN or an inf), shaped (matrices, row blocks, column blocks, 1),
+    and which blocks have a NaN or an inf.
+
+    Read from the bits: for floats without the sign bit, integer order is magnitude order, and an integer
+    max is several times faster than abs then a float max. Rows are gathered per block with reduceat, so a
+    partial last block of rows needs no padding.
+    """
+    if b.size == 0:
+        empty = (b.shape[0], 0 if b.shape[1] == 0 else 1, b.shape[2], 1)
+        return np.zeros(empty, np.float32), np.zeros(empty, bool)
+    magnitude = np.ascontiguousarray(b).view(np.uint32) & np.uint32(0x7FFFFFFF)
+    top = magnitude.max(axis=3, keepdims=True)  # the contiguous axis first
+    if br > 1:
+        top = np.maximum.reduceat(top, np.arange(0, b.shape[1], br), axis=1)
+    bad = top >= np.uint32(0x7F800000)  # inf or NaN
+    top[bad] = 0
+    return top.view(np.float32), bad
+
+
+def _per_row(per_block: NDArray[Any], br: int, rows: int) -> NDArray[Any]:
+    """A per-block array (matrices, row blocks, column blocks, 1) spread over the block's rows."""
+    return per_block if br == 1 else np.repeat(per_block, br, axis=1)[:, :rows]
+
+
+def _past_the_top(scaled: NDArray[np.float32], f: FloatFormat) -> NDArray[np.bool_]:
+    """Which scaled values round beyond the element's largest value (:func:`lensa.formats.classify`'s
+    ``"overflow"``): the ones that saturation, not rounding, brings down to it."""
+    threshold = f.overflow_threshold
+    tie_goes_up = str(classify(threshold, f)) == "overflow"
+    a = np.abs(scaled)
+    return (a >= threshold) if tie_goes_up else (a > threshold)
+
+
+def _encode(values: ArrayLike, recipe: str | Recipe, details: bool) -> Encoded:
+    r = get_recipe(recipe)
+    f = r.element_format
+    x = _as_float32(values)
+    b, how = _blocked(x, r.block)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        br, rows = how[5], how[2]
+        amax, bad = _block_amax(b, br)
+        tensor_scale: float | None = None
+        if r.rule == "amax":
+            scale = np.where(amax > 0, amax / np.float32(f.max), np.float32(1.0)).astype(np.float32)
+            block_scales = scale
+        elif r.rule == "nvfp4":
+            t_amax = np.float32(np.max(amax)) if amax.size else np.float32(0)
+            ts = t_amax / _NVFP4_TENSOR_DIVISOR if t_amax > 0 else np.float32(1.0)
+            tensor_scale = float(ts)
+            block = (amax / np.float32(f.max)) / ts
+            smallest_normal = np.float32(FORMATS["fp8_e4m3"].smallest_normal)
+            block = np.clip(block, smallest_normal, np.float32(FORMATS["fp8_e4m3"].max))
+            block_scales = block.astype(FORMATS["fp8_e4m3"].dtype).astype(np.float32)
+            scale = (ts * block_scales).astype(np.float32)
+        else:
+            e = _mx_exponent(amax, f, r.rule)
+            scale = np.ldexp(np.float32(1.0), e).astype(np.float32)
+            block_scales = scale
+        any_bad = bool(bad.any())
+        if any_bad:
+            scale = np.where(bad, np.float32(np.nan), scale)
+            block_scales = np.where(bad, np.nan, block_scales)
+        scale = _per_row(scale, br, rows)
+        scaled = b / scale
+        saturated = _past_the_top(scaled, f) if details else None
+        stored64 = np.empty(b.shape, np.float64)
+        # clamped to ±max (saturation), round_float32 gives the element exactly; times the scale in float64, exactly
+        element = round_float32(np.ascontiguousarray(scaled), f, limit=f.max, inplace=True)
+        np.multiply(element, scale, out=stored64, dtype=np.float64)
+        if any_bad:
+            stored64[np.broadcast_to(_per_row(bad, br, rows), stored64.shape)] = np.nan
+        stored = _unblocked(stored64, how)
+        if saturated is None:
+            return Encoded(stored, np.empty(0), np.empty(0), tensor_scale, np.empty(0, bool))
+        full_scale = _unblocked(np.broadcast_to(scale, b.shape).astype(np.float64), how)
+    return Encoded(
+        stored, full_scale, block_scales.astype(np.float64).reshape(-1), tensor_scale, _unblocked(saturated, how)
+    )
+
+
+def quantize(values: ArrayLike, recipe: str | Recipe) -> NDArray[np.float64]:
+    """The values ``recipe`` stores for ``values`` (float64, same shape), in blocks over the last axis."""
+    return _encode(values, recipe, details=False).stored
+
+
+def encode(values: ArrayLike, recipe: str | Recipe) -> Encoded:
+    """:func:`quantize`, with each value's scale, the block scales and which values saturated."""
+    return _encode(values, recipe, details=True)
+
+
+def outcomes(values: ArrayLike, enc: Encoded) -> NDArray[np.str_]:
+    """Per value: ``"kept"`` (stored exactly), ``"rounded"``, ``"flushed"`` (non-zero stored as 0) or
+    ``"saturated"`` (clamped to the largest element value); NaN inputs are ``"rounded"``."""
+    x = _as_float32(values).astype(np.float64)
+    out = np.full(x.shape, "rounded", dtype="<U9")
+    out[enc.stored == x] = "kept"
+    out[(x != 0) & (enc.stored == 0)] = "flushed"
+    out[enc.saturated] = "saturated"
+    return out
+
+
+def sqnr_db(values: ArrayLike, stored: ArrayLike) -> float:
+    """10 log10(signal power / noise power) in dB; inf when stored equals values, NaN when there is nothing."""
+    x = np.asarray(values, np.float64)
+    q = np.asarray(stored, np.float64)
+    ok = ~np.isnan(x) & ~np.isnan(q)
+    if not ok.any():
+        return math.nan
+    signal = float(np.sum(np.square(x[ok])))
+    noise = float(np.sum(np.square(x[ok] - q[ok])))
+    if noise == 0:
+        return math.inf
+    if signal == 0:
+        return -math.inf
+    return 10 * math.log10(signal / noise)
+
+
+def lost(values: ArrayLike, recipe: str | Recipe) -> Lost:
+    """What ``recipe`` loses on ``values``: shares flushed and saturated, and the SQNR in dB."""
+    x = _as_float32(values).astype(np.float64)
+    enc = encode(x, recipe)
+    nonzero = (x != 0) & ~np.isnan(x)
+    n_nonzero = int(np.count_nonzero(nonzero))
+    n = int(np.count_nonzero(~np.isnan(x)))
+    flushed = float(np.count_nonzero(nonzero & (enc.stored == 0))) / n_nonzero if n_nonzero else 0.0
+    saturated = float(np.count_nonzero(enc.saturated)) / n if n else 0.0
+    return Lost(flushed, saturated, sqnr_db(x, enc.stored))

@@ -1,0 +1,213 @@
+"""lensa.blockscale against gfloat (MX, every block of a property test) and NVFP4's formulas written out."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from gfloat import RoundMode, quantize_block
+from gfloat.block import compute_scale_amax
+from gfloat.formats import (
+    format_info_mxfp4_e2m1,
+    format_info_mxfp6_e2m3,
+    format_info_mxfp6_e3m2,
+    format_info_mxfp8_e4m3,
+    format_info_mxfp8_e5m2,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from lensa import blockscale as B
+from lensa import formats as F
+
+GFLOAT_MX = {
+    "mxfp8_e4m3": format_info_mxfp8_e4m3,
+    "mxfp8_e5m2": format_info_mxfp8_e5m2,
+    "mxfp6_e3m2": format_info_mxfp6_e3m2,
+    "mxfp6_e2m3": format_info_mxfp6_e2m3,
+    "mxfp4_e2m1": format_info_mxfp4_e2m1,
+}
+
+
+def round_up_scale(emax: float, vals: np.ndarray, elem_max: float) -> float:
+    """arXiv:2506.08027's rule for gfloat: the E8M0 scale 2**ceil(log2(amax / max)), clipped as OCP's."""
+    amax = float(np.max(np.abs(vals)))
+    if amax == 0:
+        return 2.0**-127
+    e = math.ceil(math.log2(amax / elem_max))
+    e += amax > elem_max * 2.0**e  # the log's rounding, corrected exactly
+    e -= amax <= elem_max * 2.0 ** (e - 1)
+    return 2.0 ** min(max(e, -127), 127)
+
+
+def gfloat_blocks(x: np.ndarray, key: str, rule: str = "mx_floor") -> np.ndarray:
+    fi = GFLOAT_MX[key]
+    if rule == "mx_floor":
+        scale = compute_scale_amax
+    else:
+        elem_max = fi.etype.max
+
+        def scale(emax: float, vals: np.ndarray) -> float:
+            return round_up_scale(emax, vals, elem_max)
+
+    blocks = x.astype(np.float64).reshape(-1, 32)
+    return np.concatenate([quantize_block(fi, b, scale, RoundMode.TiesToEven) for b in blocks])
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return bool(np.all((np.isnan(a) & np.isnan(b)) | ((a == b) & (np.signbit(a) == np.signbit(b)))))
+
+
+# Blocks of float32 values spread over many decades (gradients), with zeros, ties and exact powers of two.
+magnitudes = st.floats(min_value=float(np.float32(1e-30)), max_value=float(np.float32(1e30)), width=32)
+block_values = st.one_of(
+    magnitudes,
+    magnitudes.map(lambda v: -v),
+    st.sampled_from([0.0, -0.0, 1.0, 1.5, 1.75, 1.875, 3.0, 448.0, 464.0, 6.0, 7.0, 2.0**-126, 2.0**-149]),
+)
+blocks_of_32 = hnp.arrays(np.float32, st.integers(1, 4).map(lambda n: (n * 32,)), elements=block_values)
+
+
+@settings(max_examples=150, deadline=None)
+@given(x=blocks_of_32, key=st.sampled_from(list(GFLOAT_MX)))
+def test_mx_equals_gfloat_on_every_block(x, key):
+    assert same(B.quantize(x, key), gfloat_blocks(x, key))
+
+
+@settings(max_examples=100, deadline=None)
+@given(x=blocks_of_32, key=st.sampled_from(["mxfp8_e4m3", "mxfp4_e2m1"]))
+def test_round_up_rule_equals_gfloat_with_that_scale(x, key):
+    ours = B.quantize(x, f"{key}_ceil")
+    assert same(ours, gfloat_blocks(x, key, rule="mx_ceil"))
+    assert B.lost(x, f"{key}_ceil").saturated == 0.0  # the point of rounding the scale up
+
+
+def test_mx_scale_is_ocp_and_saturates_the_largest_value():
+    # amax 1.9 * 2**3: OCP's scale is 2**(3 - 8); 1.9 * 2**8 = 486.4 is past 448, so it saturates.
+    x = np.full(32, 0.01, np.float32)
+    x[5] = 1.9 * 8
+    enc = B.encode(x, "mxfp8_e4m3")
+    assert enc.block_scales.tolist() == [2.0**-5] and enc.saturated.sum() == 1
+    assert enc.stored[5] == 448 * 2.0**-5 == 14.0
+    up = B.encode(x, "mxfp8_e4m3_ceil")  # the rule rounded up: 2**ceil(log2(15.2 / 448)) = 2**-4
+    # 15.2 / 2**-4 = 243.2, which E4M3 (spacing 16 there) rounds to 240: 15.0, not clamped
+    assert up.block_scales.tolist() == [2.0**-4] and not up.saturated.any() and up.stored[5] == 15.0
+    assert B.lost(x, "mxfp8_e4m3").saturated == 1 / 32
+
+
+def test_an_outlier_flushes_an_mxfp4_block_and_nvfp4_keeps_more():
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal(32) * 1e-6).astype(np.float32)
+    x[3] = np.float32(np.max(np.abs(x)) * 2.0**8)
+    mx, nv = B.lost(x, "mxfp4_e2m1"), B.lost(x, "nvfp4")
+    assert mx.flushed > 0.9  # the other 31 values fall below FP4's 0.5 after the outlier's scale
+    assert nv.flushed < 0.6  # the second block of 16 has its own scale
+    assert nv.sqnr_db > mx.sqnr_db
+
+
+def test_zero_blocks_and_non_finite_blocks():
+    z = np.zeros(64, np.float32)
+    for key in B.RECIPES:
+        assert same(B.quantize(z, key), z)
+        assert B.lost(z, key) == B.Lost(0.0, 0.0, math.inf) or math.isnan(B.lost(z, key).sqnr_db)
+    x = np.ones(64, np.float32)
+    x[40] = np.inf
+    q = B.quantize(x, "mxfp8_e4m3")
+    assert (q[:32] == 1).all() and np.isnan(q[32:]).all()  # OCP: a NaN scale makes the block NaN
+
+
+# --- NVFP4, from its formulas ---------------------------------------------------------------------
+
+
+def nvfp4_by_formula(x: np.ndarray) -> np.ndarray:
+    """The module docstring's formulas, one block at a time in plain float32 arithmetic."""
+    x = x.astype(np.float32)
+    tensor_scale = np.float32(np.max(np.abs(x))) / np.float32(2688.0)
+    out = []
+    for block in x.reshape(-1, 16):
+        s = np.float32(np.max(np.abs(block))) / np.float32(6.0) / tensor_scale
+        s = np.float32(min(max(s, np.float32(2.0**-6)), np.float32(448.0)))
+        s = np.float32(s.astype(ml_dtypes.float8_e4m3fn))
+        total = np.float32(tensor_scale * s)
+        for v in block:
+            e = np.float32(min(max(np.float32(v / total), np.float32(-6.0)), np.float32(6.0)))
+            out.append(float(e.astype(ml_dtypes.float4_e2m1fn)) * float(total))
+    return np.array(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(x=hnp.arrays(np.float32, st.integers(1, 4).map(lambda n: (n * 16,)), elements=block_values))
+def test_nvfp4_is_its_formula(x):
+    if not np.any(x):
+        return
+    assert same(B.quantize(x, "nvfp4"), nvfp4_by_formula(x))
+
+
+def test_nvfp4_tensor_scale_and_largest_block():
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal(64) * 3e-3).astype(np.float32)
+    enc = B.encode(x, "nvfp4")
+    amax = np.float32(np.max(np.abs(x)))
+    assert enc.tensor_scale == float(amax / np.float32(448 * 6))
+    block_with_amax = int(np.argmax(np.abs(x))) // 16
+    assert enc.block_scales[block_with_amax] == 448.0
+    assert np.isclose(np.max(np.abs(enc.stored)), amax, rtol=1e-6)  # amax maps to 6 × the total scale
+
+
+@pytest.mark.parametrize("key", ["fp8_tensor", "fp8_row", "fp8_1x128", "fp8_128x128"])
+def test_fp8_amax_recipes_map_each_blocks_amax_to_448(key):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((256, 384)) * 10.0 ** rng.integers(-6, 0, (256, 1))).astype(np.float32)
+    enc = B.encode(x, key)
+    r = B.RECIPES[key]
+    br, bc = (256, 384) if r.block is None else (r.block[0] or 256, r.block[1] or 384)
+    blocks = np.abs(x).reshape(256 // br, br, 384 // bc, bc).max(axis=(1, 3))
+    assert enc.block_scales.tolist() == (blocks.astype(np.float32) / np.float32(448)).reshape(-1).tolist()
+    assert same(enc.stored, F.quantize(np.float32(x / enc.scale.astype(np.float32)), "fp8_e4m3") * enc.scale)
+    assert not enc.saturated.any()
+
+
+def test_blocks_run_over_the_last_axis_and_partial_blocks_are_padded():
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((3, 70)) * 1e-4).astype(np.float32)
+    q = B.quantize(x, "mxfp4_e2m1")
+    assert q.shape == x.shape
+    for row in range(3):
+        padded = np.concatenate([x[row], np.zeros(26, np.float32)])
+        assert same(q[row], gfloat_blocks(padded, "mxfp4_e2m1")[:70])
+
+
+def test_outcomes_name_what_happened():
+    x = np.array([1.0, 0.3, 1e-9, 7.5] + [0.5] * 12, np.float32)
+    enc = B.encode(x, "nvfp4")
+    marks = B.outcomes(x, enc)
+    assert marks[2] == "flushed" and set(marks) <= set(B.OUTCOMES)
+    assert (marks == "kept").sum() >= 1
+
+
+def test_unknown_recipe_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown recipe"):
+        B.quantize([1.0], "mxfp3")
+
+
+def test_nvfp4_matches_torchaos_reference_where_it_installs():
+    """torchao's NVFP4 reference (optional: skipped where torchao is not installed)."""
+    pytest.importorskip("torch")
+    nv = pytest.importorskip("torchao.prototype.mx_formats.nvfp4_tensor")
+    kernels = pytest.importorskip("torchao.prototype.mx_formats.kernels")
+    import torch
+
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((8, 64)) * 10.0 ** rng.integers(-8, -2, (8, 4)).repeat(16, axis=1)).astype(np.float32)
+    tx = torch.from_numpy(x)
+    tensor_scale = nv.per_tensor_amax_to_scale(torch.max(torch.abs(tx)))
+    scales, packed = nv.nvfp4_quantize(tx, 16, tensor_scale)
+    elements = kernels.f4_unpacked_to_f32(kernels.unpack_uint4(packed.view(torch.uint8))).numpy().reshape(8, 64)
+    enc = B.encode(x, "nvfp4")
+    assert enc.tensor_scale == float(tensor_scale)
+    assert enc.block_scales.tolist() == scales.to(torch.float32).numpy().reshape(-1).tolist()
+    assert same(enc.stored / enc.scale, elements)
