@@ -34,7 +34,10 @@ import argparse
 import asyncio
 import contextlib
 import http.client
+import json
 import os
+import resource
+import subprocess
 import sys
 import threading
 import time
@@ -44,7 +47,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from bench.common import percentile, publish, table
+from bench.common import ROOT, percentile, publish, table
 from bench.loadgen import SUBPROTOCOLS, Report, _is_loopback, drive, read_proc
 
 MAX_CLIENTS = 20
@@ -268,6 +271,36 @@ def attack(base_url: str, clients: int, seconds: float) -> list[Hostile]:
     return crowd
 
 
+def attack_elsewhere(base_url: str, clients: int, seconds: float) -> tuple[Counter[str], list[str], float]:
+    """:func:`attack` in a process of its own, so the hostile clients never hold the learners' interpreter lock.
+
+    Returns the answers, the failures and the attacking process's CPU seconds.
+    """
+    command = [sys.executable, "-m", "bench.hostile", "--attack", base_url, "--clients", str(clients)]
+    command += ["--seconds", str(seconds)]
+    out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=seconds + 300, check=False)
+    try:
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return Counter(), [f"the attacking process failed: {out.stderr[-600:]}"], 0.0
+    return Counter(result["answers"]), result["failures"], result["cpu_s"]
+
+
+def _attack_main(base_url: str, clients: int, seconds: float) -> int:
+    crowd = attack(base_url, clients, seconds)
+    answers: Counter[str] = Counter()
+    for h in crowd:
+        answers.update(h.answers)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    result = {
+        "answers": dict(answers),
+        "failures": [f for h in crowd for f in h.failures],
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+    }
+    print(json.dumps(result))
+    return 0
+
+
 # --- the comparison --------------------------------------------------------------------------------------------
 
 
@@ -276,18 +309,11 @@ class Outcome:
     label: str
     report: Report
     peak_rss_mb: float
-    hostile: list[Hostile]
-
-    @property
-    def answers(self) -> Counter[str]:
-        total: Counter[str] = Counter()
-        for h in self.hostile:
-            total.update(h.answers)
-        return total
-
-    @property
-    def failures(self) -> list[str]:
-        return [f for h in self.hostile for f in h.failures]
+    clients: int
+    answers: Counter[str]
+    failures: list[str]
+    client_cpu_pct: float  # the learners' process
+    attacker_cpu_pct: float  # the hostile clients' process
 
 
 def _peak_sampler(pid: int, stop: threading.Event, peak: list[float]) -> None:
@@ -301,14 +327,15 @@ def measure(learners: int, think: float, seconds: float, clients: int, env: dict
     from tests.e2e.harness import Server
 
     with Server(extra_env=env) as server:
+        cpu_before, wall_before = sum(os.times()[:2]), time.monotonic()
         stop, peak = threading.Event(), [0.0]
         sampler = threading.Thread(target=_peak_sampler, args=(server.proc.pid, stop, peak), daemon=True)
         sampler.start()
-        hostile: list[Hostile] = []
+        outcome: list[tuple[Counter[str], list[str], float]] = []
         attacker = None
         if clients:
             attacker = threading.Thread(
-                target=lambda: hostile.extend(attack(server.url, clients, seconds)), daemon=True
+                target=lambda: outcome.append(attack_elsewhere(server.url, clients, seconds)), daemon=True
             )
             attacker.start()
         report = asyncio.run(
@@ -318,13 +345,12 @@ def measure(learners: int, think: float, seconds: float, clients: int, env: dict
             attacker.join(seconds + 240)
         stop.set()
         sampler.join()
+        client_cpu = 100 * (sum(os.times()[:2]) - cpu_before) / (time.monotonic() - wall_before)
+        wall = time.monotonic() - wall_before
+        answers, failures, attacker_cpu = outcome[0] if outcome else (Counter(), [], 0.0)
         if "Traceback" in server.output():
-            hostile_failures = [f"server log: {server.output().split('Traceback', 1)[1][:400]}"]
-            if hostile:
-                hostile[0].failures.extend(hostile_failures)
-            else:
-                report.learners[0].errors.extend(hostile_failures)
-    return Outcome(report.label, report, peak[0], hostile)
+            failures.append(f"server log: {server.output().split('Traceback', 1)[1][:400]}")
+    return Outcome(report.label, report, peak[0], clients, answers, failures, client_cpu, 100 * attacker_cpu / wall)
 
 
 def summary(calm: Outcome, attacked: Outcome, memory_budget_mb: float) -> str:
@@ -335,11 +361,14 @@ def summary(calm: Outcome, attacked: Outcome, memory_budget_mb: float) -> str:
         ("move p50 (ms)", lambda o: percentile(o.report.moves, 50)),
         ("move p95 (ms)", lambda o: percentile(o.report.moves, 95)),
         ("server memory peak (MB)", lambda o: o.peak_rss_mb),
+        ("server CPU busy (%)", lambda o: o.report.figures()["server CPU busy (%)"]),
+        ("learners' process CPU busy (%)", lambda o: o.client_cpu_pct),
+        ("hostile clients' process CPU busy (%)", lambda o: o.attacker_cpu_pct),
     ):
         a, b = get(calm), get(attacked)
         ratio = f"{b / a:.2f}×" if "(ms)" in name and a else "—"
         rows.append([name, f"{a:,.0f}", f"{b:,.0f}", ratio])
-    lines = [table(["measure", "no hostile clients", f"{len(attacked.hostile)} hostile clients", "ratio"], rows)]
+    lines = [table(["measure", "no hostile clients", f"{attacked.clients} hostile clients", "ratio"], rows)]
     lines.append(f"\nMemory budget {memory_budget_mb:.0f} MB; peak under attack {attacked.peak_rss_mb:.0f} MB.")
     answers = attacked.answers
     lines.append("\nWhat the hostile clients got back:\n")
@@ -363,7 +392,7 @@ def verdict(calm: Outcome, attacked: Outcome, memory_budget_mb: float, p95_ratio
     if attacked.failures:
         problems.append(f"server failures: {attacked.failures[:3]}")
     refused = sum(v for k, v in attacked.answers.items() if k.rsplit(": ", 1)[1] in REFUSALS)
-    if attacked.hostile and not refused:
+    if attacked.clients and not refused:
         problems.append("the hostile clients were never refused")
     return problems
 
@@ -377,7 +406,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--clients", type=int, default=5, help="hostile clients")
     parser.add_argument("--publish", metavar="NAME", help="write the table into docs/performance.md")
+    parser.add_argument("--attack", metavar="URL", help=argparse.SUPPRESS)  # the hostile clients' own process
     args = parser.parse_args(argv)
+    if args.attack:
+        return _attack_main(args.attack, args.clients, args.seconds)
 
     budget_mb = Limits.from_env().memory_budget / (1024 * 1024)
     calm = measure(args.learners, args.think, args.seconds, 0)

@@ -14,7 +14,8 @@ what is here at start-up:
   the limit for what the server sends).
 - **Per session** (:class:`UploadGuard`): one upload in flight at a time (another is answered 429), and
   before a new upload the session's older files are dropped but its newest, so a session holds at most its
-  current run's file plus the one arriving.
+  current run's file plus the one arriving. A refused upload is answered after :data:`REFUSAL_DELAY_S`
+  with ``Connection: close``: its body is never read, and a script retrying at once is slowed down.
 - **Per server**: all sessions' uploaded files, plus a reservation of the largest file for every upload in
   flight, stay within ``LENSA_UPLOAD_BUDGET_MB`` (512 MB). Past it, or when the whole process is over its
   memory budget, a new upload is refused: the browser asks for an upload address first, and that answer
@@ -27,6 +28,7 @@ what is here at start-up:
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import logging
@@ -43,7 +45,7 @@ from lensa.runstats import MAX_FILE_BYTES
 from lensa.ui import i18n
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Receive, Scope, Send
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LOG = logging.getLogger(__name__)
 MB = 1024 * 1024
@@ -59,6 +61,9 @@ DEFAULT_RECORDINGS_BUDGET_MB = 128
 # (_MAX_UPLOAD_MULTIPART_OVERHEAD_BYTES in its routes): an upload in flight may hold that much.
 UPLOAD_RESERVATION_BYTES = MAX_FILE_BYTES + MB
 RETRY_AFTER_S = 60
+REFUSAL_DELAY_S = 1.0
+"""How long a refused upload waits for its answer: no work for the server (the client's body is not read,
+and the connection is closed after), but a script that retries at once is slowed to one try a second."""
 _UPLOAD_PATH = re.compile(r"/_stcore/upload_file/([^/]+)/([^/]+)$")
 
 
@@ -157,8 +162,14 @@ def both_languages(key: str) -> str:
 class UploadGuard:
     """Per-session and per-server bounds on uploaded files, over Streamlit's in-memory upload manager."""
 
-    def __init__(self, limits: Limits, memory_check: Callable[[], str | None] | None = None) -> None:
+    def __init__(
+        self,
+        limits: Limits,
+        memory_check: Callable[[], str | None] | None = None,
+        refusal_delay_s: float = REFUSAL_DELAY_S,
+    ) -> None:
         self.limits = limits
+        self.refusal_delay_s = refusal_delay_s
         self._memory_check = memory_check or (lambda: over_memory_budget(limits))
         self._lock = threading.Lock()
         self._in_flight: set[str] = set()
@@ -223,7 +234,9 @@ class UploadGuardMiddleware:
     """ASGI middleware: a ``PUT`` of an upload passes :class:`UploadGuard` before Streamlit reads its body.
 
     A request without a live session or a valid XSRF token is left to Streamlit, which refuses it as it
-    always has (400, 403).
+    always has (400, 403). Every refusal of an upload, ours or Streamlit's (413), closes the connection: a
+    refused client's body would otherwise still be read, and thrown away, on the server's event loop, which
+    is also every learner's websocket.
     """
 
     def __init__(self, app: ASGIApp, guard: UploadGuard) -> None:
@@ -236,18 +249,43 @@ class UploadGuardMiddleware:
             await self.app(scope, receive, send)
             return
         session_id = match.group(1)
+        send = _closing_on_refusal(send)
         manager = self.guard._manager()
         if manager is None or not _session_and_xsrf_valid(scope, session_id):
             await self.app(scope, receive, send)
             return
-        refusal = self.guard.begin(session_id, manager)
+        if _declared_length(scope) > UPLOAD_RESERVATION_BYTES:
+            refusal: str | None = "too large"  # as Streamlit would say, before any budget is counted
+        else:
+            refusal = self.guard.begin(session_id, manager)
         if refusal is not None:
+            await asyncio.sleep(self.guard.refusal_delay_s)
             await _refuse(scope, receive, send, refusal)
             return
         try:
             await self.app(scope, receive, send)
         finally:
             self.guard.end(session_id)
+
+
+def _closing_on_refusal(send: Send) -> Send:
+    """``send`` that adds ``Connection: close`` to an error response, so the rest of its body is never read."""
+
+    async def closing(message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] >= 400:
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"]
+            message = {**message, "headers": [*headers, (b"connection", b"close")]}
+        await send(message)
+
+    return closing
+
+
+def _declared_length(scope: Scope) -> int:
+    """The request's ``Content-Length``, or 0 when it has none (or one that is not a number)."""
+    for name, value in scope.get("headers", []):
+        if name.lower() == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
 
 
 def _session_and_xsrf_valid(scope: Scope, session_id: str) -> bool:
@@ -272,6 +310,8 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, refusal: str) -> N
         response = PlainTextResponse(
             both_languages("limits.upload_busy"), status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)}
         )
+    elif refusal == "too large":
+        response = PlainTextResponse("File too large", status_code=413)
     else:
         response = PlainTextResponse(both_languages("limits.upload_one_at_a_time"), status_code=429)
     await response(scope, receive, send)
