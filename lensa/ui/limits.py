@@ -21,6 +21,9 @@ what is here at start-up:
   memory budget, a new upload is refused: the browser asks for an upload address first, and that answer
   carries "busy, try again in a minute" in the page's language (:func:`patch_file_url_requests`); a client
   that skips it gets 503 with the same words in both languages and ``Retry-After``.
+- **Lab recordings** (:data:`RECORDINGS`): each session keeps its last lab run's recorded statistics (about
+  1.6 MB) for steps 2-5. All sessions together keep at most ``LENSA_RECORDINGS_BUDGET_MB`` (128 MB) of them;
+  past it a new run's results are shown as usual but its recordings are not kept, and the page says so.
 - **Memory** (:func:`over_memory_budget`): ``/_stcore/health`` answers 503 once the process's resident
   memory is over ``LENSA_MEMORY_BUDGET_MB`` (1024 MB), so an orchestrator replaces it before the kernel's
   out-of-memory killer ends every session at once.
@@ -36,7 +39,7 @@ import os
 import re
 import threading
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -359,6 +362,56 @@ def patch_file_url_requests(guard: UploadGuard) -> None:
         self._enqueue_forward_msg(msg)
 
     AppSession._handle_file_urls_request = handle  # type: ignore[method-assign]
+
+
+# --- the lab's recordings ------------------------------------------------------------------------------------------
+
+
+def recordings_bytes(runs: Iterable[Any]) -> int:
+    """About how much memory recorded runs (:class:`lensa.runstats.RunStats`) hold: their count tables, plus a
+    fixed allowance per tensor and per step for the Python objects around them."""
+    total = 0
+    for run in runs:
+        for _label, stats in run.items():
+            total += int(stats.table.nbytes) + 600
+        total += 120 * len(run.losses())
+    return total
+
+
+class RecordingsLedger:
+    """The lab recordings each session keeps, by session, against a budget shared by the whole server."""
+
+    def __init__(self, budget: int, alive: Callable[[str], bool] | None = None) -> None:
+        self.budget = budget
+        self._alive = alive or _session_alive
+        self._lock = threading.Lock()
+        self._held: dict[str, int] = {}
+
+    def keep(self, session_id: str, nbytes: int) -> bool:
+        """May ``session_id`` keep ``nbytes`` of recordings (replacing what it kept before)? Sessions that have
+        ended no longer count."""
+        with self._lock:
+            for gone in [s for s in self._held if s != session_id and not self._alive(s)]:
+                del self._held[gone]
+            others = sum(n for s, n in self._held.items() if s != session_id)
+            if others + nbytes > self.budget:
+                return False
+            self._held[session_id] = nbytes
+            return True
+
+    def held(self) -> int:
+        with self._lock:
+            return sum(self._held.values())
+
+
+def _session_alive(session_id: str) -> bool:
+    from streamlit import runtime
+
+    return runtime.exists() and runtime.get_instance().is_active_session(session_id)
+
+
+RECORDINGS = RecordingsLedger(Limits.from_env().recordings_budget)
+"""The server's ledger of lab recordings (one per process, like the lab's worker)."""
 
 
 # --- the websocket ------------------------------------------------------------------------------------------------

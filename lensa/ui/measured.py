@@ -18,16 +18,17 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 import numpy as np
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from lensa import measured
 from lensa.formats import FORMATS
 from lensa.runstats import MAX_FILE_BYTES, RunStats, RunStatsError, TensorStats, load
-from lensa.ui import widgets
+from lensa.ui import limits, widgets
 from lensa.ui.controls import ChoiceControl, NumberControl
 from lensa.ui.frame import Page, link_params, remembered
 from lensa.ui.site import DATA, PAGES, PAGES_BY_KEY
@@ -35,6 +36,7 @@ from lensa.ui.site import DATA, PAGES, PAGES_BY_KEY
 LOG = logging.getLogger(__name__)
 LAB_RUN = "lensa.data.lab"  # this session's last live-lab run, as {arm: RunStats}
 UPLOAD = "lensa.data.upload"  # this session's uploaded file: (file id, name, {arm: RunStats})
+RECORDINGS_SEEN = "lensa.data.recordings_seen"  # (lab job id, whether its recordings were kept)
 TRACK = "lensa.data.track"  # per page: (source identity, kind) of its last run, to notice a change
 MAX_UPLOAD_MB = MAX_FILE_BYTES // (1024 * 1024)
 DATA_PAGES = tuple(p.key for p in PAGES if any(c.name == "data" for c in p.controls))
@@ -92,6 +94,31 @@ def show_lab_run(lang: str, runs: RunStats | Mapping[str, RunStats] | Sequence[R
     target = PAGES_BY_KEY[DATA_PAGES[0]]
     params = {k: v for k, v in link_params(target.key, lang).items() if k not in ("kind", "layer", "step")}
     st.switch_page(target.file, query_params={**params, "data": "lab"})
+
+
+def keep_lab_recordings(job: Any) -> bool:
+    """Count a finished lab job's recordings against the server's budget (:data:`lensa.ui.limits.RECORDINGS`).
+
+    Once per job: past the budget the job's result keeps its numbers but loses its recordings (so the lesson
+    cannot be offered them) and this returns False, every time the page asks about that job.
+    """
+    seen = st.session_state.get(RECORDINGS_SEEN)
+    if seen is not None and seen[0] == job.id:
+        return bool(seen[1])
+    comparison = getattr(job, "result", None)
+    if comparison is None or not hasattr(comparison, "recordings"):
+        return True
+    recordings = comparison.recordings()
+    if not recordings:
+        return True
+    ctx = get_script_run_ctx()
+    session = ctx.session_id if ctx is not None else "no-session"
+    kept = limits.RECORDINGS.keep(session, limits.recordings_bytes(recordings.values()))
+    if not kept:
+        arms = {name: replace(arm, recording=None) for name, arm in comparison.arms.items()}
+        job.result = replace(comparison, arms=arms)
+    st.session_state[RECORDINGS_SEEN] = (job.id, kept)
+    return kept
 
 
 def lab_run() -> tuple[str, dict[str, RunStats]] | None:
