@@ -322,7 +322,14 @@ def _peak_sampler(pid: int, stop: threading.Event, peak: list[float]) -> None:
             peak[0] = max(peak[0], read_proc(pid)[1])
 
 
-def measure(learners: int, think: float, seconds: float, clients: int, env: dict[str, str] | None = None) -> Outcome:
+def measure(
+    learners: int,
+    think: float,
+    seconds: float,
+    clients: int,
+    env: dict[str, str] | None = None,
+    ramp_s: float | None = None,
+) -> Outcome:
     """One fresh server: the learners for ``seconds``, with ``clients`` hostile clients alongside (0: none)."""
     from tests.e2e.harness import Server
 
@@ -339,7 +346,9 @@ def measure(learners: int, think: float, seconds: float, clients: int, env: dict
             )
             attacker.start()
         report = asyncio.run(
-            drive(server.url, learners, think, seconds, pids=[server.proc.pid], label=f"{clients} hostile")
+            drive(
+                server.url, learners, think, seconds, ramp_s=ramp_s, pids=[server.proc.pid], label=f"{clients} hostile"
+            )
         )
         if attacker is not None:
             attacker.join(seconds + 240)
@@ -405,6 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--think", type=float, default=5.0)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--clients", type=int, default=5, help="hostile clients")
+    parser.add_argument("--ramp", type=float, default=None, help="learners arrive over this many seconds")
     parser.add_argument("--publish", metavar="NAME", help="write the table into docs/performance.md")
     parser.add_argument("--attack", metavar="URL", help=argparse.SUPPRESS)  # the hostile clients' own process
     args = parser.parse_args(argv)
@@ -412,11 +422,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _attack_main(args.attack, args.clients, args.seconds)
 
     budget_mb = Limits.from_env().memory_budget / (1024 * 1024)
-    calm = measure(args.learners, args.think, args.seconds, 0)
-    attacked = measure(args.learners, args.think, args.seconds, args.clients)
+    calm = measure(args.learners, args.think, args.seconds, 0, ramp_s=args.ramp)
+    attacked = measure(args.learners, args.think, args.seconds, args.clients, ramp_s=args.ramp)
     problems = verdict(calm, attacked, budget_mb)
     body = (
-        f"{args.learners} learners at {args.think:g} s think time for {args.seconds:g} s, on a fresh server, "
+        f"{args.learners} learners at {args.think:g} s think time for {args.seconds:g} s (arriving over "
+        f"{args.think if args.ramp is None else args.ramp:g} s), on a fresh server, "
         f"alone and then with {args.clients} hostile clients (bench/hostile.py); one server process on this "
         "machine.\n\n" + summary(calm, attacked, budget_mb)
     )
