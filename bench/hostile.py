@@ -37,6 +37,7 @@ import http.client
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import threading
@@ -415,6 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--clients", type=int, default=5, help="hostile clients")
     parser.add_argument("--ramp", type=float, default=None, help="learners arrive over this many seconds")
+    parser.add_argument("--repeats", type=int, default=1, help="pairs of runs, calm then attacked, in turn")
     parser.add_argument("--publish", metavar="NAME", help="write the table into docs/performance.md")
     parser.add_argument("--attack", metavar="URL", help=argparse.SUPPRESS)  # the hostile clients' own process
     args = parser.parse_args(argv)
@@ -422,15 +424,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _attack_main(args.attack, args.clients, args.seconds)
 
     budget_mb = Limits.from_env().memory_budget / (1024 * 1024)
-    calm = measure(args.learners, args.think, args.seconds, 0, ramp_s=args.ramp)
-    attacked = measure(args.learners, args.think, args.seconds, args.clients, ramp_s=args.ramp)
-    problems = verdict(calm, attacked, budget_mb)
+    pairs = []
+    for _ in range(max(1, args.repeats)):
+        calm = measure(args.learners, args.think, args.seconds, 0, ramp_s=args.ramp)
+        attacked = measure(args.learners, args.think, args.seconds, args.clients, ramp_s=args.ramp)
+        pairs.append((calm, attacked))
     body = (
         f"{args.learners} learners at {args.think:g} s think time for {args.seconds:g} s (arriving over "
-        f"{args.think if args.ramp is None else args.ramp:g} s), on a fresh server, "
-        f"alone and then with {args.clients} hostile clients (bench/hostile.py); one server process on this "
-        "machine.\n\n" + summary(calm, attacked, budget_mb)
+        f"{args.think if args.ramp is None else args.ramp:g} s), each run on a fresh server, alone and then with "
+        f"{args.clients} hostile clients (bench/hostile.py), {len(pairs)} pair(s) in turn; one server process "
+        "on this machine."
     )
+    for n, (calm, attacked) in enumerate(pairs, 1):
+        body += f"\n\n**Pair {n}.**\n\n" + summary(calm, attacked, budget_mb)
+    ratios = [percentile(a.report.moves, 95) / percentile(c.report.moves, 95) for c, a in pairs]
+    ratio = statistics.median(ratios)
+    problems = [p for c, a in pairs for p in verdict(c, a, budget_mb, p95_ratio=float("inf"))]
+    if not ratio <= 2.0:
+        problems.append(f"the median pair's move p95 ratio is {ratio:.2f}x, over 2x")
+    body += "\n\nMove p95 with hostile clients over without, by pair: " + ", ".join(f"{r:.2f}×" for r in ratios)
+    body += f"; median {ratio:.2f}×."
     body += "\n\nTargets: " + ("all met." if not problems else "NOT met: " + "; ".join(problems))
     if args.publish:
         publish(args.publish, args.publish.replace("_", " ").capitalize(), body)
