@@ -146,7 +146,7 @@ def test_budgets_come_from_the_environment_and_a_bad_value_keeps_the_default():
     assert limits.Limits.from_env(env) == limits.Limits(100 * MB, 2048 * MB, 7 * MB)
     for bad in ("0", "-1", "lots", "1.5"):
         assert limits.Limits.from_env({limits.UPLOAD_BUDGET_ENV: bad}) == limits.Limits()
-    assert limits.Limits() == limits.Limits(512 * MB, 1024 * MB, 128 * MB)
+    assert limits.Limits() == limits.Limits(512 * MB, 1024 * MB, 256 * MB)
 
 
 # Every page, as a learner opens it and (on a lesson page) moves its first slider; steps 2-5 also with the
@@ -248,3 +248,33 @@ def test_a_class_under_attack_is_not_hurt():
     assert {"413", "503"} <= refused and refused & {"ws 1009", "ws closed"}, report
     accepted = sum(v for k, v in attacked.answers.items() if k.endswith(": 204"))
     assert 0 < accepted * 20 * MB <= limits.Limits().upload_budget + 5 * 20 * MB, report
+
+
+def test_a_session_sends_one_upload_at_a_time():
+    """While one upload of a session is arriving, the session's next is refused with 429 in both languages."""
+    import http.client
+    import uuid
+
+    with Server() as server:
+        cookie = hostile.xsrf_cookie(server.url)
+        session = hostile.Session(server.url, cookie)
+        boundary = uuid.uuid4().hex
+        head, tail = hostile._multipart(0, boundary)
+        slow = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        slow.putrequest("PUT", f"/_stcore/upload_file/{session.id}/{uuid.uuid4()}")
+        slow.putheader("Content-Type", f"multipart/form-data; boundary={boundary}")
+        slow.putheader("Cookie", f"_streamlit_xsrf={cookie}")
+        slow.putheader("X-Xsrftoken", cookie)
+        slow.putheader("Content-Length", str(len(head) + MB + len(tail)))
+        slow.endheaders()
+        slow.send(head + b"x" * (MB // 2))  # half of it, then the second upload
+        time.sleep(0.5)
+        second = hostile.upload(server.url, session.id, cookie, 1000)
+        slow.send(b"x" * (MB - MB // 2) + tail)
+        first = slow.getresponse().status
+        slow.close()
+        third = hostile.upload(server.url, session.id, cookie, 1000)  # the first has arrived: room again
+        session.close()
+    assert second[0] == "429"
+    assert all(i18n.text(lang, "limits.upload_one_at_a_time") in second[1] for lang in i18n.LANGUAGES)
+    assert first == 204 and third[0] == "204"

@@ -21,9 +21,11 @@ what is here at start-up:
   memory budget, a new upload is refused: the browser asks for an upload address first, and that answer
   carries "busy, try again in a minute" in the page's language (:func:`patch_file_url_requests`); a client
   that skips it gets 503 with the same words in both languages and ``Retry-After``.
-- **Lab recordings** (:data:`RECORDINGS`): each session keeps its last lab run's recorded statistics (about
-  1.6 MB) for steps 2-5. All sessions together keep at most ``LENSA_RECORDINGS_BUDGET_MB`` (128 MB) of them;
-  past it a new run's results are shown as usual but its recordings are not kept, and the page says so.
+- **Kept runs** (:data:`RECORDINGS`): each session keeps its last lab run's recorded statistics (about
+  1.6 MB) and its uploaded run, read from its file (a valid 25 MB file can unpack to about 200 MB), for steps
+  2-5. All sessions together keep at most ``LENSA_RECORDINGS_BUDGET_MB`` (256 MB) of them; past it a new
+  lab run's results are shown as usual but its recordings are not kept, a new uploaded file is not kept,
+  and the page says so.
 - **Memory** (:func:`over_memory_budget`): ``/_stcore/health`` answers 503 once the process's resident
   memory is over ``LENSA_MEMORY_BUDGET_MB`` (1024 MB), so an orchestrator replaces it before the kernel's
   out-of-memory killer ends every session at once.
@@ -58,7 +60,7 @@ MEMORY_BUDGET_ENV = "LENSA_MEMORY_BUDGET_MB"
 RECORDINGS_BUDGET_ENV = "LENSA_RECORDINGS_BUDGET_MB"
 DEFAULT_UPLOAD_BUDGET_MB = 512
 DEFAULT_MEMORY_BUDGET_MB = 1024
-DEFAULT_RECORDINGS_BUDGET_MB = 128
+DEFAULT_RECORDINGS_BUDGET_MB = 256
 
 # Streamlit's streaming cap lets a multipart body exceed the file limit by 1 MB of framing
 # (_MAX_UPLOAD_MULTIPART_OVERHEAD_BYTES in its routes): an upload in flight may hold that much.
@@ -150,7 +152,7 @@ def return_freed_memory_promptly() -> bool:
 
 
 def busy_text(lang: str) -> str:
-    """ "Busy, try again in a minute", in ``lang``."""
+    """The words "busy, try again in a minute", in ``lang``."""
     return i18n.text(lang, "limits.upload_busy")
 
 
@@ -176,7 +178,6 @@ class UploadGuard:
         self._memory_check = memory_check or (lambda: over_memory_budget(limits))
         self._lock = threading.Lock()
         self._in_flight: set[str] = set()
-        self.refused: dict[str, int] = {"busy": 0, "one at a time": 0}
 
     @staticmethod
     def _manager() -> Any:
@@ -201,16 +202,12 @@ class UploadGuard:
         """Admit an upload for ``session_id`` (None) or say why not ("busy", "one at a time")."""
         with self._lock:
             if session_id in self._in_flight:
-                self.refused["one at a time"] += 1
                 return "one at a time"
         self._drop_all_but_newest(session_id, manager)
         if self.busy(manager):
-            with self._lock:
-                self.refused["busy"] += 1
             return "busy"
         with self._lock:
             if session_id in self._in_flight:  # another request of the session got in meanwhile
-                self.refused["one at a time"] += 1
                 return "one at a time"
             self._in_flight.add(session_id)
         return None
@@ -227,10 +224,6 @@ class UploadGuard:
             older = list(files)[:-1] if files else []
         for file_id in older:
             manager.remove_file(session_id, file_id)
-
-    def held_bytes(self) -> int:
-        manager = self._manager()
-        return self._held(manager) if manager is not None else 0
 
 
 class UploadGuardMiddleware:
@@ -354,8 +347,6 @@ def patch_file_url_requests(guard: UploadGuard) -> None:
         if not guard.busy():
             original(self, file_urls_request)
             return
-        with guard._lock:
-            guard.refused["busy"] += 1
         msg = ForwardMsg()
         msg.file_urls_response.response_id = file_urls_request.request_id
         msg.file_urls_response.error_msg = busy_text(session_language(self._client_state))
@@ -379,7 +370,8 @@ def recordings_bytes(runs: Iterable[Any]) -> int:
 
 
 class RecordingsLedger:
-    """The lab recordings each session keeps, by session, against a budget shared by the whole server."""
+    """The runs each session keeps (its lab run's recordings, its uploaded run), by ``"session/what"``, against a
+    budget shared by the whole server."""
 
     def __init__(self, budget: int, alive: Callable[[str], bool] | None = None) -> None:
         self.budget = budget
@@ -387,16 +379,16 @@ class RecordingsLedger:
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}
 
-    def keep(self, session_id: str, nbytes: int) -> bool:
-        """May ``session_id`` keep ``nbytes`` of recordings (replacing what it kept before)? Sessions that have
+    def keep(self, key: str, nbytes: int) -> bool:
+        """May ``key`` (``"session/what"``) keep ``nbytes`` (replacing what it kept before)? Sessions that have
         ended no longer count."""
         with self._lock:
-            for gone in [s for s in self._held if s != session_id and not self._alive(s)]:
+            for gone in [k for k in self._held if k != key and not self._alive(k.split("/", 1)[0])]:
                 del self._held[gone]
-            others = sum(n for s, n in self._held.items() if s != session_id)
+            others = sum(n for k, n in self._held.items() if k != key)
             if others + nbytes > self.budget:
                 return False
-            self._held[session_id] = nbytes
+            self._held[key] = nbytes
             return True
 
     def held(self) -> int:

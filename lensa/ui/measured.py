@@ -36,6 +36,7 @@ from lensa.ui.site import DATA, PAGES, PAGES_BY_KEY
 LOG = logging.getLogger(__name__)
 LAB_RUN = "lensa.data.lab"  # this session's last live-lab run, as {arm: RunStats}
 UPLOAD = "lensa.data.upload"  # this session's uploaded file: (file id, name, {arm: RunStats})
+UPLOAD_REFUSED = "lensa.data.upload_refused"  # the id of an uploaded file refused by the kept-runs budget
 RECORDINGS_SEEN = "lensa.data.recordings_seen"  # (lab job id, whether its recordings were kept)
 TRACK = "lensa.data.track"  # per page: (source identity, kind) of its last run, to notice a change
 MAX_UPLOAD_MB = MAX_FILE_BYTES // (1024 * 1024)
@@ -96,6 +97,13 @@ def show_lab_run(lang: str, runs: RunStats | Mapping[str, RunStats] | Sequence[R
     st.switch_page(target.file, query_params={**params, "data": "lab"})
 
 
+def _may_keep(what: str, runs: Mapping[str, RunStats]) -> bool:
+    """Whether this session may keep ``runs`` as its ``what`` ("lab", "upload"), by the server's budget."""
+    ctx = get_script_run_ctx()
+    session = ctx.session_id if ctx is not None else "no-session"
+    return limits.RECORDINGS.keep(f"{session}/{what}", limits.recordings_bytes(runs.values()))
+
+
 def keep_lab_recordings(job: Any) -> bool:
     """Count a finished lab job's recordings against the server's budget (:data:`lensa.ui.limits.RECORDINGS`).
 
@@ -111,9 +119,7 @@ def keep_lab_recordings(job: Any) -> bool:
     recordings = comparison.recordings()
     if not recordings:
         return True
-    ctx = get_script_run_ctx()
-    session = ctx.session_id if ctx is not None else "no-session"
-    kept = limits.RECORDINGS.keep(session, limits.recordings_bytes(recordings.values()))
+    kept = _may_keep("lab", recordings)
     if not kept:
         arms = {name: replace(arm, recording=None) for name, arm in comparison.arms.items()}
         job.result = replace(comparison, arms=arms)
@@ -193,12 +199,19 @@ def _upload(page: Page) -> Source | None:
         max_upload_size=MAX_UPLOAD_MB,
     )
     kept = st.session_state.get(UPLOAD)
-    if file is not None and (kept is None or kept[0] != file.file_id):
+    if file is not None and file.file_id == st.session_state.get(UPLOAD_REFUSED):
+        st.warning(page.t("limits.upload_runs_busy"), icon=":material/hourglass_top:")
+    elif file is not None and (kept is None or kept[0] != file.file_id):
         name = md_escape(file.name, limit=60)
         try:
             arms = _read_upload(file.getvalue())
         except RunStatsError as e:
             st.error(page.t("data.upload_error", name=name, detail=md_escape(str(e))), icon=":material/error:")
+            return None if kept is None else Source("upload", kept[0], kept[2], kept[1])
+        if not _may_keep("upload", arms):
+            # Past the server's budget for kept runs: this file is not kept (nor read again on the next run).
+            st.session_state[UPLOAD_REFUSED] = file.file_id
+            st.warning(page.t("limits.upload_runs_busy"), icon=":material/hourglass_top:")
             return None if kept is None else Source("upload", kept[0], kept[2], kept[1])
         kept = (file.file_id, name, arms)
         st.session_state[UPLOAD] = kept
