@@ -34,8 +34,6 @@ what is here at start-up:
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import logging
 import os
 import re
@@ -126,26 +124,6 @@ def over_memory_budget(limits: Limits) -> str | None:
     if rss <= limits.memory_budget:
         return None
     return f"memory {rss / MB:.0f} MB is over the budget of {limits.memory_budget / MB:.0f} MB ({MEMORY_BUDGET_ENV})"
-
-
-def return_freed_memory_promptly() -> bool:
-    """Ask glibc to serve every allocation of 1 MB or more with its own mapping, so freeing it returns it.
-
-    glibc raises its mapping threshold after the first large block is freed (up to 32 MB), and later blocks
-    of an uploaded file's size then come from the heap, where freed memory is often kept. Fixing the
-    threshold keeps a file that was dropped from counting against the process's memory. Returns whether
-    the setting took (False off glibc).
-    """
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    m_mmap_threshold = -3
-    return bool(mallopt(ctypes.c_int(m_mmap_threshold), ctypes.c_int(MB)))
 
 
 # --- the words ------------------------------------------------------------------------------------------------

@@ -221,10 +221,9 @@ def build_app() -> App:
 def install_limits() -> None:
     """The bounds of :mod:`lensa.ui.limits` that are not middleware.
 
-    Freed memory goes back to the system, a client's websocket frames are capped as they arrive, and the
-    browser is told in its page's language when uploads are refused as busy.
+    A client's websocket frames are capped as they arrive, and the browser is told in its page's language
+    when uploads are refused as busy.
     """
-    limits.return_freed_memory_promptly()
     limits.limit_incoming_websocket_messages()
     limits.patch_file_url_requests(UPLOADS)
 
