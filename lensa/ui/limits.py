@@ -330,7 +330,7 @@ def patch_file_url_requests(guard: UploadGuard) -> None:
         msg.file_urls_response.error_msg = busy_text(session_language(self._client_state))
         self._enqueue_forward_msg(msg)
 
-    AppSession._handle_file_urls_request = handle  # type: ignore[method-assign]
+    AppSession._handle_file_urls_request = handle  # type: ignore[method-assign]  # the documented start-up patch
 
 
 # --- the lab's recordings ------------------------------------------------------------------------------------------
@@ -399,7 +399,7 @@ def limit_incoming_websocket_messages() -> None:
     from streamlit.web.server.starlette import starlette_server
 
     original = starlette_server._get_uvicorn_config_kwargs
-    if getattr(original, "lensa_limited", False):
+    if original in _WS_LIMITED:
         return
 
     def kwargs() -> dict[str, Any]:
@@ -407,5 +407,8 @@ def limit_incoming_websocket_messages() -> None:
         values["ws_max_size"] = get_max_widget_state_size_bytes()
         return values
 
-    kwargs.lensa_limited = True  # type: ignore[attr-defined]
+    _WS_LIMITED.add(kwargs)
     starlette_server._get_uvicorn_config_kwargs = kwargs
+
+
+_WS_LIMITED: set[Callable[[], dict[str, Any]]] = set()  # the wrappers installed, so a second call adds none
