@@ -236,7 +236,7 @@ def test_a_class_under_attack_is_not_hurt():
     50 moves a run, p95 is the third-slowest move) in at least one pair: other tests share the machine, and
     one of them starting in the middle of a run moves its p95 more than the hostile clients do. The server
     stays under its memory budget; the hostile clients are refused, never answered with a 500 or a traceback.
-    Before refused uploads closed their connection, every pair failed at 10x or more.
+    Before refused uploads closed their connection and waited a second, such a run measured 3.2x.
     """
     budget_mb = limits.Limits().memory_budget / MB
     pairs = [(hostile.measure(20, 5.0, 15.0, 0), hostile.measure(20, 5.0, 15.0, 5)) for _ in range(2)]
