@@ -88,6 +88,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench.server_cost --learners 20 --think 1 --seconds 30
 	$(BIN)/python -m bench.loadgen --learners 100 --think 5 --seconds 60 --ramp 20 --publish class_5s
 	$(BIN)/python -m bench.loadgen --learners 40 --think 1 --seconds 60 --ramp 10 --publish class_1s
+	$(BIN)/python -m bench.hostile --learners 100 --think 5 --seconds 60 --ramp 20 --clients 5 --repeats 3 --publish hostile_load
 	$(BIN)/python -m bench.lab_isolation --learners 20 --think 5 --seconds 25
 	$(BIN)/python -m bench.replicas
 

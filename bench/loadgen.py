@@ -109,6 +109,8 @@ class Learner:
     restored: list[bool] = field(default_factory=list)  # after a reconnect: the page came back as the URL said
     query_string: str = ""
     cookie: str = ""
+    largest_sent: int = 0  # bytes of the largest websocket message the learner sent
+    largest_received: int = 0  # and received
     _page_hash: str = ""
     _direction: int = 1
     _state: RunResult | None = None
@@ -171,7 +173,9 @@ class Learner:
                 # As a browser does: a widget drawn by a fragment reruns that fragment alone.
                 rerun.fragment_id = self._state.slider_fragment
         started = time.perf_counter()
-        await ws.send(back.SerializeToString())
+        payload = back.SerializeToString()
+        self.largest_sent = max(self.largest_sent, len(payload))
+        await ws.send(payload)
         metrics: list[str] = []
         drawn: list[bytes] = []
         kinds: list[str] = []
@@ -179,7 +183,9 @@ class Learner:
         async with asyncio.timeout(timeout_s):
             while True:
                 msg = ForwardMsg()
-                msg.ParseFromString(await ws.recv())
+                raw = await ws.recv()
+                self.largest_received = max(self.largest_received, len(raw))
+                msg.ParseFromString(raw)
                 kind = msg.WhichOneof("type")
                 if kind == "delta" and msg.delta.WhichOneof("type") == "new_element":
                     element = msg.delta.new_element

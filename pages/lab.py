@@ -133,6 +133,7 @@ with results_area:
     if job is not None and job.done:
         if job.error is not None:
             st.error(live_view.error_text(page, job.error), icon=":material/error:")
+        recordings_kept = measured.keep_lab_recordings(job)
         comparison = job.result
         if comparison is not None and comparison.arms:
             st.subheader(page.t("results_title"))
@@ -207,6 +208,8 @@ with results_area:
                 icon=":material/download:",
             )
             recordings = comparison.recordings()
+            if not recordings_kept:
+                st.info(page.t("limits.recordings_busy"), icon=":material/hourglass_top:")
             if recordings and st.button(
                 page.t("show_in_lesson"),
                 key="lab.show_in_lesson",

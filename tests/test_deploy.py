@@ -226,3 +226,38 @@ def test_compose_reads_the_file_with_public_defaults_and_local_overrides(env, ap
         assert (port["host_ip"], str(port["published"]), port["target"]) == (*published, 8080)
     upstream = services["nginx"]["environment"]["LENSA_UPSTREAM_SERVERS"]
     assert upstream == f"resolver 127.0.0.11 valid=10s ipv6=off; server app:8501 resolve {SERVER_OPTIONS};"
+
+
+WORKER_MB = 800  # the lab's worker process after the largest run (lensa/live/worker.py)
+
+
+def _mib(text: str) -> float:
+    number, unit = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)", str(text).strip()).groups()
+    scale = {"": 1 / 2**20, "g": 1024, "gi": 1024, "gb": 1000**3 / 2**20, "m": 1, "mi": 1, "mb": 1e6 / 2**20}
+    return float(number) * scale[unit.lower()]
+
+
+def test_memory_limits_hold_the_servers_budget_plus_the_lab_worker():
+    """Compose and Kubernetes give the same budgets, and a replica's memory limit holds the server process's
+    budget (health turns 503 above it) plus the lab's worker, so the budget is what trips first."""
+    from lensa.ui import limits
+
+    app = compose()["services"]["app"]
+    container = kube("Deployment")["spec"]["template"]["spec"]["containers"][0]
+    kube_env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    for name in (limits.MEMORY_BUDGET_ENV, limits.UPLOAD_BUDGET_ENV, limits.RECORDINGS_BUDGET_ENV):
+        assert app["environment"][name] == kube_env[name], name
+    budgets = limits.Limits.from_env(kube_env)
+    assert budgets.upload_budget + budgets.recordings_budget < budgets.memory_budget
+    for limit in (app["deploy"]["resources"]["limits"]["memory"], container["resources"]["limits"]["memory"]):
+        assert budgets.memory_budget / 2**20 + WORKER_MB <= _mib(limit), limit
+
+
+def test_the_balancers_take_a_run_file_upload_and_nothing_larger():
+    """nginx and ingress-nginx refuse a body over 1 MB by default: both allow the app's largest upload."""
+    from lensa.ui import limits
+
+    allowed = f"{limits.UPLOAD_RESERVATION_BYTES // 2**20}m"
+    assert re.search(rf"^\s*client_max_body_size {allowed};", NGINX_CONF.read_text(), re.M)
+    annotations = kube("Ingress")["metadata"]["annotations"]
+    assert annotations["nginx.ingress.kubernetes.io/proxy-body-size"] == allowed

@@ -109,6 +109,37 @@ def test_a_finished_run_can_be_shown_in_the_lesson(lang):
     assert any(i18n.text(lang, "data.scaler_lab") in c.value for c in at.caption), [c.value for c in at.caption]
 
 
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_past_the_servers_recordings_budget_a_run_is_shown_but_its_recordings_are_not_kept(lang, monkeypatch):
+    from lensa.ui import limits
+
+    ledger = limits.RecordingsLedger(budget=1000, alive=lambda _s: True)  # less than one tiny run's recordings
+    monkeypatch.setattr(limits, "RECORDINGS", ledger)
+    at = open_page("lab", lang=lang, timeout=120, **TINY)
+    at.button(key="lab.run").click().run(timeout=120)
+    assert not at.exception and not at.error
+    assert at.dataframe and len(at.dataframe[0].value) == 3  # the results themselves are all there
+    assert any(i.value == i18n.text(lang, "limits.recordings_busy") for i in at.info)
+    assert not [b for b in at.button if b.key == "lab.show_in_lesson"]
+    assert ledger.held() == 0
+    # the next run of the page says the same about the same run, and nothing more is counted
+    at.select_slider(key="w.lab.lr").set_value(3e-3).run(timeout=120)
+    assert any(i.value == i18n.text(lang, "limits.recordings_busy") for i in at.info)
+    assert ledger.held() == 0
+
+
+def test_the_recordings_ledger_counts_each_session_once_and_forgets_ended_ones():
+    from lensa.ui import limits
+
+    alive = {"a", "b"}
+    ledger = limits.RecordingsLedger(budget=100, alive=lambda s: s in alive)
+    assert ledger.keep("a", 60) and ledger.held() == 60
+    assert ledger.keep("a", 70) and ledger.held() == 70  # a session's new run replaces its last
+    assert not ledger.keep("b", 40) and ledger.held() == 70
+    alive.discard("a")
+    assert ledger.keep("b", 40) and ledger.held() == 40
+
+
 def test_lab_refuses_a_run_that_would_take_too_long():
     at = open_page("lab", lang="id", width="4096", depth="6", batch="8192", steps="300")
     assert not at.exception

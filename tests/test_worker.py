@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lensa import live
-from lensa.live.worker import LabWorker, default_worker, worker_threads
+from lensa.live.worker import WORKER_IDLE_S, LabWorker, default_worker, worker_idle_s, worker_threads
 from tests.conftest import requires_torch
 
 pytestmark = requires_torch
@@ -220,6 +220,34 @@ def test_a_killed_worker_is_noticed_and_the_next_job_gets_a_fresh_one():
         assert w.pid not in (None, first)
     finally:
         w.close()
+
+
+def test_an_idle_worker_gives_its_memory_back_and_the_next_job_starts_a_fresh_one():
+    """After ``idle_s`` with nothing to run the worker process exits; a later job is served by a new one."""
+    w = LabWorker(idle_s=1.0)
+    try:
+        job = w.submit("compare", config=TINY)
+        _wait(job)
+        assert job.error is None
+        first = w.pid
+        assert first is not None and Path(f"/proc/{first}").exists()
+        _until(lambda: w.pid is None, timeout_s=20)
+        assert w.retired == 1
+        assert not Path(f"/proc/{first}").exists()  # stopped and reaped: its memory is the machine's again
+        again = w.submit("compare", config=TINY)
+        _wait(again)
+        assert again.error is None and list(again.result.arms) == ["fp32", "fp16", "bf16"]
+        assert w.pid not in (None, first)
+    finally:
+        w.close()
+
+
+def test_the_idle_time_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("LENSA_WORKER_IDLE_S", "42")
+    assert worker_idle_s() == 42.0 and LabWorker().idle_s == 42.0
+    for bad in ("0", "-5", "soon", "nan", "inf", ""):
+        monkeypatch.setenv("LENSA_WORKER_IDLE_S", bad)
+        assert worker_idle_s() == WORKER_IDLE_S
 
 
 def test_default_worker_is_one_per_process():

@@ -29,6 +29,11 @@ the next job, relays progress and results, and notices a worker that died
 (killed, out of memory): the running job then ends with
 ``LiveError(kind="crashed")`` and the next job starts a fresh worker.
 
+An idle worker gives its memory back: after the largest run it holds about
+800 MB (torch, its allocator's caches), so once no job has run or waited
+for :func:`worker_idle_s` seconds the message thread stops it, and the next
+run or device query starts a fresh one (a few seconds to import torch).
+
 Stop crosses the boundary as a shared integer holding the id of the job to
 stop (an id, not a flag, so a late stop can never hit the next job); the
 worker checks it between chunks of steps, as before, and a stopped
@@ -70,6 +75,18 @@ TASKS = ("compare", "trace", "matmul")
 :func:`~lensa.live.matmul_benchmark`."""
 
 _CHECK_PARENT_S = 2.0
+WORKER_IDLE_S = 300.0
+"""Seconds an idle worker is kept before it is stopped to give its memory back (``LENSA_WORKER_IDLE_S``)."""
+
+
+def worker_idle_s() -> float:
+    """How long an idle worker is kept: ``LENSA_WORKER_IDLE_S`` (seconds > 0), else :data:`WORKER_IDLE_S`."""
+    raw = os.environ.get("LENSA_WORKER_IDLE_S", "").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        return WORKER_IDLE_S
+    return value if value > 0 and value == value and value != float("inf") else WORKER_IDLE_S
 
 
 def worker_threads() -> int:
@@ -231,8 +248,10 @@ class LabWorker:
         abandon_s: float = ABANDON_S,
         nice: int = WORKER_NICE,
         threads: int | None = None,
+        idle_s: float | None = None,
     ) -> None:
         self.max_waiting = max_waiting
+        self.idle_s = worker_idle_s() if idle_s is None else idle_s
         self.wait_limit_s = wait_limit_s
         self.abandon_s = abandon_s
         self.nice = nice
@@ -247,6 +266,8 @@ class LabWorker:
         self._events: Any = None
         self._stop_id: Any = None
         self._started_at = 0.0
+        self._last_busy = 0.0  # when a job last ran or waited, or the worker started
+        self.retired = 0  # idle workers stopped to give their memory back
         self._ready = threading.Event()
         self._infos: dict[str, tuple[Any, ...]] = {}
         self._start_error: LiveError | None = None
@@ -354,6 +375,7 @@ class LabWorker:
         job.state = "done"
         if job is self._running:
             self._running = None
+        self._last_busy = time.monotonic()
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -375,7 +397,7 @@ class LabWorker:
             daemon=True,
         )
         self._proc.start()
-        self._started_at = time.monotonic()
+        self._started_at = self._last_busy = time.monotonic()
 
     def _start_next(self) -> None:
         if not self._pending or self._closed:
@@ -444,6 +466,22 @@ class LabWorker:
         if self._running is not None:
             self._finish(self._running, error=error)
 
+    def _retire_if_idle(self, now: float) -> None:
+        """Stop a ready worker nobody has used for ``idle_s``: its memory goes back to the machine."""
+        proc = self._proc
+        if proc is None or self._running is not None or self._pending or not self._ready.is_set():
+            return
+        if now - self._last_busy < self.idle_s:
+            return
+        self._proc, self._events, self._requests = None, None, None
+        self._ready.clear()
+        self.retired += 1
+        proc.terminate()  # it is idle: nothing of a run is lost
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5)
+
     def _loop(self) -> None:
         while True:
             with self._lock:
@@ -454,6 +492,7 @@ class LabWorker:
                 self._check_worker(now)
                 if self._running is None:
                     self._start_next()
+                self._retire_if_idle(now)
                 events = self._events
                 if events is None:
                     self._wake.wait(POLL_S)

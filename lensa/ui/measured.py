@@ -18,16 +18,17 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 import numpy as np
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from lensa import measured
 from lensa.formats import FORMATS
 from lensa.runstats import MAX_FILE_BYTES, RunStats, RunStatsError, TensorStats, load
-from lensa.ui import widgets
+from lensa.ui import limits, widgets
 from lensa.ui.controls import ChoiceControl, NumberControl
 from lensa.ui.frame import Page, link_params, remembered
 from lensa.ui.site import DATA, PAGES, PAGES_BY_KEY
@@ -35,6 +36,8 @@ from lensa.ui.site import DATA, PAGES, PAGES_BY_KEY
 LOG = logging.getLogger(__name__)
 LAB_RUN = "lensa.data.lab"  # this session's last live-lab run, as {arm: RunStats}
 UPLOAD = "lensa.data.upload"  # this session's uploaded file: (file id, name, {arm: RunStats})
+UPLOAD_REFUSED = "lensa.data.upload_refused"  # the id of an uploaded file refused by the kept-runs budget
+RECORDINGS_SEEN = "lensa.data.recordings_seen"  # (lab job id, whether its recordings were kept)
 TRACK = "lensa.data.track"  # per page: (source identity, kind) of its last run, to notice a change
 MAX_UPLOAD_MB = MAX_FILE_BYTES // (1024 * 1024)
 DATA_PAGES = tuple(p.key for p in PAGES if any(c.name == "data" for c in p.controls))
@@ -83,6 +86,36 @@ def show_lab_run(lang: str, runs: RunStats | Mapping[str, RunStats] | Sequence[R
     target = PAGES_BY_KEY[DATA_PAGES[0]]
     params = {k: v for k, v in link_params(target.key, lang).items() if k not in ("kind", "layer", "step")}
     st.switch_page(target.file, query_params={**params, "data": "lab"})
+
+
+def _may_keep(what: str, runs: Mapping[str, RunStats]) -> bool:
+    """Whether this session may keep ``runs`` as its ``what`` ("lab", "upload"), by the server's budget."""
+    ctx = get_script_run_ctx()
+    session = ctx.session_id if ctx is not None else "no-session"
+    return limits.RECORDINGS.keep(f"{session}/{what}", limits.recordings_bytes(runs.values()))
+
+
+def keep_lab_recordings(job: Any) -> bool:
+    """Count a finished lab job's recordings against the server's budget (:data:`lensa.ui.limits.RECORDINGS`).
+
+    Once per job: past the budget the job's result keeps its numbers but loses its recordings (so the lesson
+    cannot be offered them) and this returns False, every time the page asks about that job.
+    """
+    seen = st.session_state.get(RECORDINGS_SEEN)
+    if seen is not None and seen[0] == job.id:
+        return bool(seen[1])
+    comparison = getattr(job, "result", None)
+    if comparison is None or not hasattr(comparison, "recordings"):
+        return True
+    recordings = comparison.recordings()
+    if not recordings:
+        return True
+    kept = _may_keep("lab", recordings)
+    if not kept:
+        arms = {name: replace(arm, recording=None) for name, arm in comparison.arms.items()}
+        job.result = replace(comparison, arms=arms)
+    st.session_state[RECORDINGS_SEEN] = (job.id, kept)
+    return kept
 
 
 def lab_run() -> tuple[str, dict[str, RunStats]] | None:
@@ -155,12 +188,19 @@ def _upload(page: Page) -> Source | None:
         max_upload_size=MAX_UPLOAD_MB,
     )
     kept = st.session_state.get(UPLOAD)
-    if file is not None and (kept is None or kept[0] != file.file_id):
+    if file is not None and file.file_id == st.session_state.get(UPLOAD_REFUSED):
+        st.warning(page.t("limits.upload_runs_busy"), icon=":material/hourglass_top:")
+    elif file is not None and (kept is None or kept[0] != file.file_id):
         name = md_escape(file.name, limit=60)
         try:
             arms = _read_upload(file.getvalue())
         except RunStatsError as e:
             st.error(page.t("data.upload_error", name=name, detail=md_escape(str(e))), icon=":material/error:")
+            return None if kept is None else Source("upload", kept[0], kept[2], kept[1])
+        if not _may_keep("upload", arms):
+            # Past the server's budget for kept runs: this file is not kept (nor read again on the next run).
+            st.session_state[UPLOAD_REFUSED] = file.file_id
+            st.warning(page.t("limits.upload_runs_busy"), icon=":material/hourglass_top:")
             return None if kept is None else Source("upload", kept[0], kept[2], kept[1])
         kept = (file.file_id, name, arms)
         st.session_state[UPLOAD] = kept

@@ -16,6 +16,9 @@ class arriving at once:
   with the reason once a page has failed to import something: in this app
   every import is done here at start-up, so such a failure means the process
   is broken for everyone, and an orchestrator should replace it.
+- **What one visitor may make it hold is bounded** (:mod:`lensa.ui.limits`): uploads are capped in size,
+  one at a time per session, and in total; a client's websocket frames are capped as they arrive; and
+  ``/_stcore/health`` answers 503 once the process is over its memory budget (``LENSA_MEMORY_BUDGET_MB``).
 - **No forced full garbage collection after every script run.** Streamlit
   calls ``gc.collect(2)`` after each run by default (``runner.postScriptGC``,
   turned off in ``.streamlit/config.toml``); under a class that was most of
@@ -38,6 +41,8 @@ import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from lensa.ui import limits
 
 if TYPE_CHECKING:  # for annotations only: starlette is imported when the server starts
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -110,21 +115,29 @@ class Health:
 
 
 HEALTH = Health()
+LIMITS = limits.Limits.from_env()
+UPLOADS = limits.UploadGuard(LIMITS)
 
 
 class HealthMiddleware:
-    """ASGI middleware: ``/_stcore/health`` answers 503 with the reason once :data:`HEALTH` is broken."""
+    """ASGI middleware: ``/_stcore/health`` answers 503 with the reason once :data:`HEALTH` is broken.
+
+    Also while the process is over its memory budget (:data:`LIMITS`), so an orchestrator replaces it before
+    the kernel kills it with every session on it.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].endswith("/_stcore/health") and HEALTH.broken:
-            from starlette.responses import PlainTextResponse
+        if scope["type"] == "http" and scope["path"].endswith("/_stcore/health"):
+            reason = HEALTH.broken or limits.over_memory_budget(LIMITS)
+            if reason:
+                from starlette.responses import PlainTextResponse
 
-            response = PlainTextResponse(f"unhealthy: {HEALTH.broken}", status_code=503)
-            await response(scope, receive, send)
-            return
+                response = PlainTextResponse(f"unhealthy: {reason}", status_code=503)
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
 
@@ -194,11 +207,25 @@ def _typed(options: dict[str, str]) -> dict[str, object]:
 
 
 def build_app() -> App:
-    """The ASGI app: our entry script, the health middleware and the error hook."""
+    """The ASGI app: our entry script, the health and upload middleware, and the error hook."""
     from starlette.middleware import Middleware
     from streamlit.starlette import App
 
-    return App(str(ENTRY), middleware=[Middleware(HealthMiddleware)], on_script_error=HEALTH.on_script_error)
+    return App(
+        str(ENTRY),
+        middleware=[Middleware(HealthMiddleware), Middleware(limits.UploadGuardMiddleware, guard=UPLOADS)],
+        on_script_error=HEALTH.on_script_error,
+    )
+
+
+def install_limits() -> None:
+    """The bounds of :mod:`lensa.ui.limits` that are not middleware.
+
+    A client's websocket frames are capped as they arrive, and the browser is told in its page's language
+    when uploads are refused as busy.
+    """
+    limits.limit_incoming_websocket_messages()
+    limits.patch_file_url_requests(UPLOADS)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -208,6 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     gc.collect()
     gc.freeze()  # what start-up built lives as long as the process: no collection needs to walk it again
     start_collector()
+    install_limits()
     build_app().run(config=options)
 
 
