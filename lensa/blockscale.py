@@ -377,9 +377,11 @@ def _block_scales(r: Recipe, amax: NDArray[np.float32], tensor_amax: np.float32)
             block = (amax / np.float32(f.max)) / ts
             e4m3 = FORMATS["fp8_e4m3"]
             block = np.clip(block, np.float32(e4m3.smallest_normal), np.float32(e4m3.max))
-            return (ts * block.astype(e4m3.dtype).astype(np.float32)).astype(np.float32)
+            scales: NDArray[np.float32] = (ts * block.astype(e4m3.dtype).astype(np.float32)).astype(np.float32)
+            return scales
         e = _mx_exponent(amax, f, r.rule)
-        return np.ldexp(np.float32(1.0), e).astype(np.float32)
+        powers: NDArray[np.float32] = np.ldexp(np.float32(1.0), e).astype(np.float32)
+        return powers
 
 
 class _Sums:
