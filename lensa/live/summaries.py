@@ -199,8 +199,9 @@ def _stored(x: torch.Tensor, dtype: torch.dtype, bound: float | None) -> torch.T
     return x.to(dtype).to(torch.float32)
 
 
-def summarize_update_tensors(w_before: torch.Tensor, w_after: torch.Tensor) -> TensorStats:
-    """:func:`lensa.runstats.summarize_update` of two torch tensors, computed with torch; equal bit for bit.
+def summarize_update_tensors(w_before: torch.Tensor, w_after: torch.Tensor, recipes: bool = False) -> TensorStats:
+    """:func:`lensa.runstats.summarize_update` of two torch tensors, computed with torch; equal bit for bit
+    (``recipes`` as there).
 
     Both are read as float32 and must have the same shape (ValueError otherwise). The update is
     ``w_after - w_before`` in float32; the lost counts use torch's casts (round to nearest, ties to even,
@@ -216,13 +217,17 @@ def summarize_update_tensors(w_before: torch.Tensor, w_after: torch.Tensor) -> T
         stored = _stored(before, dtype, bound)
         again = _stored(stored + update, dtype, bound)
         lost.append(int(torch.count_nonzero(moved & (again == stored))))
-    return _summarize_bits(update.view(torch.int32), lost_counts=tuple(lost))
+    stats = _summarize_bits(update.view(torch.int32), lost_counts=tuple(lost))
+    return stats.with_recipes(update.view(w_before.shape).numpy()) if recipes else stats
 
 
 def _summarize_here(t: torch.Tensor, scale: float | None) -> TensorStats:
-    """:func:`summarize_tensor` of ``t``, or with a loss ``scale``, of the true gradient ``t / scale``."""
+    """:func:`summarize_tensor` of ``t``, or with a loss ``scale``, of the true gradient ``t / scale``, with what
+    every block recipe loses on it (shaped as ``t``)."""
     values = t.detach().float().cpu()
-    return summarize_tensor(values if scale is None else _unscaled(values, scale))
+    if scale is not None:
+        values = _unscaled(values, scale)
+    return summarize_tensor(values).with_recipes(values.contiguous().numpy())
 
 
 def _unscaled(values: torch.Tensor, scale: float) -> torch.Tensor:
@@ -289,7 +294,7 @@ class InlineSummaries:
     ) -> None:
         for name, before, after in zip(names, befores, afters, strict=True):
             assert before.tensor is not None
-            self._run.add(kind, name, step, summarize_update_tensors(before.tensor, after))
+            self._run.add(kind, name, step, summarize_update_tensors(before.tensor, after, recipes=True))
 
     def release_held(self) -> None:
         pass
@@ -407,7 +412,7 @@ class ProcessSummaries:
 
     def _queue_release(self) -> None:
         """An item with nothing to summarise that lets the child free the ring up to the current mark."""
-        self._queue([0, "release", "", "", 0, -1, 0, -1, None])
+        self._queue([0, "release", "", "", 0, -1, 0, -1, None, []])
 
     def _queue(self, item: list[Any], mark: int | None = None) -> None:
         """Queue ``item`` for the child; once it is summarised, the child frees the ring up to ``mark``.
@@ -427,7 +432,7 @@ class ProcessSummaries:
             self._local[self._seq] = (kind, name, step, _summarize_here(t, scale))
             return
         fn = "tensor" if scale is None else "unscaled"
-        self._queue([self._seq, fn, kind, name, step, offset, t.numel(), -1, scale])
+        self._queue([self._seq, fn, kind, name, step, offset, t.numel(), -1, scale, list(t.shape)])
 
     def tensors(self, kind: str, names: Sequence[str], step: int, ts: Sequence[torch.Tensor]) -> None:
         """:meth:`tensor` of each of ``ts`` (named ``names``), their copies made together (:meth:`_put_all`)."""
@@ -444,7 +449,7 @@ class ProcessSummaries:
             self._seq += 1
             n = t.numel()
             end += 4 * n
-            item = [self._seq, "tensor", kind, name, step, offset, n, -1, None]
+            item = [self._seq, "tensor", kind, name, step, offset, n, -1, None, list(t.shape)]
             self._queue(item, None if i == last else min(end, self._mark()))
             offset += 4 * n
 
@@ -485,7 +490,8 @@ class ProcessSummaries:
                     self._seq += 1
                     n = after.numel()
                     self._open.pop(id(before))
-                    self._queue([self._seq, "update", kind, name, step, before.offset, n, offset, None])
+                    shape = list(after.shape)
+                    self._queue([self._seq, "update", kind, name, step, before.offset, n, offset, None, shape])
                     offset += 4 * n
                 return
         for name, before, after in zip(names, befores, afters, strict=True):
@@ -497,14 +503,15 @@ class ProcessSummaries:
             offset = self._put(after)
             if offset is not None:
                 self._open.pop(id(before))
-                self._queue([self._seq, "update", kind, name, step, before.offset, after.numel(), offset, None])
+                shape = list(after.shape)
+                self._queue([self._seq, "update", kind, name, step, before.offset, after.numel(), offset, None, shape])
                 return
             previous = self._ring_values(before, after)
             self._open.pop(id(before))
             self._queue_release()  # its room is free now
         else:
             previous = before.tensor
-        self._local[self._seq] = (kind, name, step, summarize_update_tensors(previous, after))
+        self._local[self._seq] = (kind, name, step, summarize_update_tensors(previous, after, recipes=True))
 
     def _ring_values(self, held: Held, like: torch.Tensor) -> torch.Tensor:
         start = held.offset // 4
