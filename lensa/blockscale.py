@@ -470,3 +470,58 @@ def lost(values: ArrayLike, recipe: str | Recipe) -> Lost:
     """What ``recipe`` loses on ``values``: shares flushed and saturated, and the SQNR in dB (see :func:`lost_all`)."""
     r = get_recipe(recipe)
     return lost_all(values, (r,))[r.key]
+
+
+# --- delayed scaling, replayed on a recorded amax sequence ---------------------------------------------------
+
+
+def delayed_scales(
+    amax: ArrayLike, history: int = 1024, margin: float = 0, fmt: str = "fp8_e4m3"
+) -> NDArray[np.float32]:
+    """The scale each step would use under Transformer Engine's ``DelayedScaling`` (``amax_compute_algo="max"``).
+
+    As TE's ``amax_and_scale_update`` kernel (transformer_engine/common/recipe/delayed_scaling.cu): after each
+    step the step's amax enters a history of the last ``history`` steps, and the next step's scale is
+    ``(fmt_max * 2**-margin) / max(history)`` in FP32; where that maximum is not finite or not above 0, the
+    scale stays what it was. The first step has no history and uses TE's initial scale, 1.0. A NaN amax
+    (a step where the tensor was not read) leaves the history and the scale alone.
+    """
+    if isinstance(history, bool) or not isinstance(history, int | np.integer) or history < 1:
+        raise ValueError(f"the amax history holds at least 1 step, not {history!r}")
+    a = np.asarray(amax, np.float64).reshape(-1)
+    f = get_format(fmt)
+    scaled_max = np.float32(f.max) * np.float32(2.0 ** -float(margin))
+    out = np.empty(a.size, np.float32)
+    scale = np.float32(1.0)
+    window: list[tuple[int, float]] = []  # (index, amax), amax decreasing: the front is the window's max
+    seen = 0
+    for t, v in enumerate(a.tolist()):
+        out[t] = scale
+        if math.isnan(v):
+            continue
+        seen += 1
+        while window and window[-1][1] <= v:
+            window.pop()
+        window.append((seen, v))
+        while window[0][0] <= seen - history:
+            window.pop(0)
+        top = np.float32(window[0][1])
+        if math.isfinite(top) and top > 0:
+            scale = np.float32(scaled_max / top)
+    return out
+
+
+def replay_delayed(amax: ArrayLike, history: int = 1024, margin: float = 0, fmt: str = "fp8_e4m3") -> NDArray[np.bool_]:
+    """One boolean per step: True where the delayed scale (:func:`delayed_scales`) would have overflowed it.
+
+    Step t overflows when ``amax_t * scale_t`` (FP32) lies past what rounds to the format's largest value (as
+    :attr:`Encoded.saturated` counts it: its largest values would be clamped), or when amax_t is infinite.
+    Current scaling (scale from the step's own amax) never does. NaN amax (not read): False.
+    """
+    a = np.asarray(amax, np.float64).reshape(-1)
+    f = get_format(fmt)
+    scales = delayed_scales(a, history, margin, fmt)
+    with np.errstate(over="ignore", invalid="ignore"):
+        product = a.astype(np.float32) * scales
+    past = _past_the_top(product, f)
+    return np.asarray(past | np.isinf(a), dtype=bool)
