@@ -1092,6 +1092,10 @@ class RunStats:
             "amax": values,
         }
 
+    def __reduce__(self) -> tuple[Any, tuple[bytes, int]]:
+        """Pickled as its file (compressed, checked again when unpickled): a run's records are many small arrays."""
+        return (_unpickle, (self.to_bytes(), self.version))
+
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the run to ``path`` as a versioned ``.npz`` (no pickles: int64 counts, float64 sums, JSON labels)."""
         data = self.to_bytes()
@@ -1132,6 +1136,12 @@ _ARRAYS_V2: dict[str, tuple[str, int]] = {
 }
 # A valid file at the limits unpacks to about 200 MB (10,000 tensors of 277 rows); refuse to unpack more.
 _MAX_UNPACKED_BYTES = 256 * 1024 * 1024
+
+
+def _unpickle(data: bytes, version: int) -> RunStats:
+    run = load(data)
+    run.version = version
+    return run
 
 
 def _read_source(source: str | os.PathLike[str] | bytes | IO[bytes]) -> bytes:

@@ -141,7 +141,7 @@ def _probe(trainer, name: str):
             self.before = self._param().detach().clone()
 
         def on_optimizer_step(self, args, state, control, **kw):
-            self.grads[state.global_step + 1] = summarize(self._param().grad.detach().float().numpy())
+            self.grads[state.global_step + 1] = summarize(self._param().grad.detach().float().numpy(), recipes=True)
 
         def on_step_end(self, args, state, control, **kw):
             self.changed.append(not bool((self._param().detach() == self.before).all()))
