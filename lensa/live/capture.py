@@ -2,7 +2,9 @@
 
 :class:`Recorder` hooks a model (and its optimizer) and, at a few chosen steps, summarises five kinds of
 tensor with :func:`summarize_tensor` / :func:`summarize_update_tensors`: :func:`lensa.runstats.summarize` /
-:func:`lensa.runstats.summarize_update` bit for bit, with the per-value work done by torch. Only those small
+:func:`lensa.runstats.summarize_update` bit for bit, with the per-value work done by torch, each with what every
+block recipe of :data:`lensa.blockscale.RECIPES` loses on the tensor as it is shaped (``recipes=True``: the
+shares flushed and saturated and the SQNR, equal to :func:`lensa.blockscale.lost`). Only those small
 summaries are kept (a :class:`lensa.runstats.TensorStats` is a few kilobytes, whatever the tensor's size), so
 memory stays flat however long the run; :meth:`Recorder.stats` gives a :class:`lensa.runstats.RunStats` and
 :meth:`Recorder.save` writes it to a file that the measured-data pages read.

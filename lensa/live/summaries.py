@@ -1,7 +1,9 @@
 """How a :class:`lensa.live.capture.Recorder` summarises tensors, and where: inside the step, or in a process.
 
 :func:`summarize_tensor` and :func:`summarize_update_tensors` are :func:`lensa.runstats.summarize` and
-:func:`lensa.runstats.summarize_update` with the per-value work done by torch, equal bit for bit.
+:func:`lensa.runstats.summarize_update` with the per-value work done by torch, equal bit for bit. The recorder's
+records also keep what every block recipe loses (:meth:`lensa.runstats.TensorStats.with_recipes`, numpy, from
+the tensor as it is shaped): the summary process is told each copy's shape.
 
 :class:`InlineSummaries` summarises each tensor at once, in the hook, with the torch path of
 :func:`summarize_tensor`: simple, and the recorded step pays for it (about 5 times a bare
