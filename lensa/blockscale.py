@@ -434,7 +434,8 @@ def lost_all(values: ArrayLike, recipes: Iterable[str | Recipe] | None = None) -
     signal = 0.0
     for i in range(0, n, _PIECE):
         piece = flat[i : i + _PIECE].astype(np.float64)
-        signal += float(np.dot(piece, piece))
+        np.multiply(piece, piece, out=piece)
+        signal += float(np.sum(piece))  # numpy's own pairwise sum, not BLAS: the same on every CPU
     tensor_amax = np.float32(np.max(np.abs(flat)))
     out: dict[str, Lost] = {}
     blocked: dict[Any, tuple[NDArray[np.float32], Any, NDArray[np.float32]]] = {}

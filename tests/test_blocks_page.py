@@ -105,3 +105,23 @@ def test_a_version_1_upload_says_it_predates_the_recipes(lang):
     at = upload(visit("blocks", lang=lang, data="upload"), content=buf.getvalue())
     assert not at.exception, [e.value for e in at.exception]
     assert i18n.text(lang, "recipes.predates", version="1") in [i.value for i in at.info]
+
+
+@pytest.mark.parametrize("key", ["fp16_range", "loss_scaling", "bf16"])
+def test_steps_2_3_5_show_the_recipes_with_also_and_a_recorded_run(key):
+    from lensa.ui import measured as view
+
+    view._load_reference.clear()
+    at = open_page(key, lang="id", data="reference", also="all", recipe="mxfp4_e2m1")
+    assert not at.exception, [e.value for e in at.exception]
+    assert i18n.text("id", "recipes.title") in [h.value for h in at.subheader]
+    assert any(i18n.text("id", "recipes.col_current") in d.value.columns for d in at.dataframe)
+    plain = open_page(key, lang="id", data="reference")  # also=none: the recipes stay out of the way
+    assert i18n.text("id", "recipes.title") not in [h.value for h in plain.subheader]
+    view._load_reference.clear()
+
+
+def test_a_bad_recipe_in_a_link_falls_back_without_an_error():
+    at = open_page("blocks", lang="en", data="reference", recipe="fp3_imaginary")
+    assert not at.exception, [e.value for e in at.exception]
+    assert "Every block recipe on this run" in [h.value for h in at.subheader]

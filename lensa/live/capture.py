@@ -64,16 +64,20 @@ below the one the step used (GradScaler backs off only after an inf or NaN). The
 few dozen bytes each.
 
 Cost: at steps that are not recorded, each hooked module and each optimizer step runs one Python call that
-returns at once. At recorded steps, by default (``background=True``), a hook only copies its tensor as
-float32 into a ring of shared memory (128 MiB, made when the recorder is), and a numpy-only process
-(:mod:`lensa.live.summaries`) summarises the copies beside the training loop, on another core; the records
-come back when the run is read (:meth:`Recorder.stats`, :meth:`Recorder.save`, :meth:`Recorder.close`). On
-the small reference model (:mod:`lensa.live.reference`, 120 tensors, 5.1 M values a recorded step) a
-recorded step then costs the training thread about 1.2 times a bare one; summarised inside the step
-(``background=False``), about 5 times: about 1 to 2 ns per value of torch integer work plus 100 to 300
-microseconds per tensor (``make bench``, docs/performance.md). When the ring is full, a hook waits for the
-process (:attr:`Recorder.waited_seconds` says how long), so memory stays bounded; a tensor larger than the
-ring is summarised in the hook. Fewer ``kinds`` or ``modules`` cost less either way.
+returns at once, and with ``amax=True`` one ``abs().amax()`` per tensor (and a hook on each module output for
+its gradient's): about 3 ms on the reference model's 12 ms step (120 tensors; measured with thread CPU time,
+median of 3 runs of 40 steps), read back once per step. At recorded steps, by default (``background=True``), a
+hook only copies its tensor as float32 into a ring of shared memory (128 MiB, made when the recorder is), and a
+numpy-only process (:mod:`lensa.live.summaries`) summarises the copies beside the training loop, on another
+core; the records come back when the run is read (:meth:`Recorder.stats`, :meth:`Recorder.save`,
+:meth:`Recorder.close`). On the small reference model (:mod:`lensa.live.reference`, 120 tensors, 5.1 M values a
+recorded step) a recorded step then costs the training thread about 1.5 times a bare one at the median, more
+once the process falls behind (about 1 s of recipe records per recorded step) and the ring fills; summarised
+inside the step (``background=False``), about 30 times: the block recipes' numpy passes, about 10 ns per value
+and recipe, on top of 1 to 2 ns per value of torch integer work and 100 to 300 microseconds per tensor (``make
+bench``, docs/performance.md). When the ring is full, a hook waits for the process
+(:attr:`Recorder.waited_seconds` says how long), so memory stays bounded; a tensor larger than the ring is
+summarised in the hook. Fewer ``kinds`` or ``modules`` cost less either way.
 """
 
 from __future__ import annotations
@@ -226,9 +230,10 @@ class Recorder:
 
     def _keep_amax(self, kind: str, name: str, t: torch.Tensor, scale: float | None = None) -> None:
         """Queue the amax of ``t`` (divided by ``scale``) for this step; read at :meth:`step`, all at once."""
-        if kind in self._amax_kinds:
+        if kind in self._amax_kinds and t.numel():
             with torch.no_grad():
-                self._pending_amax.append((kind, name, torch.linalg.vector_norm(t.detach(), math.inf), scale))
+                # abs().amax(): a NaN propagates; several times faster on the CPU than vector_norm(t, inf)
+                self._pending_amax.append((kind, name, t.detach().abs().amax(), scale))
 
     def _flush_amax(self) -> None:
         pending, self._pending_amax = self._pending_amax, []
