@@ -125,3 +125,13 @@ def test_a_bad_recipe_in_a_link_falls_back_without_an_error():
     at = open_page("blocks", lang="en", data="reference", recipe="fp3_imaginary")
     assert not at.exception, [e.value for e in at.exception]
     assert "Every block recipe on this run" in [h.value for h in at.subheader]
+
+
+def test_a_version_2_run_without_recipe_records_says_so():
+    from tests.runfixtures import reference_arms
+    from tests.test_measured_pages import LAB, visit
+
+    assert not reference_arms()["fp32"].has_recipes  # the synthetic runs are summarised without them
+    at = visit("fp16_range", lang="en", session=LAB, data="lab", also="fp8")
+    assert not at.exception, [e.value for e in at.exception]
+    assert i18n.text("en", "recipes.not_kept") in [i.value for i in at.info]

@@ -477,7 +477,10 @@ def recipe_section(page: Page, sel: Selection) -> None:
     run = sel.run
     st.subheader(page.t("recipes.title"))
     if not run.has_recipes:
-        st.info(page.t("recipes.predates", version=page.num(run.version)), icon=":material/history:")
+        if run.version < 2:
+            st.info(page.t("recipes.predates", version=page.num(run.version)), icon=":material/history:")
+        else:
+            st.info(page.t("recipes.not_kept"), icon=":material/info:")
         return
     recipe = widgets.select(
         page,
