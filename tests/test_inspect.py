@@ -21,6 +21,8 @@ from lensa import formats as F
 from lensa import inspector as I
 from tests.conftest import requires_torch
 
+pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 NAMES = list(F.FORMATS)
 SMALL = ["bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
 ML_DTYPES = {

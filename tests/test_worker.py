@@ -16,7 +16,7 @@ from lensa import live
 from lensa.live.worker import LabWorker, default_worker, worker_threads
 from tests.conftest import requires_torch
 
-pytestmark = requires_torch
+pytestmark = [requires_torch, pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = live.RunConfig(
