@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import ast
 import functools
+import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import requires_torch
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKS = ("torch_kernels", "numpy_kernels")
@@ -23,6 +26,11 @@ EXEMPT: dict[tuple[str, str], str] = {
         "fuzzes the pages' link parsing, which is exact arithmetic on Python ints and Fractions (lensa.exact); "
         "it checks no number a numpy kernel computes, and takes ~50 s a rerun"
     ),
+    ("tests/test_lab_page.py", "torch_kernels"): (
+        "the lab page around lensa.live's runs, which tests/test_live.py and tests/test_worker.py rerun under each "
+        "kernel set; its step 6 measures speed, not values, and takes ~30 s a rerun"
+    ),
+    ("tests/test_lab_page.py", "numpy_kernels"): "the page around the runs (above); its numbers come from lensa.live",
     ("tests/e2e/test_upload.py", "numpy_kernels"): (
         "a browser test against a server process (make test's e2e pass); the numbers it uploads are checked "
         "in-process by tests/test_measured.py and tests/test_measured_pages.py, which carry the mark"
@@ -120,3 +128,55 @@ def test_the_rule_sees_what_it_should():
     assert carried_marks(tests / "test_capture.py") == {"torch_kernels", "numpy_kernels"}
     assert carried_marks(tests / "test_pages.py") == set()
     assert "numpy" in _computes_with("lensa.runstats") and _computes_with("lensa.ui.figures") == frozenset()
+
+
+# --- scripts/test_kernels.py: which kernel sets it asks for, and that each takes effect ---------------------------
+
+
+def _script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kernel_sets", ROOT / "scripts" / "test_kernels.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("flags", "skipped"),
+    [
+        ({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}, set()),
+        ({"avx2", "fma"}, {"torch avx512"}),  # an AVX2-only EPYC: never ask torch for AVX-512
+        ({"avx2", "fma", "avx512f"}, {"torch avx512"}),  # AVX-512 Foundation alone is not ATen's AVX512
+        (set(), {"torch avx2", "torch avx512"}),
+    ],
+)
+def test_the_kernel_sets_asked_for_are_the_ones_this_cpu_has(monkeypatch, flags, skipped):
+    script = _script()
+    monkeypatch.setattr(script, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(script.platform, "machine", lambda: "x86_64")
+    configs = {c.name: c for c in script.configs()}
+    assert list(configs) == ["torch default", "torch avx2", "torch avx512", "numpy baseline"]
+    assert {n for n, c in configs.items() if c.skip} == skipped
+    for name in skipped:
+        assert "this CPU lacks" in configs[name].skip
+    assert configs["torch default"].env == {"ATEN_CPU_CAPABILITY": "default"}
+    assert configs["numpy baseline"].env["NPY_DISABLE_CPU_FEATURES"].split() == script.numpy_dispatch_targets()
+
+
+def test_numpy_at_its_baseline_dispatches_to_nothing_else():
+    script = _script()
+    config = next(c for c in script.configs() if c.name == "numpy baseline")
+    assert script.probe(config).startswith("dispatched=[]")
+    native = script.Config("native", {}, "numpy_kernels", "", "")
+    if script.numpy_dispatch_targets() and script.cpu_flags() & {"avx2", "avx512f"}:
+        assert not script.probe(native).startswith("dispatched=[]")  # the probe can tell
+
+
+@requires_torch
+def test_torch_without_vector_kernels_says_so():
+    script = _script()
+    config = next(c for c in script.configs() if c.name == "torch default")
+    assert script.probe(config) == "DEFAULT"

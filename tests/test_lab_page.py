@@ -15,7 +15,7 @@ from tests.conftest import requires_torch
 from tests.pagetools import metrics, open_page
 from tests.test_live import CSV_COLUMNS
 
-pytestmark = [requires_torch, pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
+pytestmark = requires_torch
 
 TINY = {"width": "64", "depth": "1", "batch": "64", "steps": "10"}
 
