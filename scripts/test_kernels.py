@@ -10,11 +10,17 @@ differently in the last bits, on an AVX2-only EPYC than on an AVX-512 Xeon. Both
 - numpy: ``NPY_DISABLE_CPU_FEATURES`` naming every target numpy dispatches to at run time (X86_V3, X86_V4, ... as
   this numpy reports them), so only its baseline (X86_V2 for numpy 2.4's x86-64 wheels) is left.
 
-The tests rerun are the ones marked ``torch_kernels`` (the torch configurations) and ``numpy_kernels`` (the numpy
-one); tests/test_kernel_markers.py checks that every test file computing with those kernels carries its mark. Before
-each configuration a fresh interpreter checks that it took effect (torch.backends.cpu.get_cpu_capability(), numpy's
-dispatched targets), and the configuration fails if it did not. It prints what it runs, what it skips and why, and
-each configuration's counts and time; it exits 1 when any configuration fails.
+Three sets, the first the least any x86-64 CPU has:
+
+1. ``torch default + numpy baseline``: both libraries without vector kernels beyond their baseline, every test
+   marked ``torch_kernels`` or ``numpy_kernels`` (the oldest CPU's case, in one run instead of two);
+2. ``torch avx2``, the tests marked ``torch_kernels``, where the CPU has AVX2 and FMA;
+3. ``torch avx512``, the same, where the CPU has what ATen's AVX512 kernels need.
+
+tests/test_kernel_markers.py checks that every test file computing with those kernels carries its mark. Before each
+set a fresh interpreter checks that it took effect (torch.backends.cpu.get_cpu_capability(), numpy's dispatched
+targets), and the set fails if it did not. It prints what it runs, what it skips and why, and each set's counts and
+time; it exits 1 when any set fails. A failure in set 1 is told apart by rerunning with one variable only.
 """
 
 from __future__ import annotations
@@ -41,8 +47,8 @@ TORCH_NEEDS = {"avx2": ("avx2", "fma"), "avx512": ("avx512f", "avx512bw", "avx51
 class Config:
     name: str
     env: dict[str, str]
-    marker: str
-    expect: str  # what the probe must print
+    marker: str  # the -m expression
+    expect: dict[str, str]  # probe ("torch", "numpy") -> how its report must start
     why: str
     skip: str = ""  # the reason it is not run, when it is not
     result: dict[str, float] = field(default_factory=dict)
@@ -81,33 +87,32 @@ NUMPY_PROBE = (
 
 def configs() -> list[Config]:
     flags = cpu_flags()
-    out = []
-    for cap in ("default", "avx2", "avx512"):
-        lacking = [f for f in TORCH_NEEDS.get(cap, ()) if f not in flags]
+    first = Config(
+        name="torch default + numpy baseline",
+        env={"ATEN_CPU_CAPABILITY": "default"},
+        marker="torch_kernels or numpy_kernels",
+        expect={"torch": "DEFAULT"},
+        why="torch without vector kernels",
+    )
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        targets = numpy_dispatch_targets()
+        first.env["NPY_DISABLE_CPU_FEATURES"] = " ".join(targets)
+        first.expect["numpy"] = "dispatched=[]"
+        first.why += f"; numpy at its baseline, none of its run-time targets ({' '.join(targets)})"
+    else:
+        first.why += f"; numpy as it is (its targets named here are x86-64's, this is {platform.machine()})"
+    out = [first]
+    for cap in ("avx2", "avx512"):
+        lacking = [f for f in TORCH_NEEDS[cap] if f not in flags]
         out.append(
             Config(
                 name=f"torch {cap}",
                 env={"ATEN_CPU_CAPABILITY": cap},
                 marker="torch_kernels",
-                expect=cap.upper(),
-                why="no vector kernels at all" if cap == "default" else f"the {cap.upper()} kernels",
+                expect={"torch": cap.upper()},
+                why=f"torch's {cap.upper()} kernels",
                 skip=f"this CPU lacks {', '.join(lacking)}" if lacking else "",
             )
-        )
-    if platform.machine().lower() in ("x86_64", "amd64"):
-        targets = numpy_dispatch_targets()
-        out.append(
-            Config(
-                name="numpy baseline",
-                env={"NPY_DISABLE_CPU_FEATURES": " ".join(targets)},
-                marker="numpy_kernels",
-                expect="dispatched=[]",
-                why=f"numpy's baseline only, none of its run-time targets ({' '.join(targets)})",
-            )
-        )
-    else:
-        out.append(
-            Config("numpy baseline", {}, "numpy_kernels", "", "", skip=f"x86-64 targets only ({platform.machine()})")
         )
     return out
 
@@ -118,18 +123,14 @@ def clean_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def probe(config: Config) -> str:
-    """What a fresh interpreter under the configuration reports, in the form of ``config.expect``."""
-    if config.marker == "torch_kernels":
-        out = subprocess.run(
-            [sys.executable, "-c", TORCH_PROBE], env=clean_env(config.env), capture_output=True, text=True
-        )
-        if out.returncode:
-            return f"error: {out.stderr.strip()[-500:]}"
-        return out.stdout.strip()
-    out = subprocess.run([sys.executable, "-c", NUMPY_PROBE], env=clean_env(config.env), capture_output=True, text=True)
+def probe(config: Config, library: str) -> str:
+    """What a fresh interpreter under the configuration reports for ``library`` ("torch" or "numpy")."""
+    code = TORCH_PROBE if library == "torch" else NUMPY_PROBE
+    out = subprocess.run([sys.executable, "-c", code], env=clean_env(config.env), capture_output=True, text=True)
     if out.returncode:
         return f"error: {out.stderr.strip()[-500:]}"
+    if library == "torch":
+        return out.stdout.strip()
     seen = json.loads(out.stdout)
     return f"dispatched={seen['dispatched']} (baseline {' '.join(seen['baseline'])})"
 
@@ -137,12 +138,13 @@ def probe(config: Config) -> str:
 def run(config: Config, pytest_args: list[str]) -> bool:
     env_text = " ".join(f"{k}={v!r}" if " " in v else f"{k}={v}" for k, v in config.env.items())
     print(f"\n== {config.name}: {env_text} ({config.why}); tests marked {config.marker}", flush=True)
-    seen = probe(config)
-    print(f"   check: {seen}", flush=True)
-    if not seen.startswith(config.expect):
-        print(f"   FAILED: the configuration did not take effect (wanted {config.expect})", flush=True)
-        config.result = {"passed": 0, "failed": 0, "skipped": 0, "seconds": 0.0, "error": 1}
-        return False
+    for library, want in config.expect.items():
+        seen = probe(config, library)
+        print(f"   check {library}: {seen}", flush=True)
+        if not seen.startswith(want):
+            print(f"   FAILED: {library}'s setting did not take effect (wanted {want})", flush=True)
+            config.result = {"passed": 0, "failed": 0, "skipped": 0, "seconds": 0.0, "error": 1}
+            return False
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "junit.xml"
         cmd = [
@@ -153,7 +155,7 @@ def run(config: Config, pytest_args: list[str]) -> bool:
             "auto",
             "-q",
             "-m",
-            f"{config.marker} and not e2e",
+            f"({config.marker}) and not e2e",
             f"--junitxml={report}",
             *pytest_args,
         ]
@@ -189,12 +191,12 @@ def main(argv: list[str]) -> int:
     print("\n== kernel sets:")
     for c in todo:
         if c.skip:
-            print(f"   {c.name:15} skipped: {c.skip}")
+            print(f"   {c.name:31} skipped: {c.skip}")
         else:
             r = c.result
             status = "ok" if not (r["failed"] or r["error"]) else "FAILED"
             print(
-                f"   {c.name:15} {status:6} {r['passed']:.0f} passed, {r['failed']:.0f} failed, "
+                f"   {c.name:31} {status:6} {r['passed']:.0f} passed, {r['failed']:.0f} failed, "
                 f"{r['skipped']:.0f} skipped, {r['seconds']:.0f} s"
             )
     print(f"   all: {time.perf_counter() - t0:.0f} s")
