@@ -72,8 +72,12 @@ def cpu_flags() -> set[str]:
 
 def numpy_dispatch_targets() -> list[str]:
     """Every target this numpy was built to dispatch to at run time (beyond its baseline), as it names them."""
-    from numpy._core._multiarray_umath import __cpu_dispatch__
+    import numpy
 
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__
+    except ImportError:  # where numpy.show_runtime() reads them from, in numpy 2.x
+        sys.exit(f"numpy {numpy.__version__} does not list its dispatch targets where numpy 2.4 did: update {__file__}")
     return list(__cpu_dispatch__)
 
 
