@@ -17,6 +17,8 @@ from lensa import live
 from lensa.scaling import simulate
 from tests.conftest import requires_torch
 
+pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Small enough that a whole three-arm comparison takes well under a second on a 2-core CPU.

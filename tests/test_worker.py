@@ -16,7 +16,7 @@ from lensa import live
 from lensa.live.worker import WORKER_IDLE_S, LabWorker, default_worker, worker_idle_s, worker_threads
 from tests.conftest import requires_torch
 
-pytestmark = requires_torch
+pytestmark = [requires_torch, pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = live.RunConfig(
