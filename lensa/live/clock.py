@@ -29,6 +29,7 @@ its life (:mod:`lensa.live.worker`). Torch is imported inside the functions;
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 ARMS_TIMED: tuple[str, ...] = ("fp32", "fp16", "bf16")
 CALIBRATION_BUDGET_S = 2.0
 """The calibration's time budget (seconds); the probes shrink to fit it on a slow machine."""
-PROBE_STEP_S = 0.02
+PROBE_STEP_S = 0.06
 """The rate probe grows until one step takes about this long: long enough for the clock, short enough to repeat."""
 PROBE_REPEATS = 3
 """Timed steps per probe (the shortest is kept), after one untimed step."""
@@ -62,7 +63,8 @@ class CostModel:
     """Per-arm time model of one lab comparison on one device, measured here by :func:`calibrate`.
 
     Per step of an arm: ``layer_step_s[arm]`` per Linear layer, plus
-    ``param_step_s[arm]`` per parameter, plus matmul FLOP / ``flop_per_s[arm]``.
+    ``param_step_s[arm]`` per parameter, plus matmul FLOP / :meth:`rate` (``flop_per_s[arm]``, falling past
+    the probe's size by ``rate_falloff[arm]``).
     Per arm: ``arm_s`` of set-up and an FP32 evaluation pass. Per run:
     ``data_value_s`` per training value generated. Per recorded step of an
     arm: ``record_value_s`` per value and ``record_tensor_s`` per tensor the
@@ -82,11 +84,25 @@ class CostModel:
     data_value_s: float = 0.0
     record_value_s: float = 0.0
     record_tensor_s: float = 0.0
+    rate_falloff: dict[str, float] = field(default_factory=dict)
+    probe_size: dict[str, int] = field(default_factory=dict)
     slowdown: dict[str, float] = field(default_factory=dict)
     capability: str = ""
     cpu_flags: tuple[str, ...] = ()
     calibration_s: float = 0.0
     threads: int = 0
+
+    def rate(self, arm: str, size: int) -> float:
+        """``arm``'s matmul rate (FLOP/s) for layers whose activations are ``size`` = batch x width values.
+
+        ``flop_per_s[arm]`` was measured at ``probe_size[arm]``; past it the rate falls as
+        ``(size / probe_size[arm]) ** -rate_falloff[arm]`` (an emulated 16-bit product that no longer fits the
+        caches loses speed; a native one keeps it, falloff 0). Never above the probe's rate.
+        """
+        falloff, probe = self.rate_falloff.get(arm, 0.0), self.probe_size.get(arm, 0)
+        if falloff <= 0 or probe <= 0 or size <= probe:
+            return self.flop_per_s[arm]
+        return float(self.flop_per_s[arm] * (size / probe) ** -falloff)
 
     def emulated(self, arm: str) -> bool:
         """True when this arm's 16-bit matmuls have no native path here: measured slower than FP32.
@@ -202,10 +218,12 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
     start = time.perf_counter()
     deadline = start + budget_s
-    per_arm_budget = budget_s * 0.6 / len(ARMS_TIMED)
+    per_arm_budget = budget_s * 0.7 / len(ARMS_TIMED)
     flop: dict[str, float] = {}
     param: dict[str, float] = {}
     layer: dict[str, float] = {}
+    falloff: dict[str, float] = {}
+    sizes: dict[str, int] = {}
     set_up: list[float] = []
     with _fp32_matmul_precision(device, "highest"):
         for i, arm in enumerate(ARMS_TIMED):
@@ -237,13 +255,20 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
             param[arm] = (opt_s + cast_s) / n_params
             # The matmul rate: grow the batch, then the width, until a step takes about PROBE_STEP_S.
             width, batch = _grow_rate_probe(arm, device, arm_deadline)
-            _m, _o, step, _p = _probe(arm, device, width, depth, batch)
-            step()
-            t_step = _best_time(step, device)
-            work = t_step - layer[arm] * (depth + 1) - param[arm] * _params(width, depth)
-            step_flop = 6.0 * _macs(width, depth) * batch
-            # A floor of a quarter of the step keeps a noisy, overhead-bound probe from claiming an endless rate.
-            flop[arm] = step_flop / max(work, 0.25 * t_step)
+            # The rate at the probe, and how it changes from a quarter of its batch to all of it: an emulated
+            # product loses speed as it outgrows the caches, so a larger run is costed at a lower rate.
+            fixed = layer[arm] * (depth + 1) + param[arm] * _params(width, depth)
+            rates = []
+            for b in (max(8, batch // 4), batch):
+                _m, _o, step, _p = _probe(arm, device, width, depth, b)
+                step()
+                t_b = _best_time(step, device, repeats=2)
+                # A floor of a quarter of the step keeps a noisy, overhead-bound probe from an endless rate.
+                rates.append(6.0 * _macs(width, depth) * b / max(t_b - fixed, 0.25 * t_b))
+            flop[arm] = rates[1]
+            ratio = rates[0] / rates[1]
+            falloff[arm] = min(max(math.log(ratio) / math.log(4.0), 0.0), 0.7) if ratio > 1.15 else 0.0
+            sizes[arm] = width * batch
         data_value_s = _time_data(device)
         record_value_s, record_tensor_s = _time_recording(device, layer["fp32"], param["fp32"], flop["fp32"])
     slowdown = {arm: flop["fp32"] / flop[arm] for arm in ARMS_TIMED}
@@ -264,6 +289,8 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
         data_value_s=data_value_s,
         record_value_s=record_value_s,
         record_tensor_s=record_tensor_s,
+        rate_falloff=falloff,
+        probe_size=sizes,
         slowdown=slowdown,
         capability=capability,
         cpu_flags=flags,
@@ -316,17 +343,20 @@ def _time_recording(device: str, layer_s: float, param_s: float, flop_s: float) 
         depth = 2
         model, opt, step, _p = _probe("fp32", device, width, depth, batch)
         step()
-        recorder = Recorder(model, opt, steps=range(1, 4), background=False)
-        try:
 
-            def recorded(step: Callable[[], None] = step, recorder: Recorder = recorder) -> None:
-                step()
-                recorder.step()
+        # A recorder's whole life, as an arm of the lab lives it: made, recorded steps, read, closed (its one-off
+        # cost shared by three steps; the lab records about ten, so this errs on the long side).
+        def recorded(model: torch.nn.Module = model, opt: Any = opt, step: Callable[[], None] = step) -> None:
+            recorder = Recorder(model, opt, steps=(1, 2, 3), background=False)
+            try:
+                for _ in range(3):
+                    step()
+                    recorder.step()
+                recorder.stats()
+            finally:
+                recorder.close()
 
-            recorded()  # first recorded step pays one-off set-up
-            t = _best_time(recorded, device, repeats=2)
-        finally:
-            recorder.close()
+        t = _best_time(recorded, device, repeats=2) / 3
         bare = layer_s * (depth + 1) + param_s * _params(width, depth) + 6.0 * _macs(width, depth) * batch / flop_s
         values = 3 * _params(width, depth) + 2 * batch * (2 * depth * width + 1)
         tensors = 3 * 2 * (depth + 1) + 2 * (2 * depth + 1)
