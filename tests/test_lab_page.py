@@ -109,6 +109,23 @@ def test_a_finished_run_can_be_shown_in_the_lesson(lang):
     assert any(i18n.text(lang, "data.scaler_lab") in c.value for c in at.caption), [c.value for c in at.caption]
 
 
+def test_lab_defaults_come_from_this_machines_clock():
+    from lensa import live
+    from lensa.live.worker import default_worker
+
+    at = open_page("lab", lang="en", timeout=120)
+    assert not at.exception
+    clock = default_worker().clock("auto")  # the worker AppTest's script asked: it runs in this process
+    chosen = live.defaults_for(clock)
+    shown = {name: int(at.select_slider(key=f"w.lab.{name}").value) for name in ("width", "batch", "steps")}
+    assert shown == {"width": chosen.width, "batch": chosen.batch_size, "steps": chosen.steps}
+    said = [c.value for c in at.caption if c.value.startswith("On this machine the defaults are")]
+    assert len(said) == (chosen != live.RunConfig(device=clock.device, record=True))
+    # A link's own settings win over the calibrated defaults.
+    linked = open_page("lab", lang="en", timeout=120, width="1024")
+    assert int(linked.select_slider(key="w.lab.width").value) == 1024
+
+
 def test_lab_refuses_a_run_that_would_take_too_long():
     at = open_page("lab", lang="id", width="4096", depth="6", batch="8192", steps="300")
     assert not at.exception
@@ -207,6 +224,11 @@ def test_the_emulation_words_name_the_ratio_and_the_reason():
         (note,) = live_view.emulation_notes(page, slow_bf16, clock)
         assert "avx512_bf16" in note and "DEFAULT" in note
         assert live_view.emulation_notes(page, SimpleNamespace(device="cuda", arms=run.arms), clock) == []
+        # The worker's refusal of a run over the limit reaches the page with its numbers, in the page's language.
+        refused = live_view.error_text(page, live.LiveError("too_long", "…", (45.0, 30.0)))
+        assert refused == i18n.text(
+            lang, "live.error_too_long", seconds=i18n.seconds(45.0, lang), limit=i18n.seconds(30.0, lang)
+        )
 
 
 def test_lab_says_busy_at_once_when_the_queue_is_full():

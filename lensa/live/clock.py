@@ -177,6 +177,26 @@ def _probe(
     scaler = torch.amp.GradScaler(device, enabled=dtype is torch.float16)
     criterion = torch.nn.BCEWithLogitsLoss()
     params = list(model.parameters())
+    losses = torch.empty(1, device=device)
+    stop = [False]
+
+    # The lab's step also asks whether to stop before each layer's forward and backward pass
+    # (lensa.live.arms._train_arm) and keeps its loss: the probe pays the same.
+    def check() -> None:
+        if stop[0]:
+            raise RuntimeError("unreachable")
+
+    def before_backward(_grad: torch.Tensor) -> None:
+        check()
+
+    def stop_points(_m: torch.nn.Module, _args: object, out: torch.Tensor) -> None:
+        if out.requires_grad:
+            out.register_hook(before_backward)
+
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            layer.register_forward_pre_hook(lambda _m, _a: check())
+            layer.register_forward_hook(stop_points)
 
     def optimizer_part() -> None:
         scaler.unscale_(opt)
@@ -185,11 +205,13 @@ def _probe(
         scaler.update()
 
     def step() -> None:
+        check()
         opt.zero_grad(set_to_none=True)
         with ctx:
             loss = criterion(model(x), y)
         scaler.scale(loss).backward()
         optimizer_part()
+        losses[0] = loss.detach()
 
     return model, opt, step, optimizer_part
 

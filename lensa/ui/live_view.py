@@ -50,7 +50,7 @@ def error_text(page: Page, exc: BaseException) -> str:
     if isinstance(exc, live.LiveError):
         if exc.kind == "too_long" and len(exc.numbers) == 2:
             need, limit = exc.numbers
-            return page.t("live.error_too_long", seconds=f"{page.sig(need, 3)} s", limit=page.sec(limit))
+            return page.t("live.error_too_long", seconds=page.sec(need), limit=page.sec(limit))
         if exc.kind == "invalid":
             # The core's detail is English and names code fields; it goes to the log, not the page.
             _LOG.warning("live run refused: %s", exc.message)
