@@ -63,14 +63,12 @@ with settings_area:
     chosen = None
     if clock is not None:
         chosen = live.defaults_for(clock)
-        applied = f"lab.defaults.{kind}"
-        # The calibrated defaults go where the page's own would be: not over a link's settings, once a session.
-        untouched = not any(name in st.query_params for name in (*RUN_FIELDS, "depth"))
-        if untouched and applied not in st.session_state:
+        # The calibrated defaults go where the page's own would be, into the URL (so the sliders read them as a
+        # link's): only when the URL names none of the run's size, so a link's or the learner's settings win.
+        if not any(name in st.query_params for name in (*RUN_FIELDS, "depth")):
             for name, field in RUN_FIELDS.items():
                 if getattr(chosen, field) != getattr(live.RunConfig(), field):
                     st.query_params[name] = str(getattr(chosen, field))
-        st.session_state[applied] = True
     left, right = st.columns(2)
     with left:
         width = int(widgets.slider(page, "width", page.t("width"), page.num))
