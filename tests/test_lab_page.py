@@ -41,6 +41,21 @@ def test_lab_runs_a_tiny_comparison_and_keeps_the_results():
     assert "**float16** in the FP16 arm" in proof and "**bfloat16** in the BF16 arm" in proof
     assert "**float32** in FP32" in proof and "loss stayed **float32**" in proof
     assert len(at.get("plotly_chart")) == 2  # loss curves and the FP16 arm's scale
+    # An arm the worker's calibration found emulated and slower than FP32 in this run (past the 1.1x noise) is
+    # said to be, with why; any other is not.
+    from lensa.live.worker import default_worker
+
+    clock = default_worker().clock("cpu")
+    speed = dict(zip(table["Arm"], table["Speed-up over FP32"], strict=True))
+    for arm, label in (("fp16", "FP16 autocast + GradScaler"), ("bf16", "BF16 autocast")):
+        ratio = float(speed[label].rstrip("×"))
+        said = [i.value for i in at.info if i.value.startswith(f"On this CPU, {label} ran at")]
+        if not clock.emulated(arm):
+            assert not said
+        elif ratio < 1 / 1.1 / 1.05:  # the table rounds to 2 significant digits
+            assert len(said) == 1 and "converts the 16-bit inputs of every matrix product to FP32" in said[0]
+        elif ratio > 1 / 1.1 * 1.05:
+            assert not said
     csv = at.get("download_button")[0]
     assert csv is not None
     # the results stay when another control moves
@@ -191,6 +206,7 @@ def test_step6_measures_this_machine():
 
 
 def test_the_emulation_words_name_the_ratio_and_the_reason():
+    from dataclasses import replace
     from types import SimpleNamespace
 
     from lensa import live
@@ -224,6 +240,9 @@ def test_the_emulation_words_name_the_ratio_and_the_reason():
         (note,) = live_view.emulation_notes(page, slow_bf16, clock)
         assert "avx512_bf16" in note and "DEFAULT" in note
         assert live_view.emulation_notes(page, SimpleNamespace(device="cuda", arms=run.arms), clock) == []
+        # Slower in one run but not emulated (a tiny model pays autocast's casts): no such words.
+        native = replace(clock, slowdown={"fp32": 1.0, "fp16": 20.0, "bf16": 0.4})
+        assert len(live_view.emulation_notes(page, slow_bf16, native)) == 0
         # The worker's refusal of a run over the limit reaches the page with its numbers, in the page's language.
         refused = live_view.error_text(page, live.LiveError("too_long", "…", (45.0, 30.0)))
         assert refused == i18n.text(

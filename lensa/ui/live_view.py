@@ -97,10 +97,11 @@ def why_emulated(page: Page, clock: Any, arm: str) -> str:
 
 
 def emulation_notes(page: Page, comparison: Any, clock: Any) -> list[str]:
-    """One paragraph per AMP arm that ran slower than FP32 on a CPU: by how much, and why.
+    """One paragraph per AMP arm that this CPU emulates and that ran slower than FP32: by how much, and why.
 
-    The run's own ratio decides (the arm's step time over FP32's, past the noise of
-    :data:`lensa.live.clock.SLOWER`); the calibration's ratio for its matrix products is quoted beside it.
+    Both must hold: the calibration found the arm's matrix products slower than FP32's
+    (:meth:`lensa.live.CostModel.emulated`), and this run's arm took longer than FP32's, past the noise of
+    :data:`lensa.live.clock.SLOWER`. The run's ratio is the one said; the calibration's is quoted beside it.
     """
     from lensa import live
     from lensa.live.clock import SLOWER
@@ -110,7 +111,9 @@ def emulation_notes(page: Page, comparison: Any, clock: Any) -> list[str]:
     notes = []
     for arm in ("fp16", "bf16"):
         speed = live.speedup(comparison, arm)
-        if speed is None or 1.0 / speed <= SLOWER:
+        # Emulated (the calibration's products are slower than FP32's) and slower in this very run: a tiny
+        # model can be slower in BF16 from autocast's casts alone, which is not emulation.
+        if speed is None or 1.0 / speed <= SLOWER or not clock.emulated(arm):
             continue
         notes.append(
             page.t(
