@@ -101,7 +101,9 @@ with settings_area:
     if info is not None:
         st.markdown(f"{page.t('live.this_machine')}: {live_view.device_line(page, info)}")
         if info.device == "cpu":
-            st.caption(page.t("cpu_fast" if info.bf16_matrix_units else "cpu_slow"))
+            key = live_view.cpu_bf16_key(info)
+            if key is not None:
+                st.caption(page.t(key))
 
     # Always recorded, for the lesson's measured data: a dozen steps, costed in the estimate and kept off the clock.
     config = live.RunConfig(width=width, depth=depth, batch_size=batch, steps=steps, lr=lr, device=device, record=True)

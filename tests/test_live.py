@@ -533,6 +533,27 @@ def test_device_info_reads_cpu_flags(tmp_path):
 
 
 @requires_torch
+@pytest.mark.parametrize(
+    ("flags", "key"),
+    [
+        ("fpu avx2 avx512f avx512_bf16 amx_tile amx_bf16", "cpu_fast"),  # a Xeon with AMX
+        ("fpu avx2 avx512f avx512_bf16", "cpu_bf16_vector"),  # an EPYC with AVX-512 BF16: native, not emulated
+        ("fpu avx2", "cpu_slow"),  # an EPYC with AVX2 only
+    ],
+)
+def test_the_labs_bf16_caption_follows_the_cpus_flags(tmp_path, flags, key):
+    from lensa.ui import i18n, live_view
+
+    fake = tmp_path / "cpuinfo"
+    fake.write_text(f"processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: {flags}\n\n")
+    info = live.device_info("cpu", cpuinfo_path=str(fake))
+    assert live_view.cpu_bf16_key(info) == key
+    emulated = "emulated" in i18n.text("en", f"lab.{key}").replace("not emulated", "")
+    assert emulated == ("avx512_bf16" not in flags)
+    assert live_view.cpu_bf16_key(live.device_info("cpu", cpuinfo_path=str(tmp_path / "absent"))) is None
+
+
+@requires_torch
 def test_device_info_survives_a_missing_cpuinfo(tmp_path):
     info = live.device_info("cpu", cpuinfo_path=str(tmp_path / "absent"))
     assert info.device == "cpu" and info.name

@@ -11,13 +11,16 @@ import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lensa.scaling import ScalerStep, simulate
 from lensa.ui import i18n
 from lensa.ui.frame import Page
+
+if TYPE_CHECKING:
+    from lensa.live.device import DeviceInfo
 
 _LOG = logging.getLogger(__name__)
 REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements.txt"
@@ -248,3 +251,14 @@ def trace_against_prediction(
 def log2(values: Sequence[float]) -> list[float]:
     with np.errstate(divide="ignore"):
         return [float(v) for v in np.log2(np.asarray(values, dtype=np.float64))]
+
+
+def cpu_bf16_key(info: DeviceInfo) -> str | None:
+    """The lab's caption on a CPU's BF16: AMX matrix units (``cpu_fast``), BF16 vector instructions only
+    (``cpu_bf16_vector``), neither (``cpu_slow``); None where /proc/cpuinfo could not be read (the device
+    line's notes say so)."""
+    if info.bf16_fast is None:
+        return None
+    if info.bf16_matrix_units:
+        return "cpu_fast"
+    return "cpu_bf16_vector" if info.bf16_fast else "cpu_slow"
