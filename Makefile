@@ -16,8 +16,8 @@ TORCH_INDEX_URL ?=
 # docker-build with WITH_TORCH=0: the lesson-only image, without torch and the live runs (under 400 MB).
 WITH_TORCH ?= 1
 
-.PHONY: run test torch lint format clean screenshots bench bench-compose reference-run docker-build docker-run container-check \
-	compose-up compose-down kube-play
+.PHONY: run test test-kernels torch lint format clean screenshots bench bench-compose reference-run docker-build \
+	docker-run container-check compose-up compose-down kube-play
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,12 @@ test: lint
 	$(BIN)/pytest -n auto -m "not e2e" $(PYTEST_ARGS)
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
+## The tests that compute with torch's or numpy's CPU kernels (marked torch_kernels, numpy_kernels) again, under
+## ATEN_CPU_CAPABILITY=default, =avx2 and =avx512 (each only where this CPU has it) and with numpy at its baseline
+## (NPY_DISABLE_CPU_FEATURES): what another CPU would run. scripts/test_kernels.py says what it runs and skips.
+test-kernels: $(VENV)/.dev-installed
+	$(BIN)/python scripts/test_kernels.py $(PYTEST_ARGS)
+
 # Every manifest but kustomize's own file, validated against the Kubernetes OpenAPI schemas kubernetes-validate
 # bundles: the oldest and the newest release it carries that the manifests target.
 KUBE_MANIFESTS := $(filter-out deploy/kubernetes/kustomization.yaml,$(wildcard deploy/kubernetes/*.yaml))
@@ -81,6 +87,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench.runstats_speed
 	$(BIN)/python -m bench.blockscale_speed
 	$(BIN)/python -m bench.capture_overhead
+	$(BIN)/python -m bench.lab_clock
 	$(BIN)/python -m bench.page_rerun
 	$(BIN)/python -m bench.browser_roundtrip
 	$(BIN)/python -m bench.browser_floor

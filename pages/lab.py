@@ -45,9 +45,30 @@ settings_area, run_area, results_area = st.container(), st.container(), st.conta
 st.divider()
 trace_area, trace_result_area = st.container(), st.container()
 
+RUN_FIELDS = {"width": "width", "batch": "batch_size", "steps": "steps"}
+"""The lab's controls whose defaults the calibration chooses, with their RunConfig field."""
+
 with settings_area:
     st.subheader(page.t("settings_title"))
     device = widgets.choice(page, "device", page.t("device"), lambda v: page.t(f"device_{v}"))
+    # This machine, as the worker sees it, and its clock: the worker times each arm once when it starts.
+    info = clock = kind = None
+    device_error: Exception | None = None
+    try:
+        info = jobs.device_info(device)
+        kind = info.device
+        clock = jobs.clock(device)
+    except live.LiveError as exc:
+        device_error = exc
+    chosen = None
+    if clock is not None:
+        chosen = live.defaults_for(clock)
+        # The calibrated defaults go where the page's own would be, into the URL (so the sliders read them as a
+        # link's): only when the URL names none of the run's size, so a link's or the learner's settings win.
+        if not any(name in st.query_params for name in (*RUN_FIELDS, "depth")):
+            for name, field in RUN_FIELDS.items():
+                if getattr(chosen, field) != getattr(live.RunConfig(), field):
+                    st.query_params[name] = str(getattr(chosen, field))
     left, right = st.columns(2)
     with left:
         width = int(widgets.slider(page, "width", page.t("width"), page.num))
@@ -74,23 +95,33 @@ with trace_area:
 widgets.after_controls(page)
 
 with settings_area:
-    try:
-        info = jobs.device_info(device)  # asked of the worker once, when it starts
-        kind = info.device
-    except live.LiveError as exc:
-        info, kind = None, None
-        st.error(live_view.error_text(page, exc), icon=":material/memory:")
+    if device_error is not None:
+        st.error(live_view.error_text(page, device_error), icon=":material/memory:")
 
     if info is not None:
         st.markdown(f"{page.t('live.this_machine')}: {live_view.device_line(page, info)}")
         if info.device == "cpu":
-            st.caption(page.t("cpu_fast" if info.bf16_matrix_units else "cpu_slow"))
+            key = live_view.cpu_bf16_key(info)
+            if key is not None:
+                st.caption(page.t(key))
 
     # Always recorded, for the lesson's measured data: a dozen steps, costed in the estimate and kept off the clock.
     config = live.RunConfig(width=width, depth=depth, batch_size=batch, steps=steps, lr=lr, device=device, record=True)
     problem = None
-    if kind is not None:
-        estimate = config.estimate_seconds(kind)
+    if kind is not None and clock is not None:
+        base = live.RunConfig()
+        if chosen is not None and any(getattr(chosen, f) != getattr(base, f) for f in RUN_FIELDS.values()):
+            st.caption(
+                page.t(
+                    "defaults_chosen",
+                    width=page.num(chosen.width),
+                    batch=page.num(chosen.batch_size),
+                    steps=page.num(chosen.steps),
+                    target=page.sec(live.DEFAULT_RUN_SECONDS),
+                    seconds=page.sec(chosen.estimate_seconds(kind, clock=clock)),
+                )
+            )
+        estimate = config.estimate_seconds(kind, clock=clock)
         limit = live.MAX_RUN_SECONDS[kind]
         st.caption(
             page.t(
@@ -98,6 +129,7 @@ with settings_area:
                 params=page.num(config.parameters()),
                 seconds=page.sec(estimate),
                 device=kind.upper(),
+                cal=page.sec(clock.calibration_s),
                 limit=page.sec(limit),
             )
         )
@@ -170,6 +202,8 @@ with results_area:
                     loss=loss_dtype,
                 )
             )
+            for note in live_view.emulation_notes(page, comparison, clock):
+                st.info(note, icon=":material/speed:")
             st.caption(page.t("noisy"))
             first = next(iter(arms.values()))
             if first.recorded_steps and first.timed_steps < comparison.config.steps:

@@ -136,6 +136,8 @@ def illustration(update: float, w: float) -> None:
             (page.t("metric_master"), page.sci(change32, 3)),
         ]
     )
+    outcomes = {f: update_outcome(w, update, f) for f in (*LOW_PRECISION, "fp32")}
+    widgets.metric_row([(page.t(f"outcome_{f}"), outcome_words(outcomes[f])) for f in ("fp16", "bf16", "fp32")])
     with charts:
         widgets.chart(
             figures.number_line(
@@ -186,9 +188,6 @@ def illustration(update: float, w: float) -> None:
             ),
         )
 
-    outcomes = {f: update_outcome(w, update, f) for f in (*LOW_PRECISION, "fp32")}
-    cards = [(page.t(f"outcome_{f}"), outcome_words(outcomes[f])) for f in ("fp16", "bf16", "fp32")]
-    widgets.metric_row(cards)
     master = outcomes["fp32"]
     values = {
         "ratio": page.sci(example.ratio),

@@ -174,13 +174,15 @@ def lesson() -> None:
             ok, rows = jobs.settle(page, job, MEASURING, "speed.measure_cancel", page.t("measure_running"))
             if ok:
                 try:
-                    st.session_state[MEASURED] = (jobs.device_info(), rows)
+                    st.session_state[MEASURED] = (jobs.device_info(), rows, jobs.clock())
                 except LiveError as exc:
                     st.error(live_view.error_text(page, exc), icon=":material/error:")
         if MEASURED in st.session_state:
-            info, rows = st.session_state[MEASURED]
+            info, rows, clock = st.session_state[MEASURED]
             st.markdown(f"{page.t('live.this_machine')}: {live_view.device_line(page, info)}")
             st.dataframe(live_view.benchmark_table(page, rows, gpu), hide_index=True, width="stretch")
+            for note in live_view.matmul_emulation_notes(page, rows, clock):
+                st.info(note, icon=":material/speed:")
             measured = measured_speedup(rows, mixed)
             if measured is not None:
                 st.markdown(

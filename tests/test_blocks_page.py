@@ -9,6 +9,8 @@ from lensa import blockscale
 from lensa.ui import i18n
 from tests.pagetools import metrics, open_page
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 
 def frame(at) -> dict[str, dict[str, str]]:
     table = at.dataframe[0].value

@@ -23,6 +23,8 @@ from hypothesis.extra import numpy as hnp
 from lensa import blockscale as B
 from lensa import formats as F
 
+pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 GFLOAT_MX = {
     "mxfp8_e4m3": format_info_mxfp8_e4m3,
     "mxfp8_e5m2": format_info_mxfp8_e5m2,

@@ -15,7 +15,7 @@ from lensa import runstats as R
 from tests.conftest import requires_torch
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = requires_torch
+pytestmark = [requires_torch, pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
 
 
 def test_import_lensa_live_does_not_import_torch():

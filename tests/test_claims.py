@@ -19,6 +19,8 @@ from lensa.scaling import per_tensor_scale_exp
 from lensa.ui import i18n
 from tests.conftest import requires_torch
 
+pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 
 def text(key: str, lang: str = "en", **values: object) -> str:
     return i18n.text(lang, key, **values)

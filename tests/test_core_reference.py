@@ -21,6 +21,8 @@ from lensa.memory import SEVEN_B, activation_bytes, training_memory
 from lensa.scaling import dynamic_run, static_shift_shares
 from lensa.speed import GPUS, step_time_s
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 
 def expected_share_below(threshold: float, typical: float) -> float:
     """The sample's model, independently: the probability (0..1) that one magnitude lies below ``threshold``

@@ -22,6 +22,8 @@ from lensa.memory import (
 from lensa.speed import GPUS, step_time_s, tokens_per_second, training_flops
 from tests.conftest import requires_torch
 
+pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 
 def test_sample_is_seeded_lognormal_with_one_decade():
     a, b = gradient_sample(1e-6), gradient_sample(1e-6)

@@ -15,6 +15,8 @@ from lensa.ui import figures
 from lensa.ui.site import PAGES
 from tests.pagetools import open_page
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 
 def validated(fig: go.Figure) -> dict:
     """Rebuild the figure with plotly's validation on; raises on any invalid property."""

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from lensa import formats as F
 from tests.conftest import requires_torch
 
+pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 LIBRARY_DTYPES = {
     "fp32": np.float32,
     "bf16": ml_dtypes.bfloat16,

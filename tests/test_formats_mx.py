@@ -20,6 +20,8 @@ import pytest
 
 from lensa import formats as F
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 MX = {
     "fp6_e3m2": ml_dtypes.float6_e3m2fn,
     "fp6_e2m3": ml_dtypes.float6_e2m3fn,

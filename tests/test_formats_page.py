@@ -7,6 +7,8 @@ import pytest
 from lensa.exact import try_parse_exact
 from tests.pagetools import notices, open_page
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 
 def stored(at) -> dict[str, str]:
     table = at.dataframe[0].value

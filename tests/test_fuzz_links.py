@@ -128,6 +128,26 @@ def _check_control(at, key: str, control, raw: str, shown_notice: bool) -> None:
         assert value == nearest
 
 
+LAB_CALIBRATED = {"width": "width", "batch": "batch_size", "steps": "steps"}
+LAB_SIZE = {"width", "depth", "batch", "steps"}
+
+
+def _lab_calibrated(params: dict[str, object]) -> dict[str, object]:
+    """The lab's width, batch and steps when a link names none of its size: this machine's calibrated defaults
+    (pages/lab.py), or the page's own where the chosen device gives no clock (CUDA asked for without one)."""
+    from lensa import live
+    from lensa.live.worker import default_worker
+    from lensa.ui.site import PAGES_BY_KEY as pages
+
+    device = _last(params.get("device", "auto")).strip().lower()
+    lab = pages["lab"]
+    try:
+        chosen = live.defaults_for(default_worker().clock(device if device in live.DEVICES else "auto"))
+    except live.LiveError:
+        return {name: lab.control(name).default for name in LAB_CALIBRATED}
+    return {name: getattr(chosen, field) for name, field in LAB_CALIBRATED.items()}
+
+
 def _fuzz_page(key: str):
     page = PAGES_BY_KEY[key]
     names = [c.name for c in page.controls]
@@ -151,7 +171,10 @@ def _fuzz_page(key: str):
                 continue  # read only with a recorded run; the data value is junk or a source with no run here
             if control.name not in params:
                 shown = _widget_value(at, key, control.name)
-                assert (parse_count(shown) if isinstance(control, CountControl) else shown) == control.default
+                expected = control.default
+                if key == "lab" and control.name in LAB_CALIBRATED and not LAB_SIZE & set(params):
+                    expected = _lab_calibrated(params)[control.name]  # this machine's defaults
+                assert (parse_count(shown) if isinstance(control, CountControl) else shown) == expected
                 continue
             raw = _last(params[control.name])
             label = _label(key, control.name)

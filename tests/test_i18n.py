@@ -298,6 +298,7 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
             "lab", (f"mem_{k}" for k in _tuple_after("lensa/ui/live_view.py", "lab.mem_{k}"))
         ),
         ("lensa/ui/live_view.py", "lab.arm_{name}"): section("lab", (f"arm_{a}" for a in ARMS)),
+        ("lensa/ui/live_view.py", "lab.arm_{arm}"): section("lab", ("arm_fp16", "arm_bf16")),
         ("lensa/ui/live_view.py", "speed.measure_col_{k}"): section(
             "speed", (f"measure_col_{k}" for k in _tuple_after("lensa/ui/live_view.py", "speed.measure_col_{k}"))
         ),

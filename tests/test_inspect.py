@@ -21,6 +21,8 @@ from lensa import formats as F
 from lensa import inspector as I
 from tests.conftest import requires_torch
 
+pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 NAMES = list(F.FORMATS)
 # Formats with a sign and a zero; E8M0 (unsigned, no zero) has its own tests below.
 SIGNED = [n for n in NAMES if F.FORMATS[n].signed and F.FORMATS[n].has_zero]

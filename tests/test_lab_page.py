@@ -41,6 +41,21 @@ def test_lab_runs_a_tiny_comparison_and_keeps_the_results():
     assert "**float16** in the FP16 arm" in proof and "**bfloat16** in the BF16 arm" in proof
     assert "**float32** in FP32" in proof and "loss stayed **float32**" in proof
     assert len(at.get("plotly_chart")) == 2  # loss curves and the FP16 arm's scale
+    # An arm the worker's calibration found emulated and slower than FP32 in this run (past the 1.1x noise) is
+    # said to be, with why; any other is not.
+    from lensa.live.worker import default_worker
+
+    clock = default_worker().clock("cpu")
+    speed = dict(zip(table["Arm"], table["Speed-up over FP32"], strict=True))
+    for arm, label in (("fp16", "FP16 autocast + GradScaler"), ("bf16", "BF16 autocast")):
+        ratio = float(speed[label].rstrip("×"))
+        said = [i.value for i in at.info if i.value.startswith(f"On this CPU, {label} ran at")]
+        if not clock.emulated(arm):
+            assert not said
+        elif ratio < 1 / 1.1 / 1.05:  # the table rounds to 2 significant digits
+            assert len(said) == 1 and "converts the 16-bit inputs of every matrix product to FP32" in said[0]
+        elif ratio > 1 / 1.1 * 1.05:
+            assert not said
     csv = at.get("download_button")[0]
     assert csv is not None
     # the results stay when another control moves
@@ -140,6 +155,23 @@ def test_the_recordings_ledger_counts_each_session_once_and_forgets_ended_ones()
     assert ledger.keep("b", 40) and ledger.held() == 40
 
 
+def test_lab_defaults_come_from_this_machines_clock():
+    from lensa import live
+    from lensa.live.worker import default_worker
+
+    at = open_page("lab", lang="en", timeout=120)
+    assert not at.exception
+    clock = default_worker().clock("auto")  # the worker AppTest's script asked: it runs in this process
+    chosen = live.defaults_for(clock)
+    shown = {name: int(at.select_slider(key=f"w.lab.{name}").value) for name in ("width", "batch", "steps")}
+    assert shown == {"width": chosen.width, "batch": chosen.batch_size, "steps": chosen.steps}
+    said = [c.value for c in at.caption if c.value.startswith("On this machine the defaults are")]
+    assert len(said) == (chosen != live.RunConfig(device=clock.device, record=True))
+    # A link's own settings win over the calibrated defaults.
+    linked = open_page("lab", lang="en", timeout=120, width="1024")
+    assert int(linked.select_slider(key="w.lab.width").value) == 1024
+
+
 def test_lab_refuses_a_run_that_would_take_too_long():
     at = open_page("lab", lang="id", width="4096", depth="6", batch="8192", steps="300")
     assert not at.exception
@@ -184,10 +216,69 @@ def test_step6_measures_this_machine():
     table = at.dataframe[0].value
     assert list(table["Precision"]) == ["FP32", "TF32", "BF16", "FP16"]
     measured = dict(zip(table["Precision"], table["Measured here (TFLOP/s)"], strict=True))
-    assert float(measured["FP32"]) > 0 and float(measured["BF16"]) > 0
-    assert measured["TF32"] == "no TF32 on a CPU"
+    sizes = dict(zip(table["Precision"], table["Size measured (n × n)"], strict=True))
+    # Numbers stay numbers on every CPU: an emulated format's smaller size is in its own column.
+    rates = {m: float(measured[m].replace(",", "")) for m in ("FP32", "BF16", "FP16")}
+    assert all(r > 0 for r in rates.values())
+    n = {m: int(sizes[m].replace(",", "")) for m in ("FP32", "BF16", "FP16")}
+    assert n["FP32"] == 2048 and all(64 <= v <= 2048 for v in n.values())
+    assert measured["TF32"] == "no TF32 on a CPU" and sizes["TF32"] == "—"
     assert list(table["NVIDIA A100 SXM 80GB datasheet (TFLOP/s)"]) == ["19.5", "156", "312", "312"]
     assert any("as fast as FP32 here; the NVIDIA A100 SXM 80GB datasheet ratio is 16×" in m.value for m in at.markdown)
+    # A 16-bit format measured slower than FP32 (past the timing noise) is said to be, with the ratio and why.
+    notes = [i.value for i in at.info if "product took" in i.value]
+    for mode in ("BF16", "FP16"):
+        slower = rates["FP32"] / rates[mode]
+        said = [t for t in notes if f"one {mode} product took" in t]
+        if slower > 1.1 * 1.05:  # the page's 1.1, past the 3 significant digits the table rounds to
+            assert len(said) == 1 and "converts the inputs to FP32" in said[0]
+        elif slower < 1.1 / 1.05:
+            assert not said
+
+
+def test_the_emulation_words_name_the_ratio_and_the_reason():
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from lensa import live
+    from lensa.ui import live_view
+    from lensa.ui.frame import Page
+    from lensa.ui.site import PAGES_BY_KEY
+
+    clock = live.CostModel(
+        "cpu",
+        {"fp32": 1e11, "fp16": 5e9, "bf16": 5e10},
+        {a: 1e-8 for a in live.ARMS},
+        {a: 1e-4 for a in live.ARMS},
+        0.05,
+        slowdown={"fp32": 1.0, "fp16": 20.0, "bf16": 2.0},
+        capability="DEFAULT",
+        cpu_flags=("avx512_bf16",),
+    )
+
+    def arm(t):
+        return SimpleNamespace(time_s=t)
+
+    run = SimpleNamespace(device="cpu", arms={"fp32": arm(1.0), "fp16": arm(25.0), "bf16": arm(0.5)})
+    for lang in i18n.LANGUAGES:
+        page = Page(PAGES_BY_KEY["lab"], lang)
+        notes = live_view.emulation_notes(page, run, clock)
+        assert len(notes) == 1  # BF16 was faster in this run, so only FP16 is named
+        assert i18n.ratio(1 / 25, lang) in notes[0] and i18n.ratio(1 / 20, lang) in notes[0]
+        assert "amx_fp16, avx512_fp16" in notes[0]
+        # BF16 slower where the CPU has avx512_bf16 but torch's kernels do not use it
+        slow_bf16 = SimpleNamespace(device="cpu", arms={"fp32": arm(1.0), "bf16": arm(3.0)})
+        (note,) = live_view.emulation_notes(page, slow_bf16, clock)
+        assert "avx512_bf16" in note and "DEFAULT" in note
+        assert live_view.emulation_notes(page, SimpleNamespace(device="cuda", arms=run.arms), clock) == []
+        # Slower in one run but not emulated (a tiny model pays autocast's casts): no such words.
+        native = replace(clock, slowdown={"fp32": 1.0, "fp16": 20.0, "bf16": 0.4})
+        assert len(live_view.emulation_notes(page, slow_bf16, native)) == 0
+        # The worker's refusal of a run over the limit reaches the page with its numbers, in the page's language.
+        refused = live_view.error_text(page, live.LiveError("too_long", "…", (45.0, 30.0)))
+        assert refused == i18n.text(
+            lang, "live.error_too_long", seconds=i18n.seconds(45.0, lang), limit=i18n.seconds(30.0, lang)
+        )
 
 
 def test_lab_says_busy_at_once_when_the_queue_is_full():

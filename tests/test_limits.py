@@ -155,6 +155,7 @@ PAGES = (
     *((page, "") for page in LESSON_PAGES),
     *((page, "data=reference") for page in LESSON_PAGES[1:5]),
     ("formats", ""),
+    ("blocks", ""),
     ("lab", ""),
     ("app", ""),
 )
@@ -167,12 +168,14 @@ async def _largest_messages(url: str) -> dict[str, tuple[int, int]]:
         learner = Learner(n, url, page, "id", random.Random(n), expects_slider=page in LESSON_PAGES)
         if extra:
             learner.query_string += f"&{extra}"
-        ws = await learner.open(timeout_s=60)
-        assert ws is not None, learner.errors
+        # Generous: the lab's first load starts its worker (torch's import and this machine's calibration), and
+        # CI runs this beside other tests on two cores.
+        ws = await learner.open(timeout_s=180)
+        assert ws is not None, (page, extra, learner.errors)
         if learner.expects_slider:
-            assert await learner.move(ws, timeout_s=60), learner.errors
+            assert await learner.move(ws, timeout_s=60), (page, extra, learner.errors)
         await ws.close()
-        assert not learner.errors, learner.errors
+        assert not learner.errors, (page, extra, learner.errors)
         sizes[f"{page}?{extra}"] = (learner.largest_sent, learner.largest_received)
     return sizes
 

@@ -17,6 +17,8 @@ from lensa import live
 from lensa.scaling import simulate
 from tests.conftest import requires_torch
 
+pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Small enough that a whole three-arm comparison takes well under a second on a 2-core CPU.
@@ -41,11 +43,31 @@ HAS_CUDA = _cuda()
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU; this machine has none")
 
 
+# A made-up clock for the estimate's arithmetic (round numbers, not a measurement of any machine): what the lab
+# really uses is measured by lensa.live.clock.calibrate, tested below and in tests/test_worker.py.
+CLOCK = live.CostModel(
+    device="cpu",
+    flop_per_s={"fp32": 1e11, "fp16": 5e9, "bf16": 2e11},
+    param_step_s={"fp32": 1e-8, "fp16": 1.2e-8, "bf16": 1.2e-8},
+    layer_step_s={"fp32": 1e-4, "fp16": 1e-4, "bf16": 1e-4},
+    arm_s=0.05,
+    data_value_s=3e-9,
+    record_value_s=2e-8,
+    record_tensor_s=5e-4,
+    slowdown={"fp32": 1.0, "fp16": 20.0, "bf16": 0.5},
+    capability="AVX512",
+    cpu_flags=("avx512_bf16",),
+)
+FAST = replace(CLOCK, flop_per_s={"fp32": 1e12, "fp16": 1e12, "bf16": 1e12}, slowdown={"fp32": 1.0})
+
+
 def test_import_does_not_import_torch():
     code = (
         "import sys, lensa.live as L\n"
-        "L.RunConfig().validate('cpu'); L.RunConfig(width=10).clamped('cpu'); L.is_busy()\n"
-        "L.RunConfig(record=True).validate('cpu')\n"
+        "r = {'fp32': 1e12, 'fp16': 1e12, 'bf16': 1e12}; o = {'fp32': 1e-4, 'fp16': 1e-4, 'bf16': 1e-4}\n"
+        "CLOCK = L.CostModel('cpu', r, {a: 1e-8 for a in r}, o, 0.05)\n"
+        "L.RunConfig().validate('cpu', clock=CLOCK); L.RunConfig(width=10).clamped('cpu', clock=CLOCK); L.is_busy()\n"
+        "L.RunConfig(record=True).validate('cpu', clock=CLOCK); L.defaults_for(CLOCK)\n"
         "assert 'torch' not in sys.modules, 'lensa.live pulled in torch'\n"
         "print('clean')\n"
     )
@@ -78,35 +100,47 @@ def test_out_of_range_config_is_invalid(change):
     assert next(iter(change)) in info.value.message
 
 
-def test_time_limit_refuses_a_run_too_long_for_the_cpu_but_not_the_gpu():
+def test_the_estimate_adds_up_the_clocks_terms():
+    cfg = live.RunConfig(width=100, depth=2, batch_size=50, features=10, steps=7, warmup_steps=3, eval_size=200)
+    per_step = 1e-4 * 3 + 1e-8 * cfg.parameters() + 6.0 * cfg.matmul_macs_per_sample() * 50 / 1e11
+    eval_s = 2.0 * cfg.matmul_macs_per_sample() * 200 / 1e11
+    assert cfg.arm_seconds(CLOCK, "fp32") == pytest.approx(10 * per_step + eval_s + 0.05)
+    data = (cfg.train_batches("cpu") * 50 + 200) * 11 * 3e-9
+    assert cfg.data_seconds(CLOCK) == pytest.approx(data)
+    total = data + sum(cfg.arm_seconds(CLOCK, a) for a in live.ARMS)
+    assert cfg.estimate_seconds("cpu", clock=CLOCK) == pytest.approx(total)
+    # Fewer arms, less time: the limit applies to the arms actually asked for; an emulated arm costs the most.
+    assert cfg.estimate_seconds("cpu", ("bf16",), CLOCK) < cfg.estimate_seconds("cpu", ("fp16",), CLOCK)
+
+
+def test_time_limit_refuses_a_run_too_long_for_this_clock_with_the_numbers():
     big = live.RunConfig(width=4096, depth=8, batch_size=16384, steps=1000)
     with pytest.raises(live.LiveError) as info:
-        big.validate("cpu")
-    assert info.value.kind == "invalid" and " s " in info.value.message
+        big.validate("cpu", clock=CLOCK)
+    need, limit = info.value.numbers
+    assert info.value.kind == "too_long" and limit == live.MAX_RUN_SECONDS["cpu"]
+    assert need == pytest.approx(big.estimate_seconds("cpu", clock=CLOCK)) and need > limit
     # Small batches are no way round it: the optimizer's per-parameter work is costed too.
     with pytest.raises(live.LiveError):
-        live.RunConfig(width=4096, depth=8, batch_size=8, steps=200).validate("cpu")
-    assert live.RunConfig().estimate_seconds("cpu") < 10
-    live.RunConfig().validate("cpu")
-    live.GPU_CONFIG.validate("cuda")
+        live.RunConfig(width=4096, depth=8, batch_size=8, steps=200).validate("cpu", clock=CLOCK)
+    # The same settings pass on a clock whose 16-bit arms are fast: the limit follows the machine.
+    cfg = live.RunConfig(width=512, depth=3, batch_size=2048, steps=100)
     with pytest.raises(live.LiveError):
-        live.GPU_CONFIG.validate("cpu")
-    # Fewer arms, less time: the limit applies to the arms actually asked for.
-    long = live.RunConfig(width=1024, depth=4, batch_size=2048, steps=60)
-    assert long.estimate_seconds("cpu", ("bf16",)) < long.estimate_seconds("cpu") / 2
+        cfg.validate("cpu", clock=CLOCK)
+    assert cfg.validate("cpu", clock=FAST) is cfg
 
 
 def test_clamped_moves_every_field_into_limits_and_fits_the_time_limit():
     wild = live.RunConfig(width=100000, depth=0, batch_size=3, features=10**5, steps=10**6, lr=50.0, device="cpu")
-    fixed = wild.clamped("cpu")
-    assert fixed.validate("cpu") is fixed
+    fixed = wild.clamped("cpu", clock=FAST)
+    assert fixed.validate("cpu", clock=FAST) is fixed
     assert (fixed.width, fixed.depth, fixed.batch_size, fixed.features, fixed.lr) == (4096, 1, 8, 2048, 1.0)
     assert 1 <= fixed.steps < 1000
-    assert fixed.estimate_seconds("cpu") <= live.MAX_RUN_SECONDS["cpu"]
-    assert replace(fixed, steps=fixed.steps + 1).estimate_seconds("cpu") > live.MAX_RUN_SECONDS["cpu"]
-    assert live.RunConfig(device="cpu").clamped("cpu") == live.RunConfig(device="cpu")
+    assert fixed.estimate_seconds("cpu", clock=FAST) <= live.MAX_RUN_SECONDS["cpu"]
+    assert replace(fixed, steps=fixed.steps + 1).estimate_seconds("cpu", clock=FAST) > live.MAX_RUN_SECONDS["cpu"]
+    assert live.RunConfig(device="cpu", steps=10).clamped("cpu", clock=FAST) == live.RunConfig(device="cpu", steps=10)
     with pytest.raises(live.LiveError) as info:
-        live.RunConfig(width=4096, depth=8, batch_size=16384).clamped("cpu")
+        live.RunConfig(width=4096, depth=8, batch_size=16384).clamped("cpu", clock=FAST)
     assert info.value.kind == "invalid"
 
 
@@ -117,12 +151,37 @@ def test_recording_is_costed_per_recorded_value_and_tensor():
     # weight, gradient and update of every parameter; output and output gradient of 2 x (Linear, ReLU) + Linear
     assert recorded.recorded_values() == 3 * cfg.parameters() + 2 * 4 * (2 * 2 * 10 + 1)
     assert recorded.recorded_tensors() == 3 * 6 + 2 * 5
-    model = live.COST_MODELS["cpu"]
-    per_arm = 10 * (recorded.recorded_values() * model.record_value_s + 28 * model.record_tensor_s)
-    extra = recorded.estimate_seconds("cpu") - cfg.estimate_seconds("cpu")
+    per_arm = 10 * (recorded.recorded_values() * CLOCK.record_value_s + 28 * CLOCK.record_tensor_s)
+    extra = recorded.estimate_seconds("cpu", clock=CLOCK) - cfg.estimate_seconds("cpu", clock=CLOCK)
     assert extra == pytest.approx(3 * per_arm)
-    # The lab's default run, recorded, still fits the CPU's limit.
-    assert live.RunConfig(record=True).estimate_seconds("cpu") < live.MAX_RUN_SECONDS["cpu"]
+
+
+def test_the_defaults_shrink_where_the_clock_is_slow():
+    # A fast machine keeps the page's defaults; the emulated FP16 of CLOCK makes them shrink until they fit.
+    assert live.defaults_for(FAST) == live.RunConfig(device="cpu", record=True)
+    slow = live.defaults_for(CLOCK)
+    assert slow.estimate_seconds("cpu", clock=CLOCK) <= live.DEFAULT_RUN_SECONDS
+    assert (slow.width, slow.batch_size, slow.steps) in live.DEFAULT_CANDIDATES
+    bigger = live.DEFAULT_CANDIDATES[live.DEFAULT_CANDIDATES.index((slow.width, slow.batch_size, slow.steps)) - 1]
+    over = replace(slow, width=bigger[0], batch_size=bigger[1], steps=bigger[2])
+    assert over.estimate_seconds("cpu", clock=CLOCK) > live.DEFAULT_RUN_SECONDS
+    assert CLOCK.emulated("fp16") and not CLOCK.emulated("bf16") and not FAST.emulated("fp16")
+    assert CLOCK.missing_flags("fp16") == ("amx_fp16", "avx512_fp16") and CLOCK.missing_flags("bf16") == ("amx_bf16",)
+
+
+@requires_torch
+def test_calibration_times_each_arm_here_within_its_budget():
+    import torch
+
+    clock = live.calibrate("cpu")
+    for table in (clock.flop_per_s, clock.param_step_s, clock.layer_step_s):
+        assert set(table) == set(live.ARMS) and all(math.isfinite(v) and v > 0 for v in table.values())
+    assert clock.slowdown["fp32"] == 1.0
+    assert clock.slowdown["fp16"] == pytest.approx(clock.flop_per_s["fp32"] / clock.flop_per_s["fp16"])
+    assert clock.capability == torch.backends.cpu.get_cpu_capability()
+    # The budget is 2 s on a machine of its own; a shared CI core can stretch every probe, so allow 5x.
+    assert clock.calibration_s < 5 * live.clock.CALIBRATION_BUDGET_S
+    assert live.machine_clock("cpu") is live.machine_clock("cpu")  # kept for the process's life
 
 
 def test_train_flop_follows_six_times_macs_times_samples():
@@ -471,6 +530,27 @@ def test_device_info_reads_cpu_flags(tmp_path):
     fake.write_text(block.format(p=0, c=0, f="fpu sse avx2"))
     plain = live.device_info("cpu", cpuinfo_path=str(fake))
     assert plain.bf16_matrix_units is False and plain.bf16_fast is False and plain.notes
+
+
+@requires_torch
+@pytest.mark.parametrize(
+    ("flags", "key"),
+    [
+        ("fpu avx2 avx512f avx512_bf16 amx_tile amx_bf16", "cpu_fast"),  # a Xeon with AMX
+        ("fpu avx2 avx512f avx512_bf16", "cpu_bf16_vector"),  # an EPYC with AVX-512 BF16: native, not emulated
+        ("fpu avx2", "cpu_slow"),  # an EPYC with AVX2 only
+    ],
+)
+def test_the_labs_bf16_caption_follows_the_cpus_flags(tmp_path, flags, key):
+    from lensa.ui import i18n, live_view
+
+    fake = tmp_path / "cpuinfo"
+    fake.write_text(f"processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: {flags}\n\n")
+    info = live.device_info("cpu", cpuinfo_path=str(fake))
+    assert live_view.cpu_bf16_key(info) == key
+    emulated = "emulated" in i18n.text("en", f"lab.{key}").replace("not emulated", "")
+    assert emulated == ("avx512_bf16" not in flags)
+    assert live_view.cpu_bf16_key(live.device_info("cpu", cpuinfo_path=str(tmp_path / "absent"))) is None
 
 
 @requires_torch

@@ -12,6 +12,8 @@ from lensa.formats import FORMATS, classify, quantize
 from lensa.runstats import RunStats, summarize, summarize_update
 from tests.runfixtures import SKIPPED, reference_arms
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 
 def _values(seed: int = 3) -> np.ndarray:
     rng = np.random.default_rng(seed)

@@ -26,6 +26,8 @@ from tests.pagetools import APP, metrics, notices, open_page
 from tests.runfixtures import reference_arms, upload_bytes
 from tests.test_fuzz_links import _last, _plain_number, link_value
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 DATA_STEPS = ("fp16_range", "loss_scaling", "master_weights", "bf16")
 SOURCES = ("illustration", "reference", "lab", "upload")
 

@@ -10,6 +10,8 @@ from lensa.memory import SEVEN_B, ModelShape, activation_bytes, model_state_byte
 from lensa.models import PRESETS
 from tests.conftest import requires_torch
 
+pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 LLAMA2_7B = 6_738_415_616
 GIB = 2**30
 

@@ -18,6 +18,8 @@ from lensa.models import (
 )
 from tests.conftest import requires_torch
 
+pytestmark = [pytest.mark.torch_kernels]  # rerun by make test-kernels
+
 # Published parameter counts, each from its checkpoint, not from our table: the parameter count the
 # Hugging Face Hub reads from each repository's safetensors metadata (the "Model size" of the model page,
 # BF16 tensors only; buffers such as old Llama checkpoints' rotary inv_freq are not parameters), which is

@@ -13,6 +13,8 @@ from lensa.formats import FORMATS, value_of
 from lensa.live.rows import CLEARLY_FASTER, arm_scale_history, clearly_faster, loss_gap, speedup
 from lensa.scaling import scale_from_exp
 
+pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 
 @pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
 def test_field_bits_rebuild_every_code(fmt):

@@ -126,9 +126,9 @@ def test_step4_at_w_100():
         "Update ÷ spacing": "1.6e-5",
         "Total change, FP16": "0",
         "Total change, FP32 master": "0",  # FP32's spacing at 100 is 7.63e-6: even it loses 1e-6
-        "One update, FP16 weight": "lost",
-        "One update, BF16 weight": "lost",
-        "One update, FP32 master": "lost",
+        "Update as stored, FP16 weight": "lost",
+        "Update as stored, BF16 weight": "lost",
+        "Update as stored, FP32 master": "lost",
     }
 
 
@@ -136,15 +136,15 @@ def test_step4_at_w_100():
     ("update", "w", "fp32", "sentence"),
     [
         # FP32's spacing at 1 is 2^-23 = 1.19e-7: 1e-7 becomes one spacing (+19%), 1e-6 eight (-4.6%)
-        ("1e-7", "1", "rounded up 19%", "1.19e-7 instead of 1.0e-7, 19% too much"),
-        ("1e-6", "1", "rounded down 4.6%", "9.54e-7 instead of 1.0e-6, 4.6% too little"),
+        ("1e-7", "1", "+19%", "1.19e-7 instead of 1.0e-7, 19% too much"),
+        ("1e-6", "1", "−4.6%", "9.54e-7 instead of 1.0e-6, 4.6% too little"),
         ("1e-7", "10", "lost", "Even FP32 loses it"),
-        ("1e-3", "1", "rounded up 0.0047%", "only 0.0047%, well under 1%"),
+        ("1e-3", "1", "+0.0047%", "only 0.0047%, well under 1%"),
     ],
 )
 def test_step4_says_what_fp32_does_with_one_update(update, w, fp32, sentence):
     at = open_page("master_weights", lang="en", update=update, w=w)
-    assert metrics(at)["One update, FP32 master"] == fp32
+    assert metrics(at)["Update as stored, FP32 master"] == fp32
     assert any(sentence in m.value for m in at.markdown)
 
 

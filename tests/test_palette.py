@@ -19,6 +19,8 @@ from lensa.formats import FORMATS, classify
 from lensa.gradients import gradient_sample
 from lensa.ui import figures
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 MIN_DELTA_E = 12.0
 
 # Machado, Oliveira & Fernandes (2009), "A Physiologically-based Model for Simulation of Color

@@ -18,6 +18,8 @@ from lensa.models import PRESETS
 from lensa.speed import GPUS
 from lensa.ui import i18n
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 # A number: a hex code or hex float, or digits with grouping and decimal marks and an optional e-exponent. Not
 # inside a word (FP16, binary32, Llama3) nor right after a mark (the bit pattern S.1111.111, a version's tail).
 _NUMBER = re.compile(r"(?<![\w.,])(0x[0-9A-Fa-f]+(?:p[-−]?\d+)?|\d+(?:[.,]\d+)*(?:e[-−]?\d+)?)(?![\w])")

@@ -13,6 +13,8 @@ from lensa import reference as ref
 from lensa import runstats as R
 from tests.conftest import requires_torch
 
+pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -97,24 +99,97 @@ def test_fp16_scale_history_follows_gradscaler_rules():
         assert grads.inf + grads.nan > 0
 
 
-@requires_torch
-def test_a_fresh_short_run_of_the_recipe_records_the_same_kinds_and_names():
+# What a rebuild of the reference run can promise, and where (README, "Your own run", on the reference run):
+# - on one machine (the same torch and the same kernels: ATEN_CPU_CAPABILITY, numpy's dispatch), every figure of
+#   every record bit for bit: the seed fixes the weights and batches, and run_arm fixes the threads and asks for
+#   deterministic algorithms;
+# - on another CPU, torch picks other vector kernels (AVX2 against AVX-512, or none): their sums add in another
+#   order and round differently in the last bits, so the values drift apart, a little more each step. The structure
+#   is the same (arms, kinds, names, steps, tensor sizes) and the values are close, within the bounds below.
+#
+# The first losses, relative: 1e-4 over 3 steps. Observed between this repository's kernel sets (avx512, avx2,
+# default): at most 6e-7 (FP16 autocast's arm; FP32 9e-8). The drift grows with the steps, so only these few.
+LOSS_RTOL = 1e-4
+# Every class count of every summary format (the shares the pages show: lost to zero, subnormal, overflow): within
+# 1% of the tensor's size plus 2 values. Observed: at most 0.09% (176 of 196,608 exact zeros in a gradient of the
+# attention's keys, where gradients cancel exactly on one CPU and leave a rounding residue on another), and in small
+# tensors one value whose rounding crosses a class edge (1 of a 64-value bias's update: 1.6%, hence the 2 values).
+COUNT_SHARE = 0.01
+COUNT_SLACK = 2
+# Except the attention's qkv bias (its gradient, its update, and so its later values): the keys' third of that
+# gradient is 0 in exact arithmetic (softmax ignores a shift every key shares), so what is recorded there is rounding
+# noise, different on each kernel set (up to 5% of its 192 values change class). Its size and its place in the run
+# are still checked.
+NOISE = ("attn.qkv.bias",)
+# The records both runs hold: steps 1 to 3 (the shipped run records 1, 2, 3, 6, 10, ...).
+SHORT_STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def short_runs():
+    """The recipe's first steps, both arms, trained here in this process."""
     from lensa.live.reference import Recipe, run_arm
 
+    short = dataclasses.replace(Recipe(), steps=SHORT_STEPS)
+    return {arm: run_arm(short, arm) for arm in ref.REFERENCE_ARMS}
+
+
+@requires_torch
+def test_a_fresh_short_run_of_the_recipe_records_the_same_kinds_and_names(short_runs):
+    from lensa.live.reference import Recipe
+
     assert {f.name for f in dataclasses.fields(Recipe)} == set(ref.RECIPE_FIELDS)
-    shipped = ref.load_reference()
-    short = dataclasses.replace(Recipe(), steps=3, recorded_steps=2)
-    for arm, want in zip(("fp32", "fp16"), shipped, strict=True):
-        run = run_arm(short, arm)
+    for (arm, run), want in zip(short_runs.items(), ref.load_reference(), strict=True):
         assert run.kinds() == want.kinds()
         for kind in run.kinds():
             assert run.names(kind) == want.names(kind)
-            assert run.steps(kind) == [1, 3]
-        assert run.meta["recipe"]["steps"] == 3
+            assert run.steps(kind) == list(range(1, SHORT_STEPS + 1))
+            assert set(run.steps(kind)) <= set(want.steps(kind))
+        assert run.meta["recipe"]["steps"] == SHORT_STEPS
         assert (run.loss_scales() != {}) == (arm == "fp16")
-        # The warm-up's learning rates do not depend on the total, so the first steps repeat bit for bit, given
-        # the same text (the catalogues change as the app does) and torch (other kernels may round differently).
-        recipe = {**want.meta["recipe"], "steps": short.steps, "recorded_steps": short.recorded_steps}
-        if run.meta["text_sha256"] == want.meta["text_sha256"] and run.meta["recipe"] == recipe:
-            assert run.losses() == {s: want.losses()[s] for s in (1, 2, 3)}
-            assert run.get("weight_grad", "tok.weight", 1) == want.get("weight_grad", "tok.weight", 1)
+        assert sorted(run.losses()) == list(range(1, SHORT_STEPS + 1))
+
+
+@requires_torch
+def test_a_fresh_short_run_is_close_to_the_shipped_one_on_any_cpu(short_runs):
+    """The warm-up's learning rates do not depend on the total, so the first steps are the shipped run's first
+    steps, up to the rounding of this machine's kernels (the bounds above, with their reasons)."""
+    for (arm, run), want in zip(short_runs.items(), ref.load_reference(), strict=True):
+        same = {k: v for k, v in want.meta["recipe"].items() if k not in ("steps", "torch_version")}
+        assert {k: v for k, v in run.meta["recipe"].items() if k in same} == same
+        assert run.meta["text_sha256"] == want.meta["text_sha256"]  # the frozen corpus: the same batches
+        for step, loss in run.losses().items():
+            assert loss == pytest.approx(want.losses()[step], rel=LOSS_RTOL), (arm, step)
+        if arm == "fp16":  # the same scale history: no step near an overflow in either
+            assert run.loss_scales() == {s: want.loss_scales()[s] for s in run.loss_scales()}
+            assert run.skipped_steps() == [s for s in want.skipped_steps() if s <= SHORT_STEPS]
+        for kind in run.kinds():
+            for name in run.names(kind):
+                for step in run.steps(kind):
+                    got, shipped = run.get(kind, name, step), want.get(kind, name, step)
+                    assert got.size == shipped.size, (arm, kind, name, step)
+                    if any(noise in name for noise in NOISE):
+                        continue
+                    for fmt in R.SUMMARY_FORMATS:
+                        a, b = got.counts(fmt), shipped.counts(fmt)
+                        worst = max(abs(a[k] - b[k]) for k in a)
+                        assert worst <= COUNT_SHARE * got.size + COUNT_SLACK, (arm, kind, name, step, fmt, a, b)
+
+
+@requires_torch
+def test_the_recipe_repeats_bit_for_bit_on_one_machine(short_runs, tmp_path):
+    """make reference-run in a fresh process gives, on the machine and torch of this process, the very records this
+    process made: every count, every sum and every loss, bit for bit (RunStats equality compares them all)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "lensa.live.reference", "--out", str(tmp_path), "--steps", str(SHORT_STEPS)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    for arm, run in short_runs.items():
+        again = R.load(tmp_path / f"reference_{arm}.npz")
+        assert again.meta == run.meta
+        assert again.losses() == run.losses()  # exactly: ==, not approx
+        assert again == run, arm

@@ -25,6 +25,8 @@ from lensa.ui import i18n
 from tests.pagetools import APP, metrics
 from tests.runfixtures import upload_bytes
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

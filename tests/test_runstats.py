@@ -18,6 +18,8 @@ from lensa import formats as F
 from lensa import runstats as R
 from tests.conftest import requires_torch
 
+pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 TORCH_DTYPE_NAMES = {"fp16": "float16", "bf16": "bfloat16", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
 
 

@@ -19,6 +19,8 @@ from lensa.scaling import (
 )
 from tests.conftest import requires_torch
 
+pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 
 def torch_trace(found_inf: list[bool], **kwargs) -> tuple[list[float], list[bool]]:
     """Drive a real torch.amp.GradScaler("cpu"): scale after each update, and skipped steps."""

@@ -23,6 +23,8 @@ from lensa.memory import (
 from lensa.models import COMPARISON_GPUS, PRESETS, others_comparison, shape_for_params
 from lensa.ui import figures, i18n
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 # ZeRO paper, Figure 1, mixed-precision Adam (K = 12): bytes a parameter kept whole, and split over N.
 PAPER_SPLIT = {0: (16, 0), 1: (4, 12), 2: (2, 14), 3: (0, 16)}
 

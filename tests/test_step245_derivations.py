@@ -20,6 +20,8 @@ from lensa.gradients import gradient_sample
 from lensa.master import accumulate, master_weight_example
 from lensa.ui import i18n
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 
 def test_step2_reference_regime_and_largest():
     # SPEC step 2 at grad 1e-6: 91% subnormal (the paragraph's regime), largest 1.6e-3.

@@ -22,6 +22,8 @@ from lensa.scaling import (
     static_shift_shares,
 )
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 SAMPLE = gradient_sample(1e-6)
 
 

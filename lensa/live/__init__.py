@@ -20,7 +20,8 @@ the same initial weights. The training step is the PyTorch AMP recipe::
 Public API
 ----------
 - :class:`RunConfig` (``validate``, ``clamped``, ``estimate_seconds``), :data:`LIMITS`,
-  :data:`MAX_RUN_SECONDS`, :func:`suggested_config`
+  :data:`MAX_RUN_SECONDS`, :func:`suggested_config`, :func:`defaults_for`
+- :func:`calibrate` / :func:`machine_clock` -> :class:`CostModel`: this machine's clock, measured here
 - :func:`compare` -> :class:`Comparison` of :class:`ArmResult`; :func:`speedup`,
   :func:`comparison_rows`, :func:`rows_to_csv`
 - :func:`matmul_benchmark` -> list of :class:`MatmulRow`
@@ -33,7 +34,8 @@ them in a separate, lower-priority process, so torch stays out of the server.
 
 Modules (one per concern; this package re-exports their public names):
 :mod:`~lensa.live.errors` (:class:`LiveError`), :mod:`~lensa.live.config` (the settings and their time
-model), :mod:`~lensa.live.device`, :mod:`~lensa.live.slot` (one run at a time),
+estimate), :mod:`~lensa.live.clock` (the calibration that times this machine for the estimate),
+ :mod:`~lensa.live.device`, :mod:`~lensa.live.slot` (one run at a time),
 :mod:`~lensa.live.torch_utils`, :mod:`~lensa.live.task` (the MLP and its data), :mod:`~lensa.live.arms`
 (the comparison), :mod:`~lensa.live.rows`, :mod:`~lensa.live.matmul`, :mod:`~lensa.live.trace`,
 :mod:`~lensa.live.schedule` (which steps a Recorder summarises); and,
@@ -58,18 +60,24 @@ from lensa.live.arms import (
     Comparison,
     compare,
 )
+from lensa.live.clock import (
+    CostModel,
+    calibrate,
+    machine_clock,
+)
 from lensa.live.config import (
     ARM_LABELS,
     ARMS,
-    COST_MODELS,
+    DEFAULT_CANDIDATES,
+    DEFAULT_RUN_SECONDS,
     GPU_CONFIG,
     LIMITS,
     MAX_RUN_SECONDS,
     TRAIN_SET_BYTES,
-    CostModel,
     Progress,
     RunConfig,
     ShouldStop,
+    defaults_for,
     suggested_config,
 )
 from lensa.live.device import (
@@ -116,8 +124,9 @@ __all__ = [
     "ARMS",
     "ARM_LABELS",
     "CLEARLY_FASTER",
-    "COST_MODELS",
     "CPU_FLAGS_OF_INTEREST",
+    "DEFAULT_CANDIDATES",
+    "DEFAULT_RUN_SECONDS",
     "DEVICES",
     "GPU_CONFIG",
     "LIMITS",
@@ -142,13 +151,16 @@ __all__ = [
     "ShouldStop",
     "TraceStep",
     "arm_scale_history",
+    "calibrate",
     "clearly_faster",
     "compare",
     "comparison_rows",
+    "defaults_for",
     "device_info",
     "gradscaler_trace",
     "is_busy",
     "loss_gap",
+    "machine_clock",
     "matmul_benchmark",
     "resolve_device",
     "rows_to_csv",

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from lensa.live.config import ARM_LABELS, ARMS, Progress, RunConfig, ShouldStop, _check_arms
+from lensa.live.config import ARM_LABELS, ARMS, MAX_RUN_SECONDS, Progress, RunConfig, ShouldStop, _check_arms
 from lensa.live.device import device_info, resolve_device
 from lensa.live.slot import run_slot
 from lensa.live.task import _build_mlp, _initial_state, _make_data
@@ -52,7 +52,9 @@ class ArmResult:
     ``layer_output_dtypes``: the dtype each Linear layer produced inside the
     arm's autocast context, in layer order; ``loss_dtype``: the loss's dtype.
     ``accuracy`` (0..1) and ``eval_loss`` are measured in FP32 on held-out
-    samples after training.
+    samples after training. ``wall_s``: the whole arm by the wall clock
+    (set-up, warm-up, every step, recording, evaluation), what
+    :meth:`RunConfig.arm_seconds` estimates.
     """
 
     arm: str
@@ -76,6 +78,7 @@ class ArmResult:
     timed_steps: int
     recorded_steps: tuple[int, ...] = ()
     recording: RunStats | None = None
+    wall_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,10 @@ class Comparison:
     def recordings(self) -> dict[str, RunStats]:
         """Each finished arm's recorded statistics, by arm (empty without ``RunConfig.record``)."""
         return {name: a.recording for name, a in self.arms.items() if a.recording is not None}
+
+
+OVERTIME_FACTOR = 2.0
+"""A comparison still running after this many times its device's time limit is stopped (see :func:`compare`)."""
 
 
 class _Cancelled(Exception):
@@ -158,9 +165,11 @@ def _train_arm(
     data: tuple[torch.Tensor, ...],
     init_state: dict[str, torch.Tensor],
     tick: Callable[[int, str], None],
+    check: Callable[[], None] = lambda: None,
 ) -> ArmResult:
     import torch
 
+    arm_start = time.perf_counter()
     x, y, x_eval, y_eval = data
     pool = x.shape[0]
     dtype = _dtype(arm)
@@ -171,6 +180,20 @@ def _train_arm(
     ctx = contextlib.nullcontext() if arm == "fp32" else torch.autocast(device_type=device, dtype=dtype)
     one = torch.ones((), device=device)
 
+    # Stop within a step: ask before each Linear layer's forward and backward pass (an emulated FP16 step of a
+    # wide model can take seconds). A Python exception raised in a hook unwinds the step as it is.
+    def before_backward(_grad: torch.Tensor) -> None:
+        check()
+
+    def stop_points(_m: torch.nn.Module, _args: object, out: torch.Tensor) -> None:
+        if out.requires_grad:
+            out.register_hook(before_backward)  # runs as the backward pass reaches this layer
+
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            layer.register_forward_pre_hook(lambda _m, _a: check())
+            layer.register_forward_hook(stop_points)
+
     def fresh() -> tuple[torch.optim.Optimizer, torch.amp.GradScaler]:
         opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
         # Only FP16 needs loss scaling; a disabled scaler passes everything through.
@@ -178,6 +201,7 @@ def _train_arm(
 
     def make_step(opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> Callable[[int], torch.Tensor]:
         def step(i: int) -> torch.Tensor:
+            check()
             opt.zero_grad(set_to_none=True)
             with ctx:
                 loss: torch.Tensor = criterion(model(x[i % pool]), y[i % pool])
@@ -312,6 +336,7 @@ def _train_arm(
         timed_steps=timed,
         recorded_steps=recorded,
         recording=recording,
+        wall_s=time.perf_counter() - arm_start,
     )
 
 
@@ -320,6 +345,7 @@ def compare(
     arms: Sequence[str] = ARMS,
     progress: Progress | None = None,
     should_stop: ShouldStop | None = None,
+    on_arm: Callable[[str, ArmResult, str, str], None] | None = None,
 ) -> Comparison:
     """Train the same model on the same data once per arm and measure each.
 
@@ -328,19 +354,27 @@ def compare(
     (autocast, no scaler). An arm the device cannot run is listed in
     ``Comparison.not_run`` with the reason. ``progress(fraction, message)``
     is called with 0..1 as work proceeds (outside the timed region).
-    ``should_stop()`` is polled between chunks of steps; when it returns
-    True the call returns a Comparison with ``cancelled=True`` and the arms
-    finished so far. Holds the run slot (``LiveError(kind="busy")`` if taken).
+    ``should_stop()`` is polled after every step and inside each step (before
+    every Linear layer's forward and backward pass), so a stop takes effect
+    within one layer's work even when a step is long; when it returns True
+    the call returns a Comparison with ``cancelled=True`` and the arms
+    finished so far. A run still going after :data:`OVERTIME_FACTOR` times
+    the device's time limit is stopped the same way, with a note (the
+    estimate was checked first, so this is a guard against a machine that
+    slowed down, not a second limit). ``on_arm(arm, result, device,
+    device_name)`` is called as each arm finishes. Holds the run slot
+    (``LiveError(kind="busy")`` if taken).
 
     Raises ``LiveError`` with kind ``"invalid"`` (config or arms),
-    ``"no_cuda"`` or ``"oom"``.
+    ``"too_long"`` (this machine's calibrated estimate passes
+    :data:`~lensa.live.config.MAX_RUN_SECONDS`), ``"no_cuda"`` or ``"oom"``.
     """
     cfg = config or RunConfig()
     arms = _check_arms(arms)
     device = resolve_device(cfg.device)
     cfg.validate(device, arms)
     with run_slot(), _oom_as_live_error(device, "the comparison"), _fp32_matmul_precision(device, "highest"):
-        return _compare(cfg, arms, device, progress, should_stop)
+        return _compare(cfg, arms, device, progress, should_stop, on_arm)
 
 
 def _compare(
@@ -349,6 +383,7 @@ def _compare(
     device: str,
     progress: Progress | None,
     should_stop: ShouldStop | None,
+    on_arm: Callable[[str, ArmResult, str, str], None] | None = None,
 ) -> Comparison:
     import torch
 
@@ -379,25 +414,41 @@ def _compare(
     total = max(1, len(to_run) * (cfg.steps + cfg.warmup_steps))
     units = 0
 
+    overtime_at = start + OVERTIME_FACTOR * MAX_RUN_SECONDS[device]
+    overtime = False
+
+    def check() -> None:
+        nonlocal overtime
+        if should_stop is not None and should_stop():
+            raise _Cancelled
+        if time.perf_counter() > overtime_at:
+            overtime = True
+            raise _Cancelled
+
     def tick(advance: int, message: str) -> None:
         nonlocal units
         units += advance
         if progress is not None:
             progress(min(1.0, units / total), message)
-        if should_stop is not None and should_stop():
-            raise _Cancelled
+        check()
 
     results: dict[str, ArmResult] = {}
     cancelled = False
     try:
-        if should_stop is not None and should_stop():
-            raise _Cancelled
+        check()
         for arm in to_run:
-            results[arm] = _train_arm(arm, cfg, device, data, init_state, tick)
+            results[arm] = _train_arm(arm, cfg, device, data, init_state, tick, check)
+            if on_arm is not None:
+                on_arm(arm, results[arm], device, device_name)
             _free_memory(device)
     except _Cancelled:
         cancelled = True
         left = [a for a in to_run if a not in results]
+        if overtime:
+            notes.append(
+                f"Stopped after {OVERTIME_FACTOR * MAX_RUN_SECONDS[device]:.0f} s, twice the time limit: this machine "
+                "ran much slower than its calibration measured (other work may be sharing it)."
+            )
         if left:
             notes.append(f"Cancelled during the {left[0]} arm; it and any later arms ({', '.join(left)}) are left out.")
         _free_memory(device)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from lensa.live.clock import CostModel, machine_clock
 from lensa.live.device import DEVICES, resolve_device
 from lensa.live.errors import LiveError
 from lensa.live.schedule import log_spaced_steps
@@ -45,41 +46,9 @@ lot of work), so :meth:`RunConfig.validate` also refuses a run whose
 MAX_RUN_SECONDS: dict[str, float] = {"cpu": 30.0, "cuda": 60.0}
 """Longest estimated run, all arms together (seconds), per device kind."""
 
-
-@dataclass(frozen=True)
-class CostModel:
-    """A deliberately pessimistic time model of one training arm.
-
-    Per step: matmul FLOP / ``flop_per_s`` of the arm's precision, plus
-    ``param_step_s`` per parameter (optimizer, 16-bit weight casts,
-    zero_grad, clipping: memory-bound work that dominates small batches),
-    plus ``step_s`` + ``layer_step_s`` per Linear layer (Python and kernel
-    launches). Per arm: the FP32 evaluation pass and ``arm_s`` of set-up.
-    With :attr:`RunConfig.record`, per recorded step: ``record_value_s`` per
-    value the :class:`~lensa.live.capture.Recorder` summarises (CPU work, on
-    any device) plus ``record_tensor_s`` per tensor it summarises.
-    """
-
-    flop_per_s: dict[str, float]
-    param_step_s: float
-    step_s: float
-    layer_step_s: float
-    arm_s: float
-    record_value_s: float = 0.0
-    record_tensor_s: float = 0.0
-
-
-COST_MODELS: dict[str, CostModel] = {
-    # Measured on the reference 2-core Xeon with AMX (torch 2.13, CPU): training reaches ~0.2 TFLOP/s in FP32
-    # and FP16, ~0.6 in BF16; 6-10 ns per parameter per step; ~0.5 ms + 0.1 ms per layer of overhead. Rates are
-    # set below those, and BF16 is costed like FP32 because CPUs without AMX run it no faster.
-    # Recording: ~30 ns per value summarised and ~0.5 ms per tensor on one core (numpy), measured on this MLP.
-    "cpu": CostModel({"fp32": 1.4e11, "fp16": 1.4e11, "bf16": 1.4e11}, 1.2e-8, 5.0e-4, 1.5e-4, 0.2, 4.0e-8, 1.0e-3),
-    # An A100-class GPU: ~15 TFLOP/s reached in FP32 (no TF32), ~100 in FP16/BF16 on tensor cores.
-    # Recording copies each tensor to the host and summarises it there, as on a CPU.
-    "cuda": CostModel({"fp32": 1.5e13, "fp16": 1.0e14, "bf16": 1.0e14}, 2.0e-11, 3.0e-4, 5.0e-5, 0.5, 4.0e-8, 1.0e-3),
-}
-"""The :class:`CostModel` per device kind behind :meth:`RunConfig.estimate_seconds`."""
+DEFAULT_RUN_SECONDS = 12.0
+"""The lab's default comparison (recorded, three arms) is sized to this estimate at most, so with an estimate
+within 1.25x of the truth it still ends within 15 s; :func:`defaults_for` picks it from the calibration."""
 
 TRAIN_SET_BYTES: dict[str, int] = {"cpu": 64 * 2**20, "cuda": 2**30}
 """Cap on the pre-generated training set per device (FP32 inputs and labels, bytes); past it, batches repeat."""
@@ -158,52 +127,69 @@ class RunConfig:
         per_batch = self.batch_size * (self.features + 1) * 4
         return max(1, min(self.steps, TRAIN_SET_BYTES[device_kind] // per_batch))
 
-    def estimate_seconds(self, device_kind: str | None = None, arms: Sequence[str] = ARMS) -> float:
-        """Pessimistic estimate (seconds) of a :func:`compare` call over ``arms``, warm-up and evaluation included.
-
-        From :data:`COST_MODELS`; real runs on the reference CPU take about
-        half to two thirds of it. ``device_kind`` None resolves ``self.device``.
-        With ``record``, each arm's recorded steps also cost what summarising
-        their tensors does.
-        """
-        arms = _check_arms(arms)
-        model = COST_MODELS[_device_kind(device_kind, self.device)]
-        per_step_fixed = self.parameters() * model.param_step_s + model.step_s + model.layer_step_s * (self.depth + 1)
-        step_flop = 6.0 * self.matmul_macs_per_sample() * self.batch_size
-        eval_s = 2.0 * self.matmul_macs_per_sample() * self.eval_size / model.flop_per_s["fp32"]
+    def arm_seconds(self, clock: CostModel, arm: str) -> float:
+        """Estimated seconds of one arm from ``clock``: its steps (warm-up included), evaluation, set-up, recording."""
+        per_step = (
+            clock.layer_step_s[arm] * (self.depth + 1)
+            + clock.param_step_s[arm] * self.parameters()
+            + 6.0 * self.matmul_macs_per_sample() * self.batch_size / clock.rate(arm, self.batch_size * self.width)
+        )
+        eval_s = 2.0 * self.matmul_macs_per_sample() * self.eval_size / clock.flop_per_s["fp32"]
         per_recorded_step = (
-            self.recorded_values() * model.record_value_s + self.recorded_tensors() * model.record_tensor_s
+            self.recorded_values() * clock.record_value_s + self.recorded_tensors() * clock.record_tensor_s
         )
         record_s = len(self.recorded_steps()) * per_recorded_step
-        total = 0.0
-        for arm in arms:
-            per_step = step_flop / model.flop_per_s[arm] + per_step_fixed
-            total += (self.steps + self.warmup_steps) * per_step + eval_s + model.arm_s + record_s
-        return total
+        return (self.steps + self.warmup_steps) * per_step + eval_s + clock.arm_s + record_s
 
-    def validate(self, device_kind: str | None = None, arms: Sequence[str] = ARMS) -> RunConfig:
+    def data_seconds(self, clock: CostModel) -> float:
+        """Estimated seconds to draw the run's training and evaluation data once (shared by the arms)."""
+        values = (self.train_batches(clock.device) * self.batch_size + self.eval_size) * (self.features + 1)
+        return values * clock.data_value_s
+
+    def estimate_seconds(
+        self, device_kind: str | None = None, arms: Sequence[str] = ARMS, clock: CostModel | None = None
+    ) -> float:
+        """Estimate (seconds) of a :func:`compare` call over ``arms``, warm-up, evaluation and data included.
+
+        From ``clock``, this machine's calibrated :class:`~lensa.live.clock.CostModel`; None takes this
+        process's (:func:`~lensa.live.clock.machine_clock`, which imports torch and calibrates on first
+        use). ``device_kind`` None resolves ``self.device``. With ``record``, each arm's recorded steps
+        also cost what summarising their tensors does.
+        """
+        arms = _check_arms(arms)
+        kind = _device_kind(device_kind, self.device)
+        clock = clock if clock is not None else machine_clock(kind)
+        return self.data_seconds(clock) + sum(self.arm_seconds(clock, arm) for arm in arms)
+
+    def validate(
+        self, device_kind: str | None = None, arms: Sequence[str] = ARMS, clock: CostModel | None = None
+    ) -> RunConfig:
         """Return ``self`` when every field is in :data:`LIMITS` and the run fits :data:`MAX_RUN_SECONDS`.
 
-        ``device_kind`` ("cpu" or "cuda") chooses the time model; None
-        resolves ``self.device`` (which imports torch for ``"auto"``). Raises
-        ``LiveError(kind="invalid")`` naming the first field out of range or
-        the estimated time, or ``kind="no_cuda"`` for ``device="cuda"``
-        without CUDA. Needs no torch when ``device_kind`` is given.
+        ``device_kind`` ("cpu" or "cuda") chooses the limit; None resolves
+        ``self.device`` (which imports torch for ``"auto"``); ``clock`` as in
+        :meth:`estimate_seconds`. Raises ``LiveError(kind="invalid")`` naming
+        the first field out of range, ``kind="too_long"`` with the estimated
+        time, or ``kind="no_cuda"`` for ``device="cuda"`` without CUDA. Needs
+        no torch when ``device_kind`` and ``clock`` are given.
         """
         problems = _field_problems(self)
         if problems:
             raise LiveError("invalid", problems[0])
         kind = _device_kind(device_kind, self.device)
-        need, limit = self.estimate_seconds(kind, arms), MAX_RUN_SECONDS[kind]
+        need, limit = self.estimate_seconds(kind, arms, clock), MAX_RUN_SECONDS[kind]
         if need > limit:
             raise LiveError(
-                "invalid",
+                "too_long",
                 f"This run would take about {need:.0f} s on the {kind.upper()}, more than the {limit:.0f} s allowed. "
                 "Lower the width, depth, batch size or number of steps.",
+                (need, limit),
             )
         return self
 
-    def clamped(self, device_kind: str | None = None, arms: Sequence[str] = ARMS) -> RunConfig:
+    def clamped(
+        self, device_kind: str | None = None, arms: Sequence[str] = ARMS, clock: CostModel | None = None
+    ) -> RunConfig:
         """A copy with every numeric field moved into :data:`LIMITS`, then steps cut to fit :data:`MAX_RUN_SECONDS`.
 
         Non-integers in integer fields are rounded. Raises
@@ -227,8 +213,9 @@ class RunConfig:
         limit = MAX_RUN_SECONDS[kind]
         # The estimate is affine in steps (with recording, at most that line, as at most every step is recorded):
         # solve for the most steps that fit.
-        at_one = replace(out, steps=1).estimate_seconds(kind, arms)
-        per_step = replace(out, steps=2).estimate_seconds(kind, arms) - at_one
+        clock = clock if clock is not None else machine_clock(kind)
+        at_one = replace(out, steps=1).estimate_seconds(kind, arms, clock)
+        per_step = replace(out, steps=2).estimate_seconds(kind, arms, clock) - at_one
         if at_one > limit:
             raise LiveError(
                 "invalid",
@@ -242,7 +229,7 @@ class RunConfig:
 def _device_kind(device_kind: str | None, device: str) -> str:
     if device_kind is None:
         return resolve_device(device)
-    if device_kind not in COST_MODELS:
+    if device_kind not in MAX_RUN_SECONDS:
         raise LiveError("invalid", f"device_kind must be 'cpu' or 'cuda' (got {device_kind!r}).")
     return device_kind
 
@@ -278,6 +265,32 @@ def suggested_config(device_kind: str) -> RunConfig:
     if device_kind == "cuda":
         return replace(GPU_CONFIG, device="cuda")
     return RunConfig(device="cpu")
+
+
+DEFAULT_CANDIDATES: tuple[tuple[int, int, int], ...] = (
+    (512, 1024, 60),
+    (512, 1024, 30),
+    (256, 1024, 30),
+    (256, 512, 30),
+    (128, 512, 30),
+    (128, 256, 20),
+    (64, 256, 20),
+    (64, 128, 10),
+    (64, 64, 10),
+)
+"""(width, batch size, steps) the lab's defaults are chosen from, largest first: fewer steps, then a smaller
+width and batch. Every value is one of the lab page's slider stops."""
+
+
+def defaults_for(clock: CostModel, base: RunConfig | None = None) -> RunConfig:
+    """The largest of :data:`DEFAULT_CANDIDATES` (on ``base``, recorded) that ``clock`` puts within
+    :data:`DEFAULT_RUN_SECONDS` for the three arms; the smallest when none does."""
+    base = replace(base or RunConfig(device=clock.device), record=True)
+    for width, batch, steps in DEFAULT_CANDIDATES:
+        cfg = replace(base, width=width, batch_size=batch, steps=steps)
+        if cfg.estimate_seconds(clock.device, ARMS, clock) <= DEFAULT_RUN_SECONDS:
+            return cfg
+    return cfg
 
 
 def _check_arms(arms: Sequence[str]) -> tuple[str, ...]:

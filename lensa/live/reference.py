@@ -9,9 +9,10 @@ project's own: every string of ``lensa/text/en.toml`` then ``lensa/text/id.toml`
 newlines and read as UTF-8 bytes, Markdown and ``{placeholders}`` included (a byte vocabulary of 256 keeps
 the model's shapes independent of the text). That text is kept, frozen, in ``lensa/data/reference_corpus.txt``:
 the catalogues change with every edit of the site's wording, and the run must not, so ``make reference-run``
-rebuilds the shipped files bit for bit (``--refresh-corpus`` takes the catalogues as they are now instead,
-and then every figure of the run changes). Batches are windows of ``context + 1`` bytes at random offsets
-drawn from the seed.
+rebuilds the shipped files bit for bit with the same torch and the same kernel set; on a CPU whose vector kernels
+differ it gives the same records with values that differ in the last bits, more with each step (README, "Your own
+run"). ``--refresh-corpus`` takes the catalogues as they are now instead, and then every figure of the run changes.
+Batches are windows of ``context + 1`` bytes at random offsets drawn from the seed.
 
 Two arms from the same initial weights and the same batches:
 
@@ -22,7 +23,8 @@ Two arms from the same initial weights and the same batches:
   scale history, skipped steps, and the values as FP16 autocast produced them.
 
 Each arm is written as a :mod:`lensa.runstats` file with the :class:`Recipe` (and the arm) in its ``meta``.
-Deterministic on one machine given the seed (one fixed thread count, deterministic algorithms).
+Deterministic on one machine given the seed (one fixed thread count, deterministic algorithms): the same torch
+and kernel set (``ATEN_CPU_CAPABILITY``, numpy's dispatch) give the same files bit for bit.
 """
 
 from __future__ import annotations

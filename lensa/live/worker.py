@@ -36,8 +36,17 @@ run or device query starts a fresh one (a few seconds to import torch).
 
 Stop crosses the boundary as a shared integer holding the id of the job to
 stop (an id, not a flag, so a late stop can never hit the next job); the
-worker checks it between chunks of steps, as before, and a stopped
-comparison comes back with its finished arms.
+worker checks it after every step and before each layer's forward and
+backward pass, and a stopped comparison comes back with its finished arms.
+A run still going :data:`STOP_GRACE_S` after Stop (one layer of an emulated
+FP16 product can be that long) has its worker process ended: the job ends
+with the arms it finished (each is sent as it finishes), and the next run
+starts a fresh worker, which keeps the first one's calibration.
+
+When it starts, the worker times this machine (:mod:`lensa.live.clock`, at
+most about 2 s) and sends the result with its device information:
+:meth:`LabWorker.clock` gives it to the pages for their estimates, and the
+worker checks every comparison against the same clock before it runs.
 
 This module imports neither streamlit nor torch (torch is imported only in
 the worker process); :mod:`lensa.ui.jobs` draws jobs on a page.
@@ -67,6 +76,9 @@ ABANDON_S = 30.0
 START_TIMEOUT_S = 120.0
 """Longest a fresh worker may take to import torch and report ready."""
 POLL_S = 0.25
+STOP_GRACE_S = 0.6
+"""A running job still going this long after Stop has its worker process ended (and restarted on the next
+run), so Stop always ends a run within about a second, however long one step is."""
 WORKER_NICE = 19
 """The worker's niceness: the lowest priority, so any server thread that wants a core gets it."""
 
@@ -111,8 +123,14 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(0)
 
 
-def _serve(requests: Any, events: Any, stop_id: Any, nice: int, threads: int) -> None:
-    """The worker process: lower its priority, load torch, answer requests until told to stop."""
+def _serve(
+    requests: Any, events: Any, stop_id: Any, nice: int, threads: int, clocks: dict[str, Any] | None = None
+) -> None:
+    """The worker process: lower its priority, load torch, time this machine, answer requests until told to stop.
+
+    ``clocks``: calibrations a previous worker of this server made (a worker restarted after a stop or a
+    crash keeps them instead of calibrating again).
+    """
     # Before torch exists: Linux applies nice per thread and new threads inherit it.
     with contextlib.suppress(OSError):
         os.nice(max(0, nice - os.nice(0)))
@@ -123,6 +141,7 @@ def _serve(requests: Any, events: Any, stop_id: Any, nice: int, threads: int) ->
     with contextlib.suppress(RuntimeError):  # only possible before any parallel work
         torch.set_num_interop_threads(1)
     from lensa import live
+    from lensa.live.clock import machine_clock, remember_clock
 
     infos: dict[str, tuple[Any, ...]] = {}
     for device in DEVICES:
@@ -130,7 +149,13 @@ def _serve(requests: Any, events: Any, stop_id: Any, nice: int, threads: int) ->
             infos[device] = ("ok", live.device_info(device))
         except LiveError as exc:
             infos[device] = ("error", exc.kind, exc.message)
-    events.put(("hello", os.getpid(), infos))
+    # This machine's clock, per device kind present: kept for the process's life, sent to the server once.
+    for clock in (clocks or {}).values():
+        remember_clock(clock)
+    measured = {}
+    for kind in sorted({info[1].device for info in infos.values() if info[0] == "ok"}):
+        measured[kind] = machine_clock(kind)
+    events.put(("hello", os.getpid(), infos, measured))
     while True:
         request = requests.get()
         if request is None:
@@ -144,10 +169,13 @@ def _serve(requests: Any, events: Any, stop_id: Any, nice: int, threads: int) ->
             current: int = stop_id.value
             return current == job_id
 
+        def on_arm(arm: str, arm_result: Any, device: str, device_name: str, job_id: int = job_id) -> None:
+            events.put(("arm", job_id, arm, arm_result, device, device_name))
+
         result: object
         try:
             if task == "compare":
-                result = live.compare(progress=progress, should_stop=should_stop, **kwargs)
+                result = live.compare(progress=progress, should_stop=should_stop, on_arm=on_arm, **kwargs)
             elif task == "trace":
                 result = live.gradscaler_trace(**kwargs)
             elif task == "matmul":
@@ -156,8 +184,8 @@ def _serve(requests: Any, events: Any, stop_id: Any, nice: int, threads: int) ->
                 raise LiveError("invalid", f"Unknown task {task!r}.")
             events.put(("done", job_id, result))
         except LiveError as exc:
-            # LiveError's own constructor does not survive pickling: send its two fields.
-            events.put(("error", job_id, exc.kind, exc.message))
+            # LiveError's own constructor does not survive pickling: send its fields.
+            events.put(("error", job_id, exc.kind, exc.message, exc.numbers))
         except Exception as exc:  # anything else still ends as a message for the page
             events.put(("failed", job_id, type(exc).__name__, str(exc)[:300]))
 
@@ -183,7 +211,9 @@ class Job:
     1 when done). ``result``: the task's return value; ``error``: a
     ``LiveError`` (or :class:`RemoteError`) when it failed. A cancelled
     comparison is a result (``Comparison.cancelled``), not an error.
-    Times are ``time.monotonic()`` seconds.
+    ``arms``: a comparison's finished arms as they arrive (kept if the
+    worker has to be stopped the hard way); ``stop_asked``: when Stop was
+    pressed. Times are ``time.monotonic()`` seconds.
     """
 
     task: str
@@ -198,6 +228,9 @@ class Job:
     last_seen: float = field(default_factory=time.monotonic)
     started: float | None = None
     finished: float | None = None
+    stop_asked: float | None = None
+    arms: dict[str, Any] = field(default_factory=dict)
+    place: tuple[str, str] = ("", "")
 
     @property
     def done(self) -> bool:
@@ -213,7 +246,7 @@ class Job:
         self.last_seen = time.monotonic()
 
     def cancel(self) -> None:
-        """Leave the queue, or ask the running task to stop within a step (finished arms are kept)."""
+        """Leave the queue, or stop the running task within :data:`STOP_GRACE_S` plus a poll (finished arms kept)."""
         if self.owner is not None:
             self.owner.cancel(self)
 
@@ -270,6 +303,7 @@ class LabWorker:
         self.retired = 0  # idle workers stopped to give their memory back
         self._ready = threading.Event()
         self._infos: dict[str, tuple[Any, ...]] = {}
+        self._clocks: dict[str, Any] = {}
         self._start_error: LiveError | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -315,6 +349,9 @@ class LabWorker:
                 self._finish(job, error=LiveError("cancelled", "Cancelled while waiting in the queue."))
             elif job is self._running and self._stop_id is not None:
                 self._stop_id.value = job.id
+                if job.stop_asked is None:
+                    job.stop_asked = time.monotonic()
+                self._wake.notify_all()
 
     def device_info(self, device: str = "auto", timeout_s: float = START_TIMEOUT_S) -> Any:
         """The worker's :class:`lensa.live.DeviceInfo` for ``device``, asked once when it starts.
@@ -340,6 +377,20 @@ class LabWorker:
         if info[0] == "ok":
             return info[1]
         raise LiveError(info[1], info[2])
+
+    def clock(self, device: str = "auto", timeout_s: float = START_TIMEOUT_S) -> Any:
+        """This machine's calibrated :class:`lensa.live.CostModel` for ``device``, measured by the worker.
+
+        The worker times each arm once when it starts (at most about 2 s) and
+        keeps it for its life; a restarted worker keeps the first one. Raises
+        as :meth:`device_info` does.
+        """
+        info = self.device_info(device, timeout_s)
+        with self._lock:
+            clock = self._clocks.get(info.device)
+        if clock is None:
+            raise LiveError("crashed", "The lab's worker process did not time this machine.")
+        return clock
 
     @property
     def pid(self) -> int | None:
@@ -392,7 +443,7 @@ class LabWorker:
         self._ready.clear()
         self._proc = ctx.Process(
             target=_serve,
-            args=(self._requests, self._events, self._stop_id, self.nice, self.threads),
+            args=(self._requests, self._events, self._stop_id, self.nice, self.threads, dict(self._clocks)),
             name="lensa-lab-worker",
             daemon=True,
         )
@@ -425,8 +476,9 @@ class LabWorker:
     def _handle(self, message: tuple[Any, ...]) -> None:
         kind, *rest = message
         if kind == "hello":
-            _pid, infos = rest
+            _pid, infos, clocks = rest
             self._infos.update(infos)
+            self._clocks.update(clocks)
             self._ready.set()
             return
         job_id = rest[0]
@@ -435,10 +487,14 @@ class LabWorker:
             return  # a job already ended here (e.g. shut down); its late messages mean nothing
         if kind == "progress":
             job.fraction = max(job.fraction, min(1.0, float(rest[1])))
+        elif kind == "arm":
+            _id, arm, result, device, device_name = rest
+            job.arms[arm] = result
+            job.place = (device, device_name)
         elif kind == "done":
             self._finish(job, result=rest[1])
         elif kind == "error":
-            self._finish(job, error=LiveError(rest[1], rest[2]))
+            self._finish(job, error=LiveError(rest[1], rest[2], rest[3]))
         elif kind == "failed":
             self._finish(job, error=RemoteError(rest[1], rest[2]))
 
@@ -463,8 +519,19 @@ class LabWorker:
         if not self._ready.is_set():
             self._start_error = error
             self._ready.set()  # wake anyone waiting for device information
-        if self._running is not None:
-            self._finish(self._running, error=error)
+        job = self._running
+        if job is not None and job.stop_asked is not None:
+            self._finish(job, **_stopped_hard(job))
+        elif job is not None:
+            self._finish(job, error=error)
+
+    def _enforce_stop(self, now: float) -> None:
+        """End the worker of a run that did not stop within :data:`STOP_GRACE_S` of Stop (noticed as its death)."""
+        job, proc = self._running, self._proc
+        if job is None or proc is None or job.stop_asked is None or now - job.stop_asked < STOP_GRACE_S:
+            return
+        proc.kill()
+        proc.join(timeout=2)
 
     def _retire_if_idle(self, now: float) -> None:
         """Stop a ready worker nobody has used for ``idle_s``: its memory goes back to the machine."""
@@ -489,6 +556,7 @@ class LabWorker:
                     return
                 now = time.monotonic()
                 self._expire(now)
+                self._enforce_stop(now)
                 self._check_worker(now)
                 if self._running is None:
                     self._start_next()
@@ -506,6 +574,23 @@ class LabWorker:
             if message is not None:
                 with self._lock:
                     self._handle(message)
+
+
+def _stopped_hard(job: Job) -> dict[str, Any]:
+    """What a job stopped by ending its worker finishes with: a comparison's arms so far, else a cancellation."""
+    if job.task == "compare" and job.arms:
+        from lensa.live.arms import Comparison
+        from lensa.live.config import RunConfig
+
+        config = job.kwargs.get("config") or RunConfig()
+        device, device_name = job.place
+        note = (
+            f"Stopped at once: the step in progress was longer than {STOP_GRACE_S:g} s, so the lab's worker process "
+            "was ended and a fresh one takes the next run; the arms that finished are kept."
+        )
+        result = Comparison(config, device, device_name, dict(job.arms), cancelled=True, notes=(note,))
+        return {"result": result}
+    return {"error": LiveError("cancelled", "The run was stopped before it finished.")}
 
 
 _DEFAULT: LabWorker | None = None

@@ -25,7 +25,7 @@ from lensa.live.worker import ABANDON_S, MAX_WAITING, WAIT_LIMIT_S, Job, default
 from lensa.ui import live_view
 from lensa.ui.frame import Page
 
-__all__ = ["ABANDON_S", "MAX_WAITING", "WAIT_LIMIT_S", "Job", "device_info", "follow", "settle", "submit"]
+__all__ = ["ABANDON_S", "MAX_WAITING", "WAIT_LIMIT_S", "Job", "clock", "device_info", "follow", "settle", "submit"]
 
 
 def submit(task: str, **kwargs: Any) -> Job:
@@ -36,6 +36,11 @@ def submit(task: str, **kwargs: Any) -> Job:
 def device_info(device: str = "auto") -> Any:
     """The hardware a run on ``device`` uses, as the worker sees it; raises ``LiveError`` (see ``LabWorker``)."""
     return default_worker().device_info(device)
+
+
+def clock(device: str = "auto") -> Any:
+    """This machine's calibrated :class:`lensa.live.CostModel` for ``device``, timed by the worker when it started."""
+    return default_worker().clock(device)
 
 
 def follow(page: Page, job: Job, running: Callable[[Job], str]) -> None:

@@ -11,13 +11,16 @@ import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lensa.scaling import ScalerStep, simulate
 from lensa.ui import i18n
 from lensa.ui.frame import Page
+
+if TYPE_CHECKING:
+    from lensa.live.device import DeviceInfo
 
 _LOG = logging.getLogger(__name__)
 REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements.txt"
@@ -48,6 +51,9 @@ def error_text(page: Page, exc: BaseException) -> str:
     from lensa import live
 
     if isinstance(exc, live.LiveError):
+        if exc.kind == "too_long" and len(exc.numbers) == 2:
+            need, limit = exc.numbers
+            return page.t("live.error_too_long", seconds=page.sec(need), limit=page.sec(limit))
         if exc.kind == "invalid":
             # The core's detail is English and names code fields; it goes to the log, not the page.
             _LOG.warning("live run refused: %s", exc.message)
@@ -74,6 +80,54 @@ def device_line(page: Page, info: Any) -> str:
         threads=page.num(info.threads or 0),
         bf16=flag[info.bf16_matrix_units],
     )
+
+
+FORMAT_OF_ARM = {"fp16": "FP16", "bf16": "BF16"}
+
+
+def why_emulated(page: Page, clock: Any, arm: str) -> str:
+    """Why ``arm``'s 16-bit products have no fast path on this CPU: the flags it lacks, or the kernels torch runs.
+
+    ``clock`` is the worker's :class:`lensa.live.CostModel` (its ``cpu_flags`` and ``capability``).
+    """
+    from lensa.live.clock import NATIVE_FLAGS
+
+    missing = clock.missing_flags(arm)
+    if len(missing) == len(NATIVE_FLAGS[arm]):
+        return page.t("lab.why_missing", fmt=FORMAT_OF_ARM[arm], flags=", ".join(missing))
+    have = [f for f in NATIVE_FLAGS[arm] if f not in missing]
+    return page.t("lab.why_kernels", flags=", ".join(have), capability=clock.capability)
+
+
+def emulation_notes(page: Page, comparison: Any, clock: Any) -> list[str]:
+    """One paragraph per AMP arm that this CPU emulates and that ran slower than FP32: by how much, and why.
+
+    Both must hold: the calibration found the arm's matrix products slower than FP32's
+    (:meth:`lensa.live.CostModel.emulated`), and this run's arm took longer than FP32's, past the noise of
+    :data:`lensa.live.clock.SLOWER`. The run's ratio is the one said; the calibration's is quoted beside it.
+    """
+    from lensa import live
+    from lensa.live.clock import SLOWER
+
+    if comparison.device != "cpu" or clock is None:
+        return []
+    notes = []
+    for arm in ("fp16", "bf16"):
+        speed = live.speedup(comparison, arm)
+        # Emulated (the calibration's products are slower than FP32's) and slower in this very run: a tiny
+        # model can be slower in BF16 from autocast's casts alone, which is not emulation.
+        if speed is None or 1.0 / speed <= SLOWER or not clock.emulated(arm):
+            continue
+        notes.append(
+            page.t(
+                "lab.emulated",
+                arm=page.t(f"lab.arm_{arm}"),
+                ratio=page.ratio(speed),
+                cal=page.ratio(1.0 / clock.slowdown.get(arm, 1.0)),
+                why=why_emulated(page, clock, arm),
+            )
+        )
+    return notes
 
 
 def comparison_table(page: Page, comparison: Any) -> list[dict[str, str]]:
@@ -132,13 +186,15 @@ def memory_table(page: Page, comparison: Any) -> list[dict[str, str]]:
 
 def benchmark_table(page: Page, rows: Sequence[Any], gpu: Any) -> list[dict[str, str]]:
     """Measured matmul TFLOP/s next to a datasheet's dense peak, one row per mode."""
-    header = {k: page.t(f"speed.measure_col_{k}", gpu=gpu.name) for k in ("mode", "measured", "datasheet")}
+    header = {k: page.t(f"speed.measure_col_{k}", gpu=gpu.name) for k in ("mode", "measured", "size", "datasheet")}
     out = []
     for row in rows:
+        # Numbers stay numbers: the size each product was measured at has its own column (an emulated format is
+        # measured smaller, so its one product stays short).
+        size = "—"
         if row["tflops"]:
             measured = page.sig(row["tflops"], 3)
-            if row["size"] != rows[0]["size"]:  # measured smaller: this machine emulates the format
-                measured += f" ({page.num(row['size'])} × {page.num(row['size'])})"
+            size = page.num(row["size"])
         elif row["mode"] == "tf32" and row["device"] == "cpu":
             measured = page.t("speed.measure_no_tf32")
         else:
@@ -148,10 +204,37 @@ def benchmark_table(page: Page, rows: Sequence[Any], gpu: Any) -> list[dict[str,
             {
                 header["mode"]: row["mode"].upper(),
                 header["measured"]: measured,
+                header["size"]: size,
                 header["datasheet"]: "—" if peak is None else i18n.teraflops(peak, page.lang, 3),
             }
         )
     return out
+
+
+def matmul_emulation_notes(page: Page, rows: Sequence[Any], clock: Any) -> list[str]:
+    """Step 6's words for each 16-bit mode a CPU ran slower than FP32: the measured ratio of one product's time
+    (FP32's TFLOP/s over the mode's) and why (:func:`why_emulated`)."""
+    from lensa.live.clock import SLOWER
+
+    by_mode = {r["mode"]: r for r in rows if r["tflops"]}
+    fp32 = by_mode.get("fp32")
+    if fp32 is None or fp32["device"] != "cpu" or clock is None:
+        return []
+    notes = []
+    for mode in ("bf16", "fp16"):
+        row = by_mode.get(mode)
+        if row is None or fp32["tflops"] / row["tflops"] <= SLOWER:
+            continue
+        notes.append(
+            page.t(
+                "speed.measure_emulated",
+                mode=mode.upper(),
+                ratio=page.ratio(fp32["tflops"] / row["tflops"]),
+                why=why_emulated(page, clock, mode),
+                n=page.num(row["size"]),
+            )
+        )
+    return notes
 
 
 def trace_against_prediction(
@@ -168,3 +251,14 @@ def trace_against_prediction(
 def log2(values: Sequence[float]) -> list[float]:
     with np.errstate(divide="ignore"):
         return [float(v) for v in np.log2(np.asarray(values, dtype=np.float64))]
+
+
+def cpu_bf16_key(info: DeviceInfo) -> str | None:
+    """The lab's caption on a CPU's BF16: AMX matrix units (``cpu_fast``), BF16 vector instructions only
+    (``cpu_bf16_vector``), neither (``cpu_slow``); None where /proc/cpuinfo could not be read (the device
+    line's notes say so)."""
+    if info.bf16_fast is None:
+        return None
+    if info.bf16_matrix_units:
+        return "cpu_fast"
+    return "cpu_bf16_vector" if info.bf16_fast else "cpu_slow"

@@ -72,6 +72,8 @@ THIRD_PARTY = (
     "streamlit.emojis",
     "streamlit.material_icon_names",
     "streamlit.components.v2.manifest_scanner",
+    # zipfile decodes member names without the UTF-8 flag as cp437: the first np.load of a recorded run (.npz)
+    "encodings.cp437",
 )
 
 

@@ -1,0 +1,390 @@
+"""This machine's clock for the lab: a short calibration that times each arm here, and the cost model it fills.
+
+The lab must say how long a comparison will take before it runs, refuse one
+that would run too long, and pick defaults that finish quickly. A model
+fitted once on one CPU is wrong on another: on a CPU without 16-bit matrix
+units torch converts each FP16 or BF16 product to FP32 and back, and an
+AMP step can be tens of times slower than an FP32 one. So the numbers come
+from this machine. :func:`calibrate` times, per arm, the lab's own training
+step (autocast, GradScaler for FP16, clipping, Adam) on a few small probe
+models, and :class:`CostModel` holds what it measured:
+
+- ``layer_step_s``: per Linear layer per step, the fixed work (Python, kernel
+  launches, per-tensor optimizer calls), from a tiny model;
+- ``param_step_s``: per parameter per step, the memory-bound work (Adam,
+  clipping, zeroing, and for 16-bit arms autocast's weight copies), from the
+  optimizer part of a step of a 1024-wide model;
+- ``flop_per_s``: the matmul rate, from the step time of a model grown (batch,
+  then width) until one step takes about :data:`PROBE_STEP_S`;
+- ``arm_s``: an arm's set-up; ``data_value_s`` per generated training value;
+- ``record_value_s`` and ``record_tensor_s``: what the lab's Recorder costs
+  at a recorded step, per value and per tensor summarised (fp32 arm).
+
+The whole calibration takes at most about :data:`CALIBRATION_BUDGET_S`; the
+lab's worker process runs it once when it starts and keeps the result for
+its life (:mod:`lensa.live.worker`). Torch is imported inside the functions;
+:class:`CostModel` itself is plain data, so the server can hold one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+ARMS_TIMED: tuple[str, ...] = ("fp32", "fp16", "bf16")
+CALIBRATION_BUDGET_S = 2.0
+"""The calibration's time budget (seconds); the probes shrink to fit it on a slow machine."""
+PROBE_STEP_S = 0.06
+"""The rate probe grows until one step takes about this long: long enough for the clock, short enough to repeat."""
+PROBE_REPEATS = 3
+"""Timed steps per probe (the shortest is kept), after one untimed step."""
+PROBE_FEATURES = 64
+_RATE_WIDTHS = (256, 512, 1024)
+_RATE_BATCHES = (32, 64, 128, 256, 512, 1024)
+NATIVE_FLAGS: dict[str, tuple[str, ...]] = {
+    "fp16": ("amx_fp16", "avx512_fp16"),
+    "bf16": ("amx_bf16", "avx512_bf16"),
+}
+"""CPU flags that give a 16-bit format native arithmetic (matrix units or vector instructions)."""
+SLOWER = 1.1
+"""An AMP arm whose step takes more than this times FP32's is called slower than FP32 (past timing noise)."""
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Per-arm time model of one lab comparison on one device, measured here by :func:`calibrate`.
+
+    Per step of an arm: ``layer_step_s[arm]`` per Linear layer, plus
+    ``param_step_s[arm]`` per parameter, plus matmul FLOP / :meth:`rate` (``flop_per_s[arm]``, falling past
+    the probe's size by ``rate_falloff[arm]``).
+    Per arm: ``arm_s`` of set-up and an FP32 evaluation pass. Per run:
+    ``data_value_s`` per training value generated. Per recorded step of an
+    arm: ``record_value_s`` per value and ``record_tensor_s`` per tensor the
+    Recorder summarises. ``slowdown[arm]``: the arm's matmul time over FP32's (the rates' ratio)
+    at the rate probe (> 1: slower than FP32). ``capability``: torch's CPU
+    kernel level (``torch.backends.cpu.get_cpu_capability()``; the GPU's
+    name on CUDA); ``cpu_flags``: the 16-bit flags the CPU has.
+    ``calibration_s``: how long the calibration took; ``threads``: torch's
+    threads while it ran.
+    """
+
+    device: str
+    flop_per_s: dict[str, float]
+    param_step_s: dict[str, float]
+    layer_step_s: dict[str, float]
+    arm_s: float
+    data_value_s: float = 0.0
+    record_value_s: float = 0.0
+    record_tensor_s: float = 0.0
+    rate_falloff: dict[str, float] = field(default_factory=dict)
+    probe_size: dict[str, int] = field(default_factory=dict)
+    slowdown: dict[str, float] = field(default_factory=dict)
+    capability: str = ""
+    cpu_flags: tuple[str, ...] = ()
+    calibration_s: float = 0.0
+    threads: int = 0
+
+    def rate(self, arm: str, size: int) -> float:
+        """``arm``'s matmul rate (FLOP/s) for layers whose activations are ``size`` = batch x width values.
+
+        ``flop_per_s[arm]`` was measured at ``probe_size[arm]``; past it the rate falls as
+        ``(size / probe_size[arm]) ** -rate_falloff[arm]`` (an emulated 16-bit product that no longer fits the
+        caches loses speed; a native one keeps it, falloff 0). Never above the probe's rate.
+        """
+        falloff, probe = self.rate_falloff.get(arm, 0.0), self.probe_size.get(arm, 0)
+        if falloff <= 0 or probe <= 0 or size <= probe:
+            return self.flop_per_s[arm]
+        return float(self.flop_per_s[arm] * (size / probe) ** -falloff)
+
+    def emulated(self, arm: str) -> bool:
+        """True when this arm's 16-bit matmuls have no native path here: measured slower than FP32.
+
+        On a CPU the flags say whether native instructions exist at all; the
+        measurement says whether torch uses them (``ATEN_CPU_CAPABILITY`` may
+        hold it to older kernels), so the measurement decides.
+        """
+        return arm != "fp32" and self.slowdown.get(arm, 1.0) > SLOWER
+
+    def missing_flags(self, arm: str) -> tuple[str, ...]:
+        """The native flags for ``arm``'s format that this CPU lacks (all of them when it has none)."""
+        wanted = NATIVE_FLAGS.get(arm, ())
+        return tuple(f for f in wanted if f not in self.cpu_flags)
+
+
+_CLOCKS: dict[str, CostModel] = {}
+
+
+def machine_clock(device: str) -> CostModel:
+    """This process's :class:`CostModel` for ``"cpu"`` or ``"cuda"``: calibrated on first use, then kept."""
+    if device not in _CLOCKS:
+        _CLOCKS[device] = calibrate(device)
+    return _CLOCKS[device]
+
+
+def remember_clock(clock: CostModel) -> None:
+    """Keep ``clock`` as this process's clock for its device (a restarted worker keeps its predecessor's)."""
+    _CLOCKS[clock.device] = clock
+
+
+def _best_time(fn: Callable[[], object], device: str, repeats: int = PROBE_REPEATS) -> float:
+    """The shortest of ``repeats`` timed calls: other work on a shared machine only ever adds time, and a
+    probe this short is easily caught by it, so the minimum is this machine's pace."""
+    from lensa.live.torch_utils import _sync
+
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+@contextlib.contextmanager
+def _quiet_grads() -> Iterator[None]:
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        yield
+
+
+def _probe(
+    arm: str, device: str, width: int, depth: int, batch: int
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, Callable[[], None], Callable[[], None]]:
+    """A model and the lab's training step for ``arm``: (model, optimizer, whole step, optimizer part only)."""
+    import torch
+
+    from lensa.live.task import _build_mlp
+    from lensa.live.torch_utils import _dtype
+
+    with _quiet_grads():
+        model = _build_mlp(PROBE_FEATURES, width, depth).to(device)
+        x = torch.randn(batch, PROBE_FEATURES, device=device)
+    y = (x.sum(dim=1, keepdim=True) > 0).float()
+    dtype = _dtype(arm)
+    ctx: Any = contextlib.nullcontext() if arm == "fp32" else torch.autocast(device_type=device, dtype=dtype)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler(device, enabled=dtype is torch.float16)
+    criterion = torch.nn.BCEWithLogitsLoss()
+    params = list(model.parameters())
+    losses = torch.empty(1, device=device)
+    stop = [False]
+
+    # The lab's step also asks whether to stop before each layer's forward and backward pass
+    # (lensa.live.arms._train_arm) and keeps its loss: the probe pays the same.
+    def check() -> None:
+        if stop[0]:
+            raise RuntimeError("unreachable")
+
+    def before_backward(_grad: torch.Tensor) -> None:
+        check()
+
+    def stop_points(_m: torch.nn.Module, _args: object, out: torch.Tensor) -> None:
+        if out.requires_grad:
+            out.register_hook(before_backward)
+
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            layer.register_forward_pre_hook(lambda _m, _a: check())
+            layer.register_forward_hook(stop_points)
+
+    def optimizer_part() -> None:
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        scaler.step(opt)
+        scaler.update()
+
+    def step() -> None:
+        check()
+        opt.zero_grad(set_to_none=True)
+        with ctx:
+            loss = criterion(model(x), y)
+        scaler.scale(loss).backward()
+        optimizer_part()
+        losses[0] = loss.detach()
+
+    return model, opt, step, optimizer_part
+
+
+def _macs(width: int, depth: int) -> int:
+    return PROBE_FEATURES * width + (depth - 1) * width * width + width
+
+
+def _params(width: int, depth: int) -> int:
+    return _macs(width, depth) + depth * width + 1
+
+
+def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> CostModel:
+    """Time the lab's training step for each arm on ``device`` and return the :class:`CostModel` it gives.
+
+    About ``budget_s`` at most (the rate probe stops growing when the
+    budget runs low). Holds no run slot: the worker calls it before it takes
+    any run.
+    """
+    import torch
+
+    from lensa.live.device import _read_cpuinfo
+    from lensa.live.torch_utils import _fp32_matmul_precision
+
+    # One-off imports (Adam's first use loads torch._dynamo, seconds) are not this machine's pace: pay them first.
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+    start = time.perf_counter()
+    deadline = start + budget_s
+    per_arm_budget = budget_s * 0.7 / len(ARMS_TIMED)
+    flop: dict[str, float] = {}
+    param: dict[str, float] = {}
+    layer: dict[str, float] = {}
+    falloff: dict[str, float] = {}
+    sizes: dict[str, int] = {}
+    set_up: list[float] = []
+    with _fp32_matmul_precision(device, "highest"):
+        for i, arm in enumerate(ARMS_TIMED):
+            arm_deadline = min(deadline, start + per_arm_budget * (i + 1))
+            # Fixed work per layer: a model whose matmuls and parameters are negligible.
+            depth = 2
+            _m, _o, tiny, _p = _probe(arm, device, 16, depth, 8)
+            tiny()
+            layer[arm] = _best_time(tiny, device) / (depth + 1)
+            # Per-parameter work: the optimizer part of a step (Adam, clipping, scaler) on a wider model.
+            wide = 1024
+            t0 = time.perf_counter()
+            model, _o, whole, opt_part = _probe(arm, device, wide, depth, 8)
+            whole()
+            set_up.append(time.perf_counter() - t0)
+            n_params = sum(p.numel() for p in model.parameters())
+            opt_s = _best_time(opt_part, device)
+            cast_s = 0.0
+            if arm != "fp32":
+                # Autocast copies each weight to 16 bits in every forward pass (and keeps it for the backward).
+                dtype = torch.float16 if arm == "fp16" else torch.bfloat16
+                weights = [p for p in model.parameters() if p.dim() == 2]
+
+                def cast(w: list[torch.nn.Parameter] = weights, d: torch.dtype = dtype) -> None:
+                    for t in w:
+                        t.to(d)
+
+                cast_s = _best_time(cast, device)
+            param[arm] = (opt_s + cast_s) / n_params
+            # The matmul rate: grow the batch, then the width, until a step takes about PROBE_STEP_S.
+            width, batch = _grow_rate_probe(arm, device, arm_deadline)
+            # The rate at the probe, and how it changes from a quarter of its batch to all of it: an emulated
+            # product loses speed as it outgrows the caches, so a larger run is costed at a lower rate.
+            fixed = layer[arm] * (depth + 1) + param[arm] * _params(width, depth)
+            rates = []
+            for b in (max(8, batch // 4), batch):
+                _m, _o, step, _p = _probe(arm, device, width, depth, b)
+                step()
+                t_b = _best_time(step, device, repeats=2)
+                # A floor of a quarter of the step keeps a noisy, overhead-bound probe from an endless rate.
+                rates.append(6.0 * _macs(width, depth) * b / max(t_b - fixed, 0.25 * t_b))
+            flop[arm] = rates[1]
+            ratio = rates[0] / rates[1]
+            falloff[arm] = min(max(math.log(ratio) / math.log(4.0), 0.0), 0.7) if ratio > 1.15 else 0.0
+            sizes[arm] = width * batch
+        data_value_s = _time_data(device)
+        record_value_s, record_tensor_s = _time_recording(device, layer["fp32"], param["fp32"], flop["fp32"])
+    slowdown = {arm: flop["fp32"] / flop[arm] for arm in ARMS_TIMED}
+    flags: tuple[str, ...] = ()
+    if device == "cuda":
+        capability = torch.cuda.get_device_name()
+    else:
+        capability = str(torch.backends.cpu.get_cpu_capability())
+        parsed = _read_cpuinfo("/proc/cpuinfo")
+        have = parsed[2] if parsed else set()
+        flags = tuple(f for flag_set in NATIVE_FLAGS.values() for f in flag_set if f in have)
+    return CostModel(
+        device=device,
+        flop_per_s=flop,
+        param_step_s=param,
+        layer_step_s=layer,
+        arm_s=statistics.median(set_up),
+        data_value_s=data_value_s,
+        record_value_s=record_value_s,
+        record_tensor_s=record_tensor_s,
+        rate_falloff=falloff,
+        probe_size=sizes,
+        slowdown=slowdown,
+        capability=capability,
+        cpu_flags=flags,
+        calibration_s=time.perf_counter() - start,
+        threads=torch.get_num_threads(),
+    )
+
+
+def _grow_rate_probe(arm: str, device: str, deadline: float) -> tuple[int, int]:
+    """The (width, batch) whose step takes about :data:`PROBE_STEP_S`, or the largest the time left allows."""
+    best = (_RATE_WIDTHS[0], _RATE_BATCHES[0])
+    for width in _RATE_WIDTHS:
+        for batch in _RATE_BATCHES:
+            if width > _RATE_WIDTHS[0] and batch < _RATE_BATCHES[-1]:
+                continue  # the wider model only at the largest batch: width grows once the batch is spent
+            _m, _o, step, _p = _probe(arm, device, width, 2, batch)
+            step()  # the first step at a shape pays one-off kernel set-up
+            t0 = time.perf_counter()
+            step()
+            one = time.perf_counter() - t0
+            best = (width, batch)
+            # Stop at the target, or when the repeats of the next, about twice as long, would pass the deadline.
+            if one >= PROBE_STEP_S or time.perf_counter() + 2 * one * (PROBE_REPEATS + 2) > deadline:
+                return best
+    return best
+
+
+def _time_data(device: str) -> float:
+    """Seconds per training value generated (normal draws, labels, the copy to the device)."""
+    import torch
+
+    from lensa.live.task import _make_data
+
+    n = 1 << 14
+    gen = torch.Generator().manual_seed(0)
+    t = _best_time(lambda: [v.to(device) for v in _make_data(n, PROBE_FEATURES, gen)], device)
+    return t / (n * (PROBE_FEATURES + 1))
+
+
+def _time_recording(device: str, layer_s: float, param_s: float, flop_s: float) -> tuple[float, float]:
+    """(seconds per value, seconds per tensor) the lab's Recorder adds to a recorded step (fp32 arm).
+
+    Two models: a tiny one, whose cost is mostly per tensor, and a wider one, mostly per value; the two
+    equations give both.
+    """
+    from lensa.live.capture import Recorder
+
+    rows = []
+    for width, batch in ((16, 8), (256, 512)):
+        depth = 2
+        model, opt, step, _p = _probe("fp32", device, width, depth, batch)
+        step()
+
+        # A recorder's whole life, as an arm of the lab lives it: made, recorded steps, read, closed (its one-off
+        # cost shared by three steps; the lab records about ten, so this errs on the long side).
+        def recorded(model: torch.nn.Module = model, opt: Any = opt, step: Callable[[], None] = step) -> None:
+            recorder = Recorder(model, opt, steps=(1, 2, 3), background=False)
+            try:
+                for _ in range(3):
+                    step()
+                    recorder.step()
+                recorder.stats()
+            finally:
+                recorder.close()
+
+        t = _best_time(recorded, device, repeats=2) / 3
+        bare = layer_s * (depth + 1) + param_s * _params(width, depth) + 6.0 * _macs(width, depth) * batch / flop_s
+        values = 3 * _params(width, depth) + 2 * batch * (2 * depth * width + 1)
+        tensors = 3 * 2 * (depth + 1) + 2 * (2 * depth + 1)
+        rows.append((max(t - bare, 0.0), values, tensors))
+    (t_small, v_small, n_small), (t_big, v_big, n_big) = rows
+    det = v_big * n_small - v_small * n_big
+    per_value = max((t_big * n_small - t_small * n_big) / det, 0.0) if det else 0.0
+    per_tensor = max((t_small - per_value * v_small) / n_small, 0.0)
+    return per_value, per_tensor
