@@ -66,7 +66,7 @@ def test_fp32_summaries_equal_summaries_of_tensors_computed_by_hand():
     kept: dict[tuple[str, str, int], np.ndarray] = {}  # the full tensors at the recorded steps
     amax: dict[tuple[str, str], list[float]] = {}  # every step's
     losses = {}
-    with Recorder(model, opt, steps=recorded) as rec:
+    with Recorder(model, opt, steps=recorded, amax=True, recipes=True) as rec:
         for step in range(1, 5):
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -172,7 +172,7 @@ def test_gradscaler_true_gradients_scale_history_and_skipped_step():
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
     twin_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
     spike_at = 3  # a loss times 1e30 overflows FP16 gradients: the step is skipped and the scale halves
-    with Recorder(model, opt, steps=range(1, 6), scaler=scaler) as rec:
+    with Recorder(model, opt, steps=range(1, 6), scaler=scaler, recipes=True) as rec:
         for step in range(1, 6):
             spike = 1e30 if step == spike_at else 1.0
             loss = _fp16_step(model, opt, scaler, x, y, spike)
@@ -238,7 +238,7 @@ def test_fused_optimizer_under_gradscaler_true_gradients_and_its_skipped_step():
     opt = torch.optim.AdamW(model.parameters(), lr=0.01, fused=True)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
     spike_at = 2
-    with Recorder(model, opt, steps=range(1, 4), scaler=scaler, background=False) as rec:
+    with Recorder(model, opt, steps=range(1, 4), scaler=scaler, background=False, recipes=True) as rec:
         for step in range(1, 4):
             opt.zero_grad(set_to_none=True)
             spike = 1e38 if step == spike_at else 1.0  # times 2**12 overflows float32: inf gradients
@@ -278,7 +278,7 @@ def test_a_step_given_a_closure_records_the_gradients_its_closure_made():
         loss.backward()
         return loss
 
-    with Recorder(model, opt, steps=[1, 2], background=False) as rec:
+    with Recorder(model, opt, steps=[1, 2], background=False, recipes=True) as rec:
         for step in (1, 2):
             opt.step(closure)
             rec.step()
@@ -301,7 +301,7 @@ def test_weights_are_read_when_only_a_part_of_the_model_is_called():
     outer.net = inner
     weights = {f"net.{n}": R.summarize(_np(p), recipes=True) for n, p in inner.named_parameters()}
     opt = torch.optim.SGD(outer.parameters(), lr=0.1)
-    with Recorder(outer, opt, steps=[1], background=False) as rec:
+    with Recorder(outer, opt, steps=[1], background=False, recipes=True) as rec:
         opt.zero_grad()
         torch.nn.functional.cross_entropy(outer.net(x), y).backward()
         opt.step()
@@ -355,6 +355,11 @@ def test_close_removes_every_hook_and_memory_stays_summaries(tmp_path):
     assert kept == [] and rec._before is None  # no tensor outlives its step
     rec.save(tmp_path / "run.npz")
     assert R.load(tmp_path / "run.npz") == rec.stats()
+    # By default neither the block recipes nor the per-step amax are kept: both cost the training loop time
+    # (Recorder's docstring; docs/performance.md), so a run asks for them with recipes=True and amax=True.
+    run = rec.stats()
+    assert not run.has_recipes
+    assert all(run.amax_names(k) == [] for k in R.KINDS)
 
 
 # --- the torch path: equal to lensa.runstats bit for bit ------------------------------------------------------

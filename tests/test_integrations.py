@@ -155,7 +155,7 @@ def test_trainer_fp16_keeps_true_gradients_the_loss_scale_and_skipped_steps(tmp_
 
     from lensa.live.integrations.huggingface import LensaCallback
 
-    callback = LensaCallback(tmp_path / "fp16.npz", background=False)
+    callback = LensaCallback(tmp_path / "fp16.npz", background=False, recipes=True)
     trainer = Trainer(model=_gpt2(), args=_args(tmp_path, fp16=True), train_dataset=_Tokens(), callbacks=[callback])
     # What accelerate makes for fp16=True on a GPU, here on the CPU: a GradScaler (2**20 overflows FP16 at first,
     # then it halves; growth after each clean step) and FP16 autocast of the model's forward pass.

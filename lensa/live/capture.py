@@ -51,8 +51,8 @@ Dropout ...), named as ``model.named_modules()`` names them (``blocks.0.mlp.fc``
 choose others by name (a block, say). A module called several times in one forward pass is read at its first
 call. The model itself is hooked only when it has no children.
 
-Per step (every step, recorded or not): each tensor's amax, its largest magnitude (``amax=True``, the
-default; for weights, weight gradients, activations and activation gradients, not updates; the true
+Per step (every step, recorded or not): with ``amax=True``, each tensor's amax, its largest magnitude (for
+weights, weight gradients, activations and activation gradients, not updates; the true
 gradient's with ``scaler=``): one reduction per tensor, kept as float32 in the run
 (:meth:`lensa.runstats.RunStats.amax`), what a delayed-scaling FP8 recipe's amax history would hold
 (:func:`lensa.blockscale.replay_delayed`); the loss passed to :meth:`Recorder.step` (NaN when none is
@@ -64,20 +64,21 @@ below the one the step used (GradScaler backs off only after an inf or NaN). The
 few dozen bytes each.
 
 Cost: at steps that are not recorded, each hooked module and each optimizer step runs one Python call that
-returns at once, and with ``amax=True`` one ``abs().amax()`` per tensor (and a hook on each module output for
-its gradient's): about 3 ms on the reference model's 12 ms step (120 tensors; measured with thread CPU time,
-median of 3 runs of 40 steps), read back once per step. At recorded steps, by default (``background=True``), a
-hook only copies its tensor as float32 into a ring of shared memory (128 MiB, made when the recorder is), and a
-numpy-only process (:mod:`lensa.live.summaries`) summarises the copies beside the training loop, on another
-core; the records come back when the run is read (:meth:`Recorder.stats`, :meth:`Recorder.save`,
-:meth:`Recorder.close`). On the small reference model (:mod:`lensa.live.reference`, 120 tensors, 5.1 M values a
-recorded step) a recorded step then costs the training thread about 1.5 times a bare one at the median, more
-once the process falls behind (about 1 s of recipe records per recorded step) and the ring fills; summarised
-inside the step (``background=False``), about 30 times: the block recipes' numpy passes, about 10 ns per value
-and recipe, on top of 1 to 2 ns per value of torch integer work and 100 to 300 microseconds per tensor (``make
-bench``, docs/performance.md). When the ring is full, a hook waits for the process
-(:attr:`Recorder.waited_seconds` says how long), so memory stays bounded; a tensor larger than the ring is
-summarised in the hook. Fewer ``kinds`` or ``modules`` cost less either way.
+returns at once; with ``amax=True``, also one ``abs().amax()`` per tensor (and a hook on each module output for
+its gradient's): about 3 ms on the reference model's 12 ms step (120 tensors; thread CPU time, median of 3 runs
+of 40 steps), read back once per step. At recorded steps, by default (``background=True``), a hook only copies
+its tensor as float32 into a ring of shared memory (128 MiB, made when the recorder is), and a numpy-only
+process (:mod:`lensa.live.summaries`) summarises the copies beside the training loop, on another core; the
+records come back when the run is read (:meth:`Recorder.stats`, :meth:`Recorder.save`, :meth:`Recorder.close`).
+On the small reference model (:mod:`lensa.live.reference`, 120 tensors, 5.1 M values a recorded step) a
+recorded step then costs the training thread about 1.2 times a bare one; summarised inside the step
+(``background=False``), about 5 times: about 1 to 2 ns per value of torch integer work plus 100 to 300
+microseconds per tensor (``make bench``, docs/performance.md). With ``recipes=True`` the summary process also
+computes what every block recipe loses, about 10 ns per value and recipe (about 1 s a recorded step of the
+reference model): it falls behind, the ring fills and the training thread waits (1.5 times a bare step at the
+median recorded step, far more at the slowest; inside the step, about 30 times). When the ring is full, a hook
+waits for the process (:attr:`Recorder.waited_seconds` says how long), so memory stays bounded; a tensor larger
+than the ring is summarised in the hook. Fewer ``kinds`` or ``modules`` cost less either way.
 """
 
 from __future__ import annotations
@@ -105,13 +106,13 @@ def _first_tensor(out: Any) -> torch.Tensor | None:
     return None
 
 
-def _summary_sink(run: RunStats, background: bool) -> InlineSummaries | ProcessSummaries:
+def _summary_sink(run: RunStats, background: bool, recipes: bool) -> InlineSummaries | ProcessSummaries:
     if background:
         try:
-            return ProcessSummaries(run)
+            return ProcessSummaries(run, recipes=recipes)
         except OSError:  # no shared memory or no child processes here: summarise in the step
             pass
-    return InlineSummaries(run)
+    return InlineSummaries(run, recipes=recipes)
 
 
 class Recorder:
@@ -123,10 +124,14 @@ class Recorder:
     ``weight_grad`` just before each step; ``scaler`` (a ``torch.amp.GradScaler``) gives the loss scale
     history, the skipped steps and true activation gradients. ``kinds`` limits what is recorded (a subset
     of :data:`lensa.runstats.KINDS`); ``modules`` names the modules whose outputs are recorded (default:
-    every leaf module). ``meta`` (JSON values) is stored with the run. ``amax`` (default True) keeps each
-    tensor's largest magnitude at every step, recorded or not. ``background`` (default True): the
-    summaries are made by a process of their own from copies of the tensors (see the module's text); False
-    makes them inside the step, with torch (the same records, bit for bit).
+    every leaf module). ``meta`` (JSON values) is stored with the run. ``amax`` (default False) keeps each
+    tensor's largest magnitude at every step, recorded or not (one ``abs().amax()`` per tensor per step: about
+    a quarter more time per step of the reference model on a CPU). ``recipes`` (default False) keeps, at each
+    recorded step, what every block recipe loses on each tensor (file version 2's recipe records: about 1 s of
+    the summary process's time per recorded step of the reference model, see docs/performance.md).
+    ``background`` (default True): the summaries are made by a process of their own from copies of the
+    tensors (see the module's text); False makes them inside the step, with torch (the same records, bit for
+    bit).
 
     Call :meth:`step` once per training step, after ``optimizer.step()`` (and ``scaler.update()``).
     """
@@ -142,7 +147,8 @@ class Recorder:
         modules: Iterable[str] | None = None,
         meta: Mapping[str, Any] | None = None,
         background: bool = True,
-        amax: bool = True,
+        amax: bool = False,
+        recipes: bool = False,
     ) -> None:
         self._kinds = tuple(kinds)
         unknown = [k for k in self._kinds if k not in KINDS]
@@ -196,7 +202,8 @@ class Recorder:
             self._handles.append(optimizer.register_step_pre_hook(self._on_optimizer_pre))
             self._handles.append(optimizer.register_step_post_hook(self._on_optimizer_post))
         # Made now (a summary process starts while the caller sets up its loop); none when no step is recorded.
-        self._summary_sink = _summary_sink(self._run, background) if self._steps is None or self._steps else None
+        recorded_any = self._steps is None or bool(self._steps)
+        self._summary_sink = _summary_sink(self._run, background, recipes) if recorded_any else None
 
     # --- schedule ---------------------------------------------------------------------------------------
 

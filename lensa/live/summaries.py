@@ -223,13 +223,14 @@ def summarize_update_tensors(w_before: torch.Tensor, w_after: torch.Tensor, reci
     return stats.with_recipes(update.view(w_before.shape).numpy()) if recipes else stats
 
 
-def _summarize_here(t: torch.Tensor, scale: float | None) -> TensorStats:
-    """:func:`summarize_tensor` of ``t``, or with a loss ``scale``, of the true gradient ``t / scale``, with what
-    every block recipe loses on it (shaped as ``t``)."""
+def _summarize_here(t: torch.Tensor, scale: float | None, recipes: bool = False) -> TensorStats:
+    """:func:`summarize_tensor` of ``t``, or with a loss ``scale``, of the true gradient ``t / scale``; with
+    ``recipes``, also what every block recipe loses on it (shaped as ``t``)."""
     values = t.detach().float().cpu()
     if scale is not None:
         values = _unscaled(values, scale)
-    return summarize_tensor(values).with_recipes(values.contiguous().numpy())
+    stats = summarize_tensor(values)
+    return stats.with_recipes(values.contiguous().numpy()) if recipes else stats
 
 
 def _unscaled(values: torch.Tensor, scale: float) -> torch.Tensor:
@@ -277,12 +278,13 @@ class Held:
 class InlineSummaries:
     """Summaries computed at once, in the caller's thread, with torch."""
 
-    def __init__(self, run: RunStats) -> None:
+    def __init__(self, run: RunStats, recipes: bool = False) -> None:
         self._run = run
+        self._recipes = recipes
         self.waited = 0.0
 
     def tensor(self, kind: str, name: str, step: int, t: torch.Tensor, scale: float | None = None) -> None:
-        self._run.add(kind, name, step, _summarize_here(t, scale))
+        self._run.add(kind, name, step, _summarize_here(t, scale, self._recipes))
 
     def tensors(self, kind: str, names: Sequence[str], step: int, ts: Sequence[torch.Tensor]) -> None:
         for name, t in zip(names, ts, strict=True):
@@ -296,7 +298,7 @@ class InlineSummaries:
     ) -> None:
         for name, before, after in zip(names, befores, afters, strict=True):
             assert before.tensor is not None
-            self._run.add(kind, name, step, summarize_update_tensors(before.tensor, after, recipes=True))
+            self._run.add(kind, name, step, summarize_update_tensors(before.tensor, after, recipes=self._recipes))
 
     def release_held(self) -> None:
         pass
@@ -314,8 +316,9 @@ class InlineSummaries:
 class ProcessSummaries:
     """Summaries computed by a numpy-only child process from copies in shared memory (see the module's text)."""
 
-    def __init__(self, run: RunStats, capacity: int | None = None) -> None:
+    def __init__(self, run: RunStats, capacity: int | None = None, recipes: bool = False) -> None:
         self._run = run
+        self._recipes = recipes
         capacity = DEFAULT_CAPACITY if capacity is None else capacity
         self._capacity = capacity - capacity % _ALIGN
         size = HEADER + self._capacity
@@ -327,7 +330,7 @@ class ProcessSummaries:
             root = str(Path(__file__).resolve().parents[2])
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "lensa.live.summary_worker", str(fd), str(size)],
+                [sys.executable, "-m", "lensa.live.summary_worker", str(fd), str(size), str(int(recipes))],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 pass_fds=(fd,),
@@ -513,7 +516,7 @@ class ProcessSummaries:
             self._queue_release()  # its room is free now
         else:
             previous = before.tensor
-        self._local[self._seq] = (kind, name, step, summarize_update_tensors(previous, after, recipes=True))
+        self._local[self._seq] = (kind, name, step, summarize_update_tensors(previous, after, recipes=self._recipes))
 
     def _ring_values(self, held: Held, like: torch.Tensor) -> torch.Tensor:
         start = held.offset // 4

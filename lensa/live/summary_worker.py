@@ -62,20 +62,27 @@ def write_message(stream: IO[bytes], message: dict[str, Any], payload: bytes = b
 
 
 def _summary(
-    ring: np.ndarray, fn: str, offset: int, n: int, offset2: int, scale: float | None, shape: list[int]
+    ring: np.ndarray,
+    fn: str,
+    offset: int,
+    n: int,
+    offset2: int,
+    scale: float | None,
+    shape: list[int],
+    recipes: bool = False,
 ) -> Any:
     values = ring[offset // 4 : offset // 4 + n].reshape(shape)
     if fn == "tensor":
-        return summarize(values, recipes=True)
+        return summarize(values, recipes=recipes)
     if fn == "unscaled":
         # np.float32(scale) is exact for GradScaler's powers of two; each quotient is rounded once
-        return summarize(values / np.float32(scale), recipes=True)
+        return summarize(values / np.float32(scale), recipes=recipes)
     if fn == "update":
-        return summarize_update(values, ring[offset2 // 4 : offset2 // 4 + n].reshape(shape), recipes=True)
+        return summarize_update(values, ring[offset2 // 4 : offset2 // 4 + n].reshape(shape), recipes=recipes)
     raise ValueError(f"unknown summary {fn!r}")
 
 
-def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes]) -> None:
+def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes], recipes: bool = False) -> None:
     """Answer the parent's messages until it says stop or goes away."""
     shared = mmap.mmap(fd, size)
     release = np.frombuffer(shared, np.int64, count=1)
@@ -89,7 +96,7 @@ def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes]) -> None:
                 for seq, fn, kind, name, step, offset, n, offset2, scale, shape, mark in message["items"]:
                     if error is None and fn != "release":
                         try:
-                            summary = _summary(ring, fn, offset, n, offset2, scale, shape)
+                            summary = _summary(ring, fn, offset, n, offset2, scale, shape, recipes)
                             done.append((seq, kind, name, step, summary))
                         except Exception as e:  # reported at the next drain
                             error = f"{kind} {name!r} at step {step}: {type(e).__name__}: {e}"
@@ -120,7 +127,8 @@ def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes]) -> None:
 
 
 def main() -> None:
-    serve(int(sys.argv[1]), int(sys.argv[2]), sys.stdin.buffer, sys.stdout.buffer)
+    recipes = len(sys.argv) > 3 and sys.argv[3] == "1"  # what every block recipe loses, too (Recorder(recipes=True))
+    serve(int(sys.argv[1]), int(sys.argv[2]), sys.stdin.buffer, sys.stdout.buffer, recipes)
 
 
 if __name__ == "__main__":
