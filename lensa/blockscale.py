@@ -55,6 +55,7 @@ per value).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -342,8 +343,8 @@ def sqnr_db(values: ArrayLike, stored: ArrayLike) -> float:
     return 10 * math.log10(signal / noise)
 
 
-def lost(values: ArrayLike, recipe: str | Recipe) -> Lost:
-    """What ``recipe`` loses on ``values``: shares flushed and saturated, and the SQNR in dB."""
+def _lost_from_encoding(values: ArrayLike, recipe: str | Recipe) -> Lost:
+    """:func:`lost` through :func:`encode`, for tensors with a NaN or an infinity: their blocks drop out."""
     x = _as_float32(values).astype(np.float64)
     enc = encode(x, recipe)
     nonzero = (x != 0) & ~np.isnan(x)
@@ -352,3 +353,176 @@ def lost(values: ArrayLike, recipe: str | Recipe) -> Lost:
     flushed = float(np.count_nonzero(nonzero & (enc.stored == 0))) / n_nonzero if n_nonzero else 0.0
     saturated = float(np.count_nonzero(enc.saturated)) / n if n else 0.0
     return Lost(flushed, saturated, sqnr_db(x, enc.stored))
+
+
+_PIECE = 1 << 16  # values per piece in lost_all's passes: the piece and its scratch stay in cache
+
+
+def _db(signal: float, noise: float) -> float:
+    if noise == 0:
+        return math.inf
+    if signal == 0:
+        return -math.inf
+    return 10 * math.log10(signal / noise)
+
+
+def _block_scales(r: Recipe, amax: NDArray[np.float32], tensor_amax: np.float32) -> NDArray[np.float32]:
+    """Each block's scale (what its values are divided by), as :func:`encode` computes it, for finite blocks."""
+    f = r.element_format
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if r.rule == "amax":
+            return np.where(amax > 0, amax / np.float32(f.max), np.float32(1.0)).astype(np.float32)
+        if r.rule == "nvfp4":
+            ts = tensor_amax / _NVFP4_TENSOR_DIVISOR if tensor_amax > 0 else np.float32(1.0)
+            block = (amax / np.float32(f.max)) / ts
+            e4m3 = FORMATS["fp8_e4m3"]
+            block = np.clip(block, np.float32(e4m3.smallest_normal), np.float32(e4m3.max))
+            scales: NDArray[np.float32] = (ts * block.astype(e4m3.dtype).astype(np.float32)).astype(np.float32)
+            return scales
+        e = _mx_exponent(amax, f, r.rule)
+        powers: NDArray[np.float32] = np.ldexp(np.float32(1.0), e).astype(np.float32)
+        return powers
+
+
+class _Sums:
+    """Per recipe: values saturated, non-zero values stored as 0, and the sum of squared errors (float64)."""
+
+    def __init__(self) -> None:
+        self.saturated = 0
+        self.zero_elements = 0
+        self.noise = 0.0
+
+
+def _piece(
+    c: NDArray[np.float32], s: NDArray[np.float32] | np.float32, f: FloatFormat, top: tuple[float, bool], acc: _Sums
+) -> None:
+    """One piece of a tensor's values ``c`` and their scales ``s`` (broadcast): add to ``acc``."""
+    scaled = np.divide(c, s, dtype=np.float32)
+    threshold, tie_goes_up = top
+    if tie_goes_up:
+        acc.saturated += int(np.count_nonzero(scaled >= threshold)) + int(np.count_nonzero(scaled <= -threshold))
+    else:
+        acc.saturated += int(np.count_nonzero(scaled > threshold)) + int(np.count_nonzero(scaled < -threshold))
+    element = round_float32(np.ascontiguousarray(scaled), f, limit=f.max, inplace=True)
+    acc.zero_elements += int(np.count_nonzero(element == 0))
+    # element * scale is exact in float64; so is x minus it (the two lie within a factor 2 of each other, or
+    # the stored value is 0), and so the error terms are those of encode()'s stored values
+    err = np.multiply(element, s, dtype=np.float64)
+    np.subtract(c, err, out=err)
+    np.multiply(err, err, out=err)
+    acc.noise += float(np.sum(err))
+
+
+def lost_all(values: ArrayLike, recipes: Iterable[str | Recipe] | None = None) -> dict[str, Lost]:
+    """:func:`lost` for several recipes at once (default: every one of :data:`RECIPES`), keyed by recipe.
+
+    The shared work (the values as float32, each block shape's maxima, the signal power) is done once, and
+    each recipe takes one pass over the values in pieces that stay in cache. :func:`lost` is this function
+    with one recipe, so the two agree exactly, whatever the recipes asked together. The shares are exact
+    counts; the SQNR's sums are float64 sums of exact squared errors, added in a fixed order (piece by
+    piece along the tensor). A tensor with a NaN or an infinity takes the slower path through
+    :func:`encode` (the blocks holding them are left out of both powers).
+    """
+    chosen = [get_recipe(r) for r in (RECIPES.values() if recipes is None else recipes)]
+    x = _as_float32(values)
+    if x.size == 0 or not bool(np.isfinite(x).all()):
+        return {r.key: _lost_from_encoding(x, r) for r in chosen}
+    flat = np.ascontiguousarray(x).reshape(-1)
+    n = flat.size
+    zeros = n - int(np.count_nonzero(flat))
+    nonzero = n - zeros
+    signal = 0.0
+    for i in range(0, n, _PIECE):
+        piece = flat[i : i + _PIECE].astype(np.float64)
+        np.multiply(piece, piece, out=piece)
+        signal += float(np.sum(piece))  # numpy's own pairwise sum, not BLAS: the same on every CPU
+    tensor_amax = np.float32(np.max(np.abs(flat)))
+    out: dict[str, Lost] = {}
+    blocked: dict[Any, tuple[NDArray[np.float32], Any, NDArray[np.float32]]] = {}
+    for r in chosen:
+        f = r.element_format
+        top = (float(f.overflow_threshold), str(classify(f.overflow_threshold, f)) == "overflow")
+        acc = _Sums()
+        if r.block is None:
+            s = _block_scales(r, np.array([tensor_amax], np.float32), tensor_amax)[0]
+            for i in range(0, n, _PIECE):
+                _piece(flat[i : i + _PIECE], s, f, top, acc)
+        else:
+            if r.block not in blocked:
+                b, how = _blocked(x, r.block)
+                amax, _ = _block_amax(b, how[5])
+                blocked[r.block] = (b, how, amax)
+            b, how, amax = blocked[r.block]
+            br, rows = how[5], how[2]
+            scale = _per_row(_block_scales(r, amax, tensor_amax), br, rows)
+            lead, _, nb, bc = b.shape
+            v = b.reshape(lead * rows, nb, bc)
+            sc = np.ascontiguousarray(scale).reshape(lead * rows, nb, 1)
+            step = max(1, _PIECE // max(nb * bc, 1))
+            for i in range(0, v.shape[0], step):
+                _piece(v[i : i + step], sc[i : i + step], f, top, acc)
+            acc.zero_elements -= b.size - n  # the padding's zeros
+        flushed = (acc.zero_elements - zeros) / nonzero if nonzero else 0.0
+        out[r.key] = Lost(float(flushed), acc.saturated / n, _db(signal, acc.noise))
+    return out
+
+
+def lost(values: ArrayLike, recipe: str | Recipe) -> Lost:
+    """What ``recipe`` loses on ``values``: shares flushed and saturated, and the SQNR in dB (see :func:`lost_all`)."""
+    r = get_recipe(recipe)
+    return lost_all(values, (r,))[r.key]
+
+
+# --- delayed scaling, replayed on a recorded amax sequence ---------------------------------------------------
+
+
+def delayed_scales(
+    amax: ArrayLike, history: int = 1024, margin: float = 0, fmt: str = "fp8_e4m3"
+) -> NDArray[np.float32]:
+    """The scale each step would use under Transformer Engine's ``DelayedScaling`` (``amax_compute_algo="max"``).
+
+    As TE's ``amax_and_scale_update`` kernel (transformer_engine/common/recipe/delayed_scaling.cu): after each
+    step the step's amax enters a history of the last ``history`` steps, and the next step's scale is
+    ``(fmt_max * 2**-margin) / max(history)`` in FP32; where that maximum is not finite or not above 0, the
+    scale stays what it was. The first step has no history and uses TE's initial scale, 1.0. A NaN amax
+    (a step where the tensor was not read) leaves the history and the scale alone.
+    """
+    if isinstance(history, bool) or not isinstance(history, int | np.integer) or history < 1:
+        raise ValueError(f"the amax history holds at least 1 step, not {history!r}")
+    a = np.asarray(amax, np.float64).reshape(-1)
+    f = get_format(fmt)
+    scaled_max = np.float32(f.max) * np.float32(2.0 ** -float(margin))
+    out = np.empty(a.size, np.float32)
+    scale = np.float32(1.0)
+    window: list[tuple[int, float]] = []  # (index, amax), amax decreasing: the front is the window's max
+    seen = 0
+    for t, v in enumerate(a.tolist()):
+        out[t] = scale
+        if math.isnan(v):
+            continue
+        seen += 1
+        while window and window[-1][1] <= v:
+            window.pop()
+        window.append((seen, v))
+        while window[0][0] <= seen - history:
+            window.pop(0)
+        top = np.float32(window[0][1])
+        if math.isfinite(top) and top > 0:
+            scale = np.float32(scaled_max / top)
+    return out
+
+
+def replay_delayed(amax: ArrayLike, history: int = 1024, margin: float = 0, fmt: str = "fp8_e4m3") -> NDArray[np.bool_]:
+    """One boolean per step: True where the delayed scale (:func:`delayed_scales`) would have overflowed it.
+
+    Step t overflows when ``amax_t * scale_t`` (FP32) lies past what rounds to the format's largest value (as
+    :attr:`Encoded.saturated` counts it: its largest values would be clamped), or when amax_t is infinite.
+    Current scaling (scale from the step's own amax) never does. NaN amax (not read): False.
+    """
+    a = np.asarray(amax, np.float64).reshape(-1)
+    f = get_format(fmt)
+    scales = delayed_scales(a, history, margin, fmt)
+    with np.errstate(over="ignore", invalid="ignore"):
+        product = a.astype(np.float32) * scales
+    past = _past_the_top(product, f)
+    return np.asarray(past | np.isinf(a), dtype=bool)

@@ -13,7 +13,9 @@ default, so each equals what the page shows for the same file:
   largest scale that overflows none (step 3's FP8 table), and the run's own GradScaler history;
 - at the last step with updates, the share of each layer's updates a weight held in each format would lose
   (step 4), and the layers FP16 weights would lose any of;
-- step 5's FP16-against-BF16 verdict.
+- step 5's FP16-against-BF16 verdict;
+- per layer (file version 2), what every block recipe of :data:`lensa.blockscale.RECIPES` loses: the shares
+  flushed to 0 and saturated and the SQNR (``recipes``; null for a version-1 file and for all layers together).
 
 :func:`check` turns a report into a pass or a fail for one format (``--check fp16``, for CI).
 
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lensa import measured
+from lensa.blockscale import RECIPES
 from lensa.formats import FORMATS, fp16_against_bf16
 from lensa.runstats import KINDS, SUMMARY_FORMATS, RunStats, TensorStats
 
@@ -58,7 +61,20 @@ def _tensor(stats: TensorStats) -> dict[str, Any]:
         "exact_zero": stats.exact_zero,
         "shares": {f: _shares(stats, f) for f in REPORT_FORMATS},
         "error": {f: _num(stats.mean_relative_error(f)) for f in REPORT_FORMATS},
+        "recipes": _recipes(stats),
     }
+
+
+def _recipes(stats: TensorStats) -> dict[str, dict[str, float | None]] | None:
+    """Per block recipe: shares flushed and saturated and the SQNR in dB (None: ±inf or NaN); None for a record
+    without them (a version-1 file, or several layers together: blocks do not add up across tensors)."""
+    if not stats.has_recipes:
+        return None
+    out = {}
+    for key in RECIPES:
+        got = stats.recipe(key)
+        out[key] = {"flushed": _num(got.flushed), "saturated": _num(got.saturated), "sqnr_db": _num(got.sqnr_db)}
+    return out
 
 
 def _kind(run: RunStats, kind: str, step: int) -> dict[str, Any]:

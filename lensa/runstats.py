@@ -59,11 +59,32 @@ in the format again equals ``q``. That is how PyTorch applies a float32 update
 to a low-precision tensor (it computes in float32 and rounds the result once
 into the tensor's type).
 
+Block recipes (file version 2). :func:`summarize` with ``recipes=True`` also
+keeps, for every recipe of :data:`lensa.blockscale.RECIPES`, what
+:func:`lensa.blockscale.lost` says of the tensor: the share of non-zero values
+flushed to 0, the share saturated, and the SQNR in dB, computed at record
+time from the values themselves (:func:`lensa.blockscale.lost_all`, the same
+code as ``lost``), so ``record.recipe(r) == lost(tensor, r)`` exactly: 36
+float64 numbers a tensor. Blocks need the tensor's shape: the record is made
+from the array as it is shaped (``x``'s own shape), and ``lost`` reads a
+shape the same way: blocks of a row run along the last axis, 128×128 blocks
+over the last two, each index of the axes before them its own matrix; a 1-D
+tensor is one row, a 0-D one a single value. The recorder passes each tensor's
+shape to its summary (:mod:`lensa.live.summaries`).
+
+Amax at every step (version 2). A run may also keep, per (kind, name), the
+largest magnitude of the tensor at every step (float32, NaN where not read):
+what a delayed-scaling recipe's history holds (see
+:func:`lensa.blockscale.replay_delayed`).
+
 A run's statistics (:class:`RunStats`) are saved as a ``.npz`` file read with
 ``allow_pickle=False``: int64 counts, float64 sums, labels as JSON text, a
-version number, and every count checked on load (:func:`load`).
+version number, and every count checked on load (:func:`load`). Version-1
+files (without the recipe records and the amax series) still load:
+:attr:`RunStats.version` says which one a run came from, and
+:attr:`TensorStats.recipes` is None for their tensors.
 
-This module imports numpy (and :mod:`lensa.formats`) only.
+This module imports numpy (and :mod:`lensa.formats`, :mod:`lensa.blockscale`) only.
 """
 
 from __future__ import annotations
@@ -82,6 +103,7 @@ from typing import IO, Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from lensa.blockscale import RECIPES, Lost, get_recipe, lost_all
 from lensa.formats import FloatFormat, cast, classify, formats_in, get_format, quantize
 
 # The formats a recorded run is summarised for: the registry's 16-bit and FP8 groups (torch can store a tensor in
@@ -94,7 +116,10 @@ BINADE_MIN, BINADE_MAX = -149, 127  # finite non-zero float32 magnitudes lie in 
 N_BINADES = BINADE_MAX - BINADE_MIN + 1  # 277
 
 FILE_FORMAT = "lensa-runstats"
-FILE_VERSION = 1
+FILE_VERSION = 2  # 2: what every block recipe loses per tensor (recipe_lost), and amax at every step
+READ_VERSIONS = (1, 2)
+RECIPE_KEYS: tuple[str, ...] = tuple(RECIPES)  # the recipes a version-2 record keeps, in the file's order
+LOST_FIELDS: tuple[str, ...] = ("flushed", "saturated", "sqnr_db")
 MAX_FILE_BYTES = 25 * 1024 * 1024
 MAX_TENSORS = 10_000
 MAX_NAME_CHARS = 200
@@ -233,6 +258,7 @@ class TensorStats:
     table: NDArray[np.int64]
     rel_error_sum: tuple[float, ...]
     lost_counts: tuple[int, ...] | None = None
+    recipes: tuple[tuple[float, float, float], ...] | None = None
 
     def __post_init__(self) -> None:
         if np.asarray(self.table).dtype.kind not in "iu":
@@ -242,6 +268,8 @@ class TensorStats:
         object.__setattr__(self, "rel_error_sum", tuple(float(v) for v in self.rel_error_sum))
         if self.lost_counts is not None:
             object.__setattr__(self, "lost_counts", tuple(int(v) for v in self.lost_counts))
+        if self.recipes is not None:
+            object.__setattr__(self, "recipes", tuple(tuple(float(v) for v in row) for row in self.recipes))
         _check_tensor_stats(self)
 
     def __eq__(self, other: object) -> bool:
@@ -252,7 +280,28 @@ class TensorStats:
             == (other.size, other.exact_zero, other.inf, other.nan, other.binade_lo, other.lost_counts)
             and np.array_equal(self.table, other.table)
             and np.array_equal(self.rel_error_sum, other.rel_error_sum)
+            and (self.recipes is None) == (other.recipes is None)
+            and (
+                self.recipes is None or np.array_equal(np.array(self.recipes), np.array(other.recipes), equal_nan=True)
+            )
         )
+
+    @property
+    def has_recipes(self) -> bool:
+        """Whether the record keeps what each block recipe loses (file version 2, ``summarize(recipes=True)``)."""
+        return self.recipes is not None
+
+    def recipe(self, recipe: str) -> Lost:
+        """What ``recipe`` (a key of :data:`lensa.blockscale.RECIPES`) loses on this tensor: the same record as
+        ``lensa.blockscale.lost(tensor, recipe)``. ValueError when the record has none (a version-1 file)."""
+        key = get_recipe(recipe).key
+        if self.recipes is None:
+            raise ValueError("this record predates block recipes (file version 1): record the run again")
+        return Lost(*self.recipes[RECIPE_KEYS.index(key)])
+
+    def with_recipes(self, values: ArrayLike) -> TensorStats:
+        """This record with what every block recipe loses on ``values`` (the tensor it summarises, shaped)."""
+        return _replace_recipes(self, recipe_records(values))
 
     @property
     def finite_nonzero(self) -> int:
@@ -344,6 +393,34 @@ def _check_tensor_stats(s: TensorStats) -> None:
             raise ValueError(f"need one lost count per format ({len(SUMMARY_FORMATS)})")
         if any(v < 0 or v > s.size - s.exact_zero for v in s.lost_counts):
             raise ValueError("lost counts must lie between 0 and the number of non-zero updates")
+    if s.recipes is not None:
+        if len(s.recipes) != len(RECIPE_KEYS) or any(len(row) != len(LOST_FIELDS) for row in s.recipes):
+            raise ValueError(f"need {len(LOST_FIELDS)} numbers per block recipe ({len(RECIPE_KEYS)} recipes)")
+        for key, (flushed, saturated, sqnr) in zip(RECIPE_KEYS, s.recipes, strict=True):
+            if not (0 <= flushed <= 1 and 0 <= saturated <= 1):
+                raise ValueError(f"the shares flushed and saturated under {key} must lie in 0 ... 1")
+            if math.isnan(sqnr) and s.size and not (s.nan or s.inf):  # only blocks with a NaN or inf drop out
+                raise ValueError(f"the SQNR under {key} is NaN for a tensor with numbers in it")
+
+
+def recipe_records(values: ArrayLike) -> tuple[tuple[float, float, float], ...]:
+    """Per recipe of :data:`RECIPE_KEYS`: (flushed, saturated, sqnr_db) of :func:`lensa.blockscale.lost`."""
+    got = lost_all(values, RECIPE_KEYS)
+    return tuple((got[k].flushed, got[k].saturated, got[k].sqnr_db) for k in RECIPE_KEYS)
+
+
+def _replace_recipes(s: TensorStats, recipes: tuple[tuple[float, float, float], ...] | None) -> TensorStats:
+    return TensorStats(
+        size=s.size,
+        exact_zero=s.exact_zero,
+        inf=s.inf,
+        nan=s.nan,
+        binade_lo=s.binade_lo,
+        table=s.table,
+        rel_error_sum=s.rel_error_sum,
+        lost_counts=s.lost_counts,
+        recipes=recipes,
+    )
 
 
 def significand_edges() -> tuple[int, ...]:
@@ -553,14 +630,20 @@ def _as_float32(x: ArrayLike) -> NDArray[np.float32]:
     return np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
 
 
-def summarize(x: ArrayLike, workers: int = 1) -> TensorStats:
+def summarize(x: ArrayLike, workers: int = 1, recipes: bool = False) -> TensorStats:
     """Summarise the values of a float array, read as float32 (float64 values are rounded to float32 first).
 
     Exact counts of ±0, ±inf and NaN, the binade and significand interval of every finite non-zero value,
     and the relative error sums; the size of the record does not depend on the array's. The sign of a
     value plays no part (every class is symmetric). An empty array gives size 0. ``workers`` > 1 counts a large
-    array on that many threads, with the same result.
+    array on that many threads, with the same result. ``recipes=True`` adds what every block recipe loses on
+    ``x`` as it is shaped (:meth:`TensorStats.recipe`; see the module's notes).
     """
+    stats = _summarize(x, workers)
+    return stats.with_recipes(x) if recipes else stats
+
+
+def _summarize(x: ArrayLike, workers: int) -> TensorStats:
     bits = _as_float32(x).view(np.uint32)
     acc = _count(bits, workers)
 
@@ -719,13 +802,14 @@ def _bin_offsets() -> NDArray[np.float64]:
     return out
 
 
-def summarize_update(w_before: ArrayLike, w_after: ArrayLike) -> TensorStats:
+def summarize_update(w_before: ArrayLike, w_after: ArrayLike, recipes: bool = False) -> TensorStats:
     """Statistics of the update ``w_after - w_before`` (float32 arithmetic), with lost counts per format.
 
     Both arrays are read as float32 and must have the same shape. A non-zero update u of a weight w is
     *lost* in a format when, with q = w stored in that format, ``q + u`` (computed in float32, then
     stored in the format) equals q. A NaN update or weight is never lost; a weight that overflows the
     format (stored as ±inf) loses every finite update; +0 and -0 count as the same stored weight.
+    ``recipes=True`` adds what every block recipe loses on the update (shaped as the weight).
     """
     before = np.asarray(w_before)
     after = np.asarray(w_after)
@@ -750,13 +834,15 @@ def summarize_update(w_before: ArrayLike, w_after: ArrayLike) -> TensorStats:
         table=stats.table,
         rel_error_sum=stats.rel_error_sum,
         lost_counts=tuple(lost),
+        recipes=recipe_records(update.reshape(before.shape)) if recipes else None,
     )
 
 
 def combine(stats: Iterable[TensorStats]) -> TensorStats:
     """One record for several tensors together (as if concatenated): counts and sums add.
 
-    Lost counts are kept only if every record has them. No records give an empty record (size 0).
+    Lost counts are kept only if every record has them; block recipe records are not (blocks do not add
+    up across tensors). No records give an empty record (size 0).
     """
     items = list(stats)
     lo = min((s.binade_lo for s in items if s.table.size), default=BINADE_MIN)
@@ -813,6 +899,8 @@ class RunStats:
             raise ValueError(f"meta is {len(text):,} characters of JSON; at most {MAX_META_CHARS:,}")
         self._tensors: dict[_Label, TensorStats] = {}
         self._steps: dict[int, tuple[float, float | None, bool]] = {}
+        self._amax: dict[tuple[str, str], dict[int, float]] = {}
+        self.version = FILE_VERSION  # the file version it was read from (a run built here: the current one)
 
     # building
 
@@ -835,6 +923,37 @@ class RunStats:
         if loss_scale is not None and not (math.isfinite(loss_scale) and loss_scale > 0):
             raise ValueError(f"a loss scale is a finite number > 0, not {loss_scale!r}")
         self._steps[int(step)] = (float(loss), None if loss_scale is None else float(loss_scale), bool(skipped))
+
+    def record_amax(self, kind: str, name: str, step: int, amax: float) -> None:
+        """Keep the largest magnitude of tensor (kind, name) at ``step`` (any step, recorded or not).
+
+        Kept as float32 (a float32 tensor's amax is one); a tensor holding a NaN is kept as inf (no scale
+        holds it), so that NaN in a file means "not read at that step".
+        """
+        _check_label(kind, name, step)
+        if (kind, name) not in self._amax and len(self._amax) >= MAX_TENSORS:
+            raise ValueError(f"a run keeps amax for at most {MAX_TENSORS:,} tensors")
+        value = float(np.float32(amax))
+        if math.isnan(value):
+            value = math.inf
+        if value < 0:
+            raise ValueError(f"an amax is a magnitude (>= 0), not {amax!r}")
+        self._amax.setdefault((kind, name), {})[int(step)] = value
+
+    def amax_names(self, kind: str) -> list[str]:
+        """The tensor names of ``kind`` with an amax series, in the order they were first kept."""
+        return [n for k, n in self._amax if k == kind]
+
+    def amax(self, kind: str, name: str) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        """(steps, amax) of tensor (kind, name), ascending steps; empty arrays if none was kept."""
+        series = self._amax.get((kind, name), {})
+        steps = np.array(sorted(series), np.int64)
+        return steps, np.array([series[int(t)] for t in steps], np.float64)
+
+    @property
+    def has_recipes(self) -> bool:
+        """Whether every tensor's record keeps what each block recipe loses (False for a version-1 file)."""
+        return bool(self._tensors) and all(s.recipes is not None for s in self._tensors.values())
 
     # querying
 
@@ -890,7 +1009,17 @@ class RunStats:
             and self._steps[s][2] == other._steps[s][2]
             for s in self._steps
         )
-        return self._meta == other._meta and list(self._tensors.items()) == list(other._tensors.items()) and same_steps
+        same_amax = self._amax.keys() == other._amax.keys() and all(
+            self._amax[k].keys() == other._amax[k].keys()
+            and np.array_equal(list(self._amax[k].values()), list(other._amax[k].values()), equal_nan=True)
+            for k in self._amax
+        )
+        return (
+            self._meta == other._meta
+            and list(self._tensors.items()) == list(other._tensors.items())
+            and same_steps
+            and same_amax
+        )
 
     # saving and loading
 
@@ -898,7 +1027,7 @@ class RunStats:
         """The ``.npz`` file's bytes (see :meth:`save`)."""
         labels = list(self._tensors)
         stats = list(self._tensors.values())
-        names = list(dict.fromkeys(n for _, n, _ in labels))
+        names = list(dict.fromkeys([*(n for _, n, _ in labels), *(n for _, n in self._amax)]))
         name_index = {n: i for i, n in enumerate(names)}
         header = {
             "format": FILE_FORMAT,
@@ -906,6 +1035,7 @@ class RunStats:
             "formats": list(SUMMARY_FORMATS),
             "significand_edges": list(_edges()),
             "kinds": list(KINDS),
+            "recipes": list(RECIPE_KEYS),
             "names": names,
             "meta": self._meta,
         }
@@ -933,6 +1063,11 @@ class RunStats:
                 [math.nan if self._steps[s][1] is None else self._steps[s][1] for s in steps], np.float64
             ),
             "step_skipped": np.array([self._steps[s][2] for s in steps], np.bool_),
+            "has_recipes": np.array([s.recipes is not None for s in stats], np.bool_),
+            "recipe_lost": np.array(
+                [s.recipes or ((0.0,) * len(LOST_FIELDS),) * len(RECIPE_KEYS) for s in stats], np.float64
+            ).reshape(-1, len(RECIPE_KEYS), len(LOST_FIELDS)),
+            **self._amax_arrays(name_index),
         }
         buf = io.BytesIO()
         # allow_pickle=True is numpy's default; naming it tells the type checker no array takes that name.
@@ -941,6 +1076,25 @@ class RunStats:
         if len(data) > MAX_FILE_BYTES:
             raise ValueError(f"the file would be {len(data):,} bytes; load() reads at most {MAX_FILE_BYTES:,}")
         return data
+
+    def _amax_arrays(self, name_index: dict[str, int]) -> dict[str, NDArray[Any]]:
+        series = list(self._amax)
+        amax_steps = sorted({t for v in self._amax.values() for t in v})
+        col = {t: i for i, t in enumerate(amax_steps)}
+        values = np.full((len(series), len(amax_steps)), np.nan, np.float32)
+        for i, key in enumerate(series):
+            for t, v in self._amax[key].items():
+                values[i, col[t]] = v
+        return {
+            "amax_kind": np.array([KINDS.index(k) for k, _ in series], np.int64),
+            "amax_name": np.array([name_index[n] for _, n in series], np.int64),
+            "amax_step": np.array(amax_steps, np.int64),
+            "amax": values,
+        }
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes, int]]:
+        """Pickled as its file (compressed, checked again when unpickled): a run's records are many small arrays."""
+        return (_unpickle, (self.to_bytes(), self.version))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the run to ``path`` as a versioned ``.npz`` (no pickles: int64 counts, float64 sums, JSON labels)."""
@@ -971,8 +1125,23 @@ _ARRAYS: dict[str, tuple[str, int]] = {  # name: (dtype kind and size, number of
     "step_loss_scale": ("f8", 1),
     "step_skipped": ("b1", 1),
 }
+_ARRAYS_V2: dict[str, tuple[str, int]] = {
+    **_ARRAYS,
+    "has_recipes": ("b1", 1),
+    "recipe_lost": ("f8", 3),
+    "amax_kind": ("i8", 1),
+    "amax_name": ("i8", 1),
+    "amax_step": ("i8", 1),
+    "amax": ("f4", 2),
+}
 # A valid file at the limits unpacks to about 200 MB (10,000 tensors of 277 rows); refuse to unpack more.
 _MAX_UNPACKED_BYTES = 256 * 1024 * 1024
+
+
+def _unpickle(data: bytes, version: int) -> RunStats:
+    run = load(data)
+    run.version = version
+    return run
 
 
 def _read_source(source: str | os.PathLike[str] | bytes | IO[bytes]) -> bytes:
@@ -1027,18 +1196,19 @@ def _load_bytes(data: bytes) -> RunStats:
     except zipfile.BadZipFile as e:
         raise RunStatsError(f"the .npz file is truncated or damaged ({e}); save it again") from None
     members = {i.filename.removesuffix(".npy") for i in infos}
-    missing = sorted(set(_ARRAYS) - members)
+    expected = _ARRAYS_V2 if set(_ARRAYS_V2) - set(_ARRAYS) <= members else _ARRAYS  # a version-1 file has fewer
+    missing = sorted(set(expected) - members)
     if "header" in missing:
         raise RunStatsError("the file has no header, so no version: it was not written by RunStats.save()")
-    if missing or len(infos) != len(_ARRAYS):
-        extra = sorted(members - set(_ARRAYS))
+    if missing or len(infos) != len(expected):
+        extra = sorted(members - set(expected))
         raise RunStatsError(f"the file's arrays do not match this version (missing {missing}, unexpected {extra})")
     if sum(i.file_size for i in infos) > _MAX_UNPACKED_BYTES:
         raise RunStatsError("the file unpacks to more than a valid run statistics file can hold")
 
     with np.load(io.BytesIO(data), allow_pickle=False) as npz:
         arrays = {}
-        for name, (dtype, ndim) in _ARRAYS.items():
+        for name, (dtype, ndim) in expected.items():
             try:
                 a = npz[name]
             except ValueError as e:
@@ -1067,8 +1237,12 @@ def _from_arrays(a: dict[str, NDArray[Any]]) -> RunStats:
     version = header.get("version")
     if version is None:
         raise RunStatsError("the header has no version; save the run again with this Lensa")
-    if version != FILE_VERSION:
-        raise RunStatsError(f"file version {version!r}; this Lensa reads version {FILE_VERSION}: save it again")
+    if version not in READ_VERSIONS or isinstance(version, bool):
+        raise RunStatsError(f"file version {version!r}; this Lensa reads versions 1 and 2: save it again")
+    if (version == 2) != ("recipe_lost" in a):
+        raise RunStatsError(f"the file says version {version} but holds the arrays of the other version")
+    if version == 2 and header.get("recipes") != list(RECIPE_KEYS):
+        raise RunStatsError("the file records other block recipes than this Lensa")
     if header.get("formats") != list(SUMMARY_FORMATS) or header.get("significand_edges") != list(_edges()):
         raise RunStatsError("the file counts other formats or significand intervals than this Lensa")
     if header.get("kinds") != list(KINDS):
@@ -1096,6 +1270,12 @@ def _from_arrays(a: dict[str, NDArray[Any]]) -> RunStats:
         "has_lost": (n,),
         "lost": (n, n_fmt),
     }
+    if version == 2:
+        shapes["has_recipes"] = (n,)
+        shapes["recipe_lost"] = (n, len(RECIPE_KEYS), len(LOST_FIELDS))
+        k = a["amax_kind"].shape[0]
+        shapes["amax_name"] = (k,)
+        shapes["amax"] = (k, a["amax_step"].shape[0])
     for key, shape in shapes.items():
         if a[key].shape != shape:
             raise RunStatsError(f"array {key!r} has shape {a[key].shape}, expected {shape}")
@@ -1120,6 +1300,7 @@ def _from_arrays(a: dict[str, NDArray[Any]]) -> RunStats:
     if len(meta_text) > MAX_META_CHARS:
         raise RunStatsError(f"meta is {len(meta_text):,} characters of JSON; at most {MAX_META_CHARS:,}")
     run = RunStats(meta)
+    run.version = int(version)
     offsets = np.concatenate([[0], np.cumsum(rows)])
     for i in range(n):
         label = (KINDS[int(a["tensor_kind"][i])], names[int(a["tensor_name"][i])], int(a["tensor_step"][i]))
@@ -1134,6 +1315,9 @@ def _from_arrays(a: dict[str, NDArray[Any]]) -> RunStats:
                 table=a["table"][offsets[i] : offsets[i + 1]],
                 rel_error_sum=tuple(float(v) for v in a["rel_error_sum"][i]),
                 lost_counts=tuple(int(v) for v in a["lost"][i]) if a["has_lost"][i] else None,
+                recipes=tuple(map(tuple, a["recipe_lost"][i].tolist()))
+                if version == 2 and a["has_recipes"][i]
+                else None,
             )
             run.add(*label, stats)
         except ValueError as e:
@@ -1151,4 +1335,27 @@ def _from_arrays(a: dict[str, NDArray[Any]]) -> RunStats:
             raise RunStatsError(f"step {step}: {e}") from None
     if len(run._steps) != m:
         raise RunStatsError("a step is recorded twice")
+    if version == 2:
+        _load_amax(run, a, names)
     return run
+
+
+def _load_amax(run: RunStats, a: dict[str, NDArray[Any]], names: list[str]) -> None:
+    kinds, idx, steps, values = a["amax_kind"], a["amax_name"], a["amax_step"], a["amax"]
+    if kinds.size and (kinds.min() < 0 or kinds.max() >= len(KINDS)):
+        raise RunStatsError("an amax series' kind is out of range")
+    if idx.size and (idx.min() < 0 or idx.max() >= len(names)):
+        raise RunStatsError("an amax series' name index is out of range")
+    if steps.size and (steps.min() < 1 or np.any(np.diff(steps) <= 0)):
+        raise RunStatsError("the amax steps must count from 1 and ascend")
+    if len(set(zip(kinds.tolist(), idx.tolist(), strict=True))) != kinds.size:
+        raise RunStatsError("an amax series is recorded twice")
+    if values.size and np.nanmin(values, initial=0.0) < 0:
+        raise RunStatsError("an amax is negative")
+    step_list = steps.tolist()
+    for i in range(kinds.size):
+        kind, name = KINDS[int(kinds[i])], names[int(idx[i])]
+        row = values[i]
+        for t, v in zip(step_list, row.tolist(), strict=True):
+            if not math.isnan(v):
+                run.record_amax(kind, name, t, v)

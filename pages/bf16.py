@@ -97,6 +97,8 @@ def show_measured(sel: data.Selection, also: str) -> None:
         st.markdown(page.t("fp8_explain"))
     if also in ("narrow", "all"):
         st.caption(page.t("also.measured_note"))
+    if also != "none":  # every block recipe, from the run's own values (file version 2)
+        data.recipe_section(page, sel)
 
 
 def illustration(grad: float, also: str) -> None:

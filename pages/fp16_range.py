@@ -62,6 +62,8 @@ def show_measured(sel: data.Selection, also: str) -> None:
         st.dataframe(data.format_rows(page, stats, (*compare.SIXTEEN_BIT_KEYS, *compare.FP8_KEYS)), hide_index=True)
     if also in ("narrow", "all"):
         st.caption(page.t("also.measured_note"))
+    if also != "none":  # every block recipe, from the run's own values (file version 2)
+        data.recipe_section(page, sel)
 
 
 def illustration(grad: float, also: str) -> None:

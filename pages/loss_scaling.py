@@ -176,6 +176,8 @@ def show_measured(sel: data.Selection, k: int, also: str) -> None:
         if scaled:
             rows += data.format_rows(page, stats, tuple(scaled), scaled)
         st.dataframe(rows, hide_index=True)
+    if also != "none":  # every block recipe, from the run's own values (file version 2)
+        data.recipe_section(page, sel)
 
 
 def illustration(k: int, also: str) -> None:

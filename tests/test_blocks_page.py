@@ -53,3 +53,87 @@ def test_page_numbers_are_the_library_s():
     assert frame(at)["NVFP4"]["Flushed to 0"] == i18n.percent(expected.flushed, "en")
     assert metrics(at)["NVFP4: flushed to 0"] == i18n.percent(expected.flushed, "en")
     assert frame(at)["NVFP4"]["SQNR"] == f"{i18n.number(expected.sqnr_db, 'en', 1)} dB"
+
+
+# --- a recorded run: every block recipe on its tensors (file version 2) ----------------------------------------
+
+
+def _frames(at) -> list:
+    return [d.value for d in at.dataframe]
+
+
+def test_the_reference_run_gives_every_recipe_per_layer_and_the_replay():
+    from lensa import measured
+    from lensa.ui import measured as view
+
+    view._load_reference.clear()
+    run = view.Source("reference", "reference", view.reference_run()[0]).tensors
+    assert run.has_recipes
+    layer = run.names("weight")[0]
+    step = run.steps("weight")[-1]
+    at = open_page("blocks", lang="en", data="reference", kind="weight", layer=layer, step=str(step), recipe="nvfp4")
+    assert not at.exception, [e.value for e in at.exception]
+    frames = _frames(at)
+    every = next(f for f in frames if "Recipe" in f.columns and len(f) == len(blockscale.RECIPES))
+    want = run.get("weight", layer, step).recipe("nvfp4")
+    row = every[every["Recipe"] == blockscale.RECIPES["nvfp4"].label].iloc[0]
+    assert row["SQNR"] == f"{i18n.number(want.sqnr_db, 'en', 1)} dB"
+    assert row["Flushed to 0"] == i18n.percent(want.flushed, "en")
+    verdicts = next(f for f in frames if blockscale.RECIPES["nvfp4"].label in f.columns and "Layer" in f.columns)
+    assert set(verdicts[blockscale.RECIPES["fp8_tensor"].label]) <= {"yes", "no: keep BF16"}
+    replay = next(f for f in frames if "Overflows, current scaling" in f.columns)
+    assert len(replay) == 1 and replay.iloc[0]["Layer"] == layer
+    over = measured.delayed_replays(run, "weight", layer)[0].overflow[16]
+    assert (replay.iloc[0].iloc[3] == "—") == (not over)
+    view._load_reference.clear()
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_a_version_1_upload_says_it_predates_the_recipes(lang):
+    import io
+    import json
+
+    from lensa import runstats as R
+    from tests.test_measured_pages import upload, visit
+
+    run = R.RunStats({"arm": "fp32"})
+    run.add("weight_grad", "w", 1, R.summarize(np.ones((4, 4), np.float32)))
+    with np.load(io.BytesIO(run.to_bytes()), allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files if k in R._ARRAYS}
+    header = json.loads(str(arrays["header"][()]))
+    arrays["header"] = np.array(json.dumps({**header, "version": 1}))
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    at = upload(visit("blocks", lang=lang, data="upload"), content=buf.getvalue())
+    assert not at.exception, [e.value for e in at.exception]
+    assert i18n.text(lang, "recipes.predates", version="1") in [i.value for i in at.info]
+
+
+@pytest.mark.parametrize("key", ["fp16_range", "loss_scaling", "bf16"])
+def test_steps_2_3_5_show_the_recipes_with_also_and_a_recorded_run(key):
+    from lensa.ui import measured as view
+
+    view._load_reference.clear()
+    at = open_page(key, lang="id", data="reference", also="all", recipe="mxfp4_e2m1")
+    assert not at.exception, [e.value for e in at.exception]
+    assert i18n.text("id", "recipes.title") in [h.value for h in at.subheader]
+    assert any(i18n.text("id", "recipes.col_current") in d.value.columns for d in at.dataframe)
+    plain = open_page(key, lang="id", data="reference")  # also=none: the recipes stay out of the way
+    assert i18n.text("id", "recipes.title") not in [h.value for h in plain.subheader]
+    view._load_reference.clear()
+
+
+def test_a_bad_recipe_in_a_link_falls_back_without_an_error():
+    at = open_page("blocks", lang="en", data="reference", recipe="fp3_imaginary")
+    assert not at.exception, [e.value for e in at.exception]
+    assert "Every block recipe on this run" in [h.value for h in at.subheader]
+
+
+def test_a_version_2_run_without_recipe_records_says_so():
+    from tests.runfixtures import reference_arms
+    from tests.test_measured_pages import LAB, visit
+
+    assert not reference_arms()["fp32"].has_recipes  # the synthetic runs are summarised without them
+    at = visit("fp16_range", lang="en", session=LAB, data="lab", also="fp8")
+    assert not at.exception, [e.value for e in at.exception]
+    assert i18n.text("en", "recipes.not_kept") in [i.value for i in at.info]

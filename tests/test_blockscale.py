@@ -213,3 +213,51 @@ def test_nvfp4_matches_torchaos_reference_where_it_installs():
     assert enc.tensor_scale == float(tensor_scale)
     assert enc.block_scales.tolist() == scales.to(torch.float32).numpy().reshape(-1).tolist()
     assert same(enc.stored / enc.scale, elements)
+
+
+# --- delayed scaling replayed ----------------------------------------------------------------------------------
+
+
+def _naive_delayed(amax, history, margin, fmax):
+    """Transformer Engine's DelayedScaling, written out directly: scale_t from the max of the last
+    ``history`` amaxes before t (kept when that max is not finite and > 0; 1.0 at the start)."""
+    scale, out, seen = 1.0, [], []
+    for a in amax:
+        out.append(scale)
+        if math.isnan(a):
+            continue
+        seen.append(a)
+        top = max(seen[-history:])
+        if math.isfinite(top) and top > 0:
+            scale = float(np.float32(np.float32(fmax * 2.0**-margin) / np.float32(top)))
+    return out
+
+
+@pytest.mark.parametrize("history", [1, 2, 16, 1024])
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
+def test_replay_delayed_matches_the_recipe_written_out(history, fmt):
+    rng = np.random.default_rng(history)
+    amax = np.exp(rng.normal(0, 1.5, 400)).astype(np.float32).astype(np.float64)
+    amax[[50, 51, 300]] = [np.inf, np.nan, 0.0]
+    fmax = F.FORMATS[fmt].max
+    want_scales = _naive_delayed(amax.tolist(), history, 0, fmax)
+    assert B.delayed_scales(amax, history, 0, fmt).tolist() == pytest.approx(want_scales, rel=0, abs=0)
+    got = B.replay_delayed(amax, history, 0, fmt)
+    threshold = F.FORMATS[fmt].overflow_threshold
+    for t, (a, s) in enumerate(zip(amax, want_scales, strict=True)):
+        product = float(np.float32(a) * np.float32(s)) if math.isfinite(a) else math.inf
+        assert got[t] == (math.isinf(a) or (not math.isnan(a) and product >= threshold)), t
+    # a growing amax overflows a stale scale; a shorter history forgets a spike sooner
+    assert got.dtype == bool and got.shape == amax.shape
+
+
+def test_replay_delayed_simple_cases():
+    assert B.replay_delayed([1.0, 1.0, 1.0]).tolist() == [False, False, False]
+    assert B.replay_delayed([1.0, 2.0, 2.0]).tolist() == [False, True, False]  # 2 * 448 / 1 is past 448
+    assert B.replay_delayed([500.0]).tolist() == [True]  # the first step's scale is 1.0
+    spike = [1.0, 8.0] + [1.0] * 20 + [4.0]
+    assert not B.replay_delayed(spike, history=1024)[-1]  # the spike still sets the scale: 4 fits
+    assert B.replay_delayed(spike, history=16)[-1]  # forgotten after 16 steps: 4 overflows
+    assert B.replay_delayed([1.0, 2.0], margin=1).tolist() == [False, False]  # a margin of 1 leaves room for 2×
+    with pytest.raises(ValueError, match="at least 1"):
+        B.replay_delayed([1.0], history=0)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lensa import blockscale
 from lensa import runstats as R
 from tests.conftest import requires_torch
 
@@ -62,8 +63,10 @@ def test_fp32_summaries_equal_summaries_of_tensors_computed_by_hand():
     twin_opt = torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9)
     recorded = {1, 3}
     expected: dict[tuple[str, str, int], R.TensorStats] = {}
+    kept: dict[tuple[str, str, int], np.ndarray] = {}  # the full tensors at the recorded steps
+    amax: dict[tuple[str, str], list[float]] = {}  # every step's
     losses = {}
-    with Recorder(model, opt, steps=recorded) as rec:
+    with Recorder(model, opt, steps=recorded, amax=True, recipes=True) as rec:
         for step in range(1, 5):
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -83,14 +86,20 @@ def test_fp32_summaries_equal_summaries_of_tensors_computed_by_hand():
             twin_loss.backward()
             twin_opt.step()
             losses[step] = float(twin_loss.detach())
+            tensors = {("weight", n): weights[n] for n in weights}
+            tensors |= {("weight_grad", n): _np(p.grad).copy() for n, p in twin.named_parameters()}
+            for name, h in zip(("0", "1", "2"), (h0, h1, h2), strict=True):
+                tensors["activation", name] = _np(h).copy()
+                tensors["activation_grad", name] = _np(h.grad).copy()
+            for key, t in tensors.items():
+                amax.setdefault(key, []).append(float(np.max(np.abs(t))))
             if step in recorded:
+                for (kind, n), t in tensors.items():
+                    expected[kind, n, step] = R.summarize(t, recipes=True)
+                    kept[kind, n, step] = t
                 for n, p in twin.named_parameters():
-                    expected["weight", n, step] = R.summarize(weights[n])
-                    expected["weight_grad", n, step] = R.summarize(_np(p.grad))
-                    expected["update", n, step] = R.summarize_update(weights[n], _np(p))
-                for name, h in zip(("0", "1", "2"), (h0, h1, h2), strict=True):
-                    expected["activation", name, step] = R.summarize(_np(h))
-                    expected["activation_grad", name, step] = R.summarize(_np(h.grad))
+                    expected["update", n, step] = R.summarize_update(weights[n], _np(p), recipes=True)
+                    kept["update", n, step] = _np(p) - weights[n]
     run = rec.stats()
     assert run.kinds() == list(R.KINDS)
     assert run.names("weight") == ["0.weight", "0.bias", "2.weight", "2.bias"]
@@ -100,6 +109,16 @@ def test_fp32_summaries_equal_summaries_of_tensors_computed_by_hand():
     for (kind, name, step), want in expected.items():
         assert run.get(kind, name, step) == want, (kind, name, step)
     assert run.get("update", "0.weight", 3).lost_counts is not None
+    # The file's shares and SQNR per block recipe are lensa.blockscale's on the kept tensors, through a file.
+    back = R.load(run.to_bytes())
+    assert back.has_recipes
+    for (kind, name, step), t in kept.items():
+        for key in blockscale.RECIPES:
+            assert back.get(kind, name, step).recipe(key) == blockscale.lost(t, key), (kind, name, step, key)
+    # amax at every step, recorded or not
+    for (kind, name), values in amax.items():
+        steps, got = back.amax(kind, name)
+        assert steps.tolist() == [1, 2, 3, 4] and got.tolist() == values, (kind, name)
     assert run.losses() == pytest.approx(losses, abs=0)  # the same loss, bit for bit
     assert run.loss_scales() == {} and run.skipped_steps() == []
 
@@ -153,7 +172,7 @@ def test_gradscaler_true_gradients_scale_history_and_skipped_step():
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
     twin_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
     spike_at = 3  # a loss times 1e30 overflows FP16 gradients: the step is skipped and the scale halves
-    with Recorder(model, opt, steps=range(1, 6), scaler=scaler) as rec:
+    with Recorder(model, opt, steps=range(1, 6), scaler=scaler, recipes=True) as rec:
         for step in range(1, 6):
             spike = 1e30 if step == spike_at else 1.0
             loss = _fp16_step(model, opt, scaler, x, y, spike)
@@ -177,10 +196,10 @@ def test_gradscaler_true_gradients_scale_history_and_skipped_step():
             twin_scaler.update()
             run = rec.stats()
             for n, g in grads.items():
-                assert run.get("weight_grad", n, step) == R.summarize(g), (n, step)
+                assert run.get("weight_grad", n, step) == R.summarize(g, recipes=True), (n, step)
             for n in "012":
-                assert run.get("activation", n, step) == R.summarize(acts[n]), (n, step)
-                assert run.get("activation_grad", n, step) == R.summarize(act_grads[n]), (n, step)
+                assert run.get("activation", n, step) == R.summarize(acts[n], recipes=True), (n, step)
+                assert run.get("activation_grad", n, step) == R.summarize(act_grads[n], recipes=True), (n, step)
 
     run = rec.stats()
     # growth_interval=2: two clean steps double the scale; the overflow halves it and resets the count.
@@ -219,7 +238,7 @@ def test_fused_optimizer_under_gradscaler_true_gradients_and_its_skipped_step():
     opt = torch.optim.AdamW(model.parameters(), lr=0.01, fused=True)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
     spike_at = 2
-    with Recorder(model, opt, steps=range(1, 4), scaler=scaler, background=False) as rec:
+    with Recorder(model, opt, steps=range(1, 4), scaler=scaler, background=False, recipes=True) as rec:
         for step in range(1, 4):
             opt.zero_grad(set_to_none=True)
             spike = 1e38 if step == spike_at else 1.0  # times 2**12 overflows float32: inf gradients
@@ -235,7 +254,7 @@ def test_fused_optimizer_under_gradscaler_true_gradients_and_its_skipped_step():
                 twin.zero_grad()
                 torch.nn.functional.cross_entropy(twin(x), y).backward()
                 for n, p in twin.named_parameters():
-                    assert rec.stats().get("weight_grad", n, 1) == R.summarize(_np(p.grad)), n
+                    assert rec.stats().get("weight_grad", n, 1) == R.summarize(_np(p.grad), recipes=True), n
     run = rec.stats()
     assert run.skipped_steps() == [spike_at]
     assert run.steps("update") == [1, 3]
@@ -259,14 +278,14 @@ def test_a_step_given_a_closure_records_the_gradients_its_closure_made():
         loss.backward()
         return loss
 
-    with Recorder(model, opt, steps=[1, 2], background=False) as rec:
+    with Recorder(model, opt, steps=[1, 2], background=False, recipes=True) as rec:
         for step in (1, 2):
             opt.step(closure)
             rec.step()
             twin_opt.zero_grad()
             torch.nn.functional.cross_entropy(twin(x), y).backward()
             for n, p in twin.named_parameters():
-                assert rec.stats().get("weight_grad", n, step) == R.summarize(_np(p.grad)), (n, step)
+                assert rec.stats().get("weight_grad", n, step) == R.summarize(_np(p.grad), recipes=True), (n, step)
             twin_opt.step()
     assert rec.stats().steps("update") == [1, 2]
 
@@ -280,9 +299,9 @@ def test_weights_are_read_when_only_a_part_of_the_model_is_called():
     inner, x, y = _tiny()
     outer = torch.nn.Module()
     outer.net = inner
-    weights = {f"net.{n}": R.summarize(_np(p)) for n, p in inner.named_parameters()}
+    weights = {f"net.{n}": R.summarize(_np(p), recipes=True) for n, p in inner.named_parameters()}
     opt = torch.optim.SGD(outer.parameters(), lr=0.1)
-    with Recorder(outer, opt, steps=[1], background=False) as rec:
+    with Recorder(outer, opt, steps=[1], background=False, recipes=True) as rec:
         opt.zero_grad()
         torch.nn.functional.cross_entropy(outer.net(x), y).backward()
         opt.step()
@@ -336,6 +355,11 @@ def test_close_removes_every_hook_and_memory_stays_summaries(tmp_path):
     assert kept == [] and rec._before is None  # no tensor outlives its step
     rec.save(tmp_path / "run.npz")
     assert R.load(tmp_path / "run.npz") == rec.stats()
+    # By default neither the block recipes nor the per-step amax are kept: both cost the training loop time
+    # (Recorder's docstring; docs/performance.md), so a run asks for them with recipes=True and amax=True.
+    run = rec.stats()
+    assert not run.has_recipes
+    assert all(run.amax_names(k) == [] for k in R.KINDS)
 
 
 # --- the torch path: equal to lensa.runstats bit for bit ------------------------------------------------------

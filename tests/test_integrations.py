@@ -141,7 +141,7 @@ def _probe(trainer, name: str):
             self.before = self._param().detach().clone()
 
         def on_optimizer_step(self, args, state, control, **kw):
-            self.grads[state.global_step + 1] = summarize(self._param().grad.detach().float().numpy())
+            self.grads[state.global_step + 1] = summarize(self._param().grad.detach().float().numpy(), recipes=True)
 
         def on_step_end(self, args, state, control, **kw):
             self.changed.append(not bool((self._param().detach() == self.before).all()))
@@ -155,7 +155,7 @@ def test_trainer_fp16_keeps_true_gradients_the_loss_scale_and_skipped_steps(tmp_
 
     from lensa.live.integrations.huggingface import LensaCallback
 
-    callback = LensaCallback(tmp_path / "fp16.npz", background=False)
+    callback = LensaCallback(tmp_path / "fp16.npz", background=False, recipes=True)
     trainer = Trainer(model=_gpt2(), args=_args(tmp_path, fp16=True), train_dataset=_Tokens(), callbacks=[callback])
     # What accelerate makes for fp16=True on a GPU, here on the CPU: a GradScaler (2**20 overflows FP16 at first,
     # then it halves; growth after each clean step) and FP16 autocast of the model's forward pass.

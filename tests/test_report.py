@@ -252,3 +252,20 @@ def test_python_m_lensa_runs_without_streamlit_plotly_or_torch(upload_file):
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["schema"] == "lensa-report"
+
+
+def test_per_layer_recipe_shares_are_the_records_and_blockscale_s():
+    from lensa import blockscale
+
+    x = np.random.default_rng(22).standard_normal((48, 80)).astype(np.float32) * np.float32(1e-3)
+    run = RunStats({"arm": "fp32"})
+    run.add("weight_grad", "fc.weight", 1, summarize(x, recipes=True))
+    run.add("weight_grad", "old.weight", 1, summarize(x))  # a record without them
+    doc = R.build(run)
+    layers = {layer["name"]: layer for layer in doc["kinds"]["weight_grad"]["layers"]}
+    assert layers["old.weight"]["recipes"] is None and doc["kinds"]["weight_grad"]["all"]["recipes"] is None
+    for key in blockscale.RECIPES:
+        want = blockscale.lost(x, key)
+        got = layers["fc.weight"]["recipes"][key]
+        assert (got["flushed"], got["saturated"], got["sqnr_db"]) == (want.flushed, want.saturated, want.sqnr_db)
+    json.dumps(doc, allow_nan=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import pickle
 import zipfile
 
@@ -314,7 +315,8 @@ def small_run(n_steps: int = 3) -> R.RunStats:
     for step in range(1, n_steps + 1):
         for name in names:
             w = rng.standard_normal(500).astype(np.float32)
-            run.add("weight_grad", name, step, R.summarize(w * np.float32(1e-4)))
+            run.add("weight_grad", name, step, R.summarize((w * np.float32(1e-4)).reshape(20, 25), recipes=True))
+            run.record_amax("weight_grad", name, step, float(np.max(np.abs(w * np.float32(1e-4)))))
             run.add("update", name, step, R.summarize_update(w, w - np.float32(1e-5) * np.sign(w)))
         run.add("activation", "blocks.0.mlp", step, R.summarize(np.maximum(rng.standard_normal(300), 0)))
         run.record_step(step, loss=4.0 / step, loss_scale=2.0**16 / (2 if step == 2 else 1), skipped=step == 2)
@@ -396,6 +398,8 @@ def empty_tensors(n: int) -> dict[str, np.ndarray]:
         "rel_error_sum": np.zeros((n, 4)),
         "has_lost": np.zeros(n, bool),
         "lost": np.zeros((n, 4), np.int64),
+        "has_recipes": np.zeros(n, bool),
+        "recipe_lost": np.zeros((n, len(R.RECIPE_KEYS), 3)),
     }
     return with_header(a, names=["w"])
 
@@ -413,7 +417,10 @@ def bad_files() -> dict[str, tuple[bytes, str]]:
         "object array": (npz_bytes({**a, "table": a["table"].astype(object)}), "pickle"),
         "pickled array": (npz_bytes({**a, "header": np.array([{"version": 1}], dtype=object)}), "pickle"),
         "a pickle": (pickle.dumps({"version": 1}), "not a .npz"),
-        "wrong version": (npz_bytes(with_header(a, version=2)), "version 2"),
+        "wrong version": (npz_bytes(with_header(a, version=3)), "version 3"),
+        "version 1 with version 2 arrays": (npz_bytes(with_header(a, version=1)), "other version"),
+        "a share past 1": (npz_bytes({**a, "recipe_lost": a["recipe_lost"] + 2}), "0 ... 1"),
+        "recipe counts disagree": (npz_bytes({**a, "recipe_lost": a["recipe_lost"][:, :3]}), "recipe_lost"),
         "missing version": (npz_bytes(with_header(a, version=None)), "no version"),
         "no header": (npz_bytes({k: v for k, v in a.items() if k != "header"}), "no header"),
         "negative count": (npz_bytes({**a, "table": negative}), "negative"),
@@ -620,3 +627,59 @@ def test_summarize_equals_the_whole_array_reference_for_any_workers(case):
             got = R.summarize(x, workers=workers)
             assert got == want, (case, workers)
             assert [v.hex() for v in got.rel_error_sum] == [v.hex() for v in want.rel_error_sum]
+
+
+# --- file version 2: block recipes and amax at every step ------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(), (7,), (300,), (40, 50), (3, 130, 33), (2, 2, 5, 70)])
+def test_recipe_records_equal_blockscale_lost(shape):
+    from lensa import blockscale as B
+
+    rng = np.random.default_rng(22)
+    x = (rng.standard_normal(shape) * np.exp(rng.uniform(-12, 6, shape))).astype(np.float32)
+    if x.size > 3:
+        x.reshape(-1)[:3] = 0
+    rec = R.summarize(x, recipes=True)
+    for key in B.RECIPES:
+        assert rec.recipe(key) == B.lost(x, key), key
+
+
+def test_recipe_records_with_nan_and_inf_and_in_a_file():
+    from lensa import blockscale as B
+
+    x = np.random.default_rng(3).standard_normal((64, 96)).astype(np.float32)
+    x[5, 7], x[40, 90] = np.nan, np.inf
+    run = R.RunStats()
+    run.add("activation", "fc", 1, R.summarize(x, recipes=True))
+    run.add("update", "fc.weight", 1, R.summarize_update(x, x * np.float32(0.999), recipes=True))
+    back = R.load(run.to_bytes())
+    assert back == run and back.version == R.FILE_VERSION == 2 and back.has_recipes
+    u = (x * np.float32(0.999)) - x
+    for key in B.RECIPES:
+        for kind, name, values in (("activation", "fc", x), ("update", "fc.weight", u)):
+            got, want = back.get(kind, name, 1).recipe(key), B.lost(values, key)
+            assert got.flushed == want.flushed and got.saturated == want.saturated
+            assert got.sqnr_db == want.sqnr_db or (math.isnan(got.sqnr_db) and math.isnan(want.sqnr_db))
+
+
+def test_a_version_1_file_still_loads_and_says_it_predates_recipes():
+    a = arrays_of(small_run())
+    v1 = {k: v for k, v in a.items() if k in R._ARRAYS}
+    run = R.load(npz_bytes(with_header(v1, version=1)))
+    assert run.version == 1 and not run.has_recipes and len(run) == len(small_run())
+    with pytest.raises(ValueError, match="predates block recipes"):
+        run.get("weight_grad", "head.weight", 1).recipe("nvfp4")
+    assert run.amax_names("weight_grad") == []
+
+
+def test_amax_series_round_trip():
+    run = small_run()
+    run.record_amax("activation", "only.amax", 7, float("nan"))  # a name with no tensor record, a NaN amax
+    back = R.load(run.to_bytes())
+    assert back == run
+    steps, amax = back.amax("weight_grad", "head.weight")
+    assert steps.tolist() == [1, 2, 3] and np.all(amax > 0)
+    assert back.amax("activation", "only.amax")[1].tolist() == [math.inf]
+    with pytest.raises(ValueError, match="magnitude"):
+        run.record_amax("weight", "w", 1, -1.0)

@@ -2,7 +2,9 @@
 
 :class:`Recorder` hooks a model (and its optimizer) and, at a few chosen steps, summarises five kinds of
 tensor with :func:`summarize_tensor` / :func:`summarize_update_tensors`: :func:`lensa.runstats.summarize` /
-:func:`lensa.runstats.summarize_update` bit for bit, with the per-value work done by torch. Only those small
+:func:`lensa.runstats.summarize_update` bit for bit, with the per-value work done by torch, each with what every
+block recipe of :data:`lensa.blockscale.RECIPES` loses on the tensor as it is shaped (``recipes=True``: the
+shares flushed and saturated and the SQNR, equal to :func:`lensa.blockscale.lost`). Only those small
 summaries are kept (a :class:`lensa.runstats.TensorStats` is a few kilobytes, whatever the tensor's size), so
 memory stays flat however long the run; :meth:`Recorder.stats` gives a :class:`lensa.runstats.RunStats` and
 :meth:`Recorder.save` writes it to a file that the measured-data pages read.
@@ -49,7 +51,11 @@ Dropout ...), named as ``model.named_modules()`` names them (``blocks.0.mlp.fc``
 choose others by name (a block, say). A module called several times in one forward pass is read at its first
 call. The model itself is hooked only when it has no children.
 
-Per step (every step, recorded or not): the loss passed to :meth:`Recorder.step` (NaN when none is
+Per step (every step, recorded or not): with ``amax=True``, each tensor's amax, its largest magnitude (for
+weights, weight gradients, activations and activation gradients, not updates; the true
+gradient's with ``scaler=``): one reduction per tensor, kept as float32 in the run
+(:meth:`lensa.runstats.RunStats.amax`), what a delayed-scaling FP8 recipe's amax history would hold
+(:func:`lensa.blockscale.replay_delayed`); the loss passed to :meth:`Recorder.step` (NaN when none is
 given), and with ``scaler=`` the loss scale that step used and whether its optimizer step was skipped.
 A step is *skipped* when the optimizer was given and its ``step()`` did not run (GradScaler found inf or
 NaN in the gradients) or ran as a fused step that GradScaler told of an inf or NaN (``found_inf``: such a
@@ -58,16 +64,21 @@ below the one the step used (GradScaler backs off only after an inf or NaN). The
 few dozen bytes each.
 
 Cost: at steps that are not recorded, each hooked module and each optimizer step runs one Python call that
-returns at once. At recorded steps, by default (``background=True``), a hook only copies its tensor as
-float32 into a ring of shared memory (128 MiB, made when the recorder is), and a numpy-only process
-(:mod:`lensa.live.summaries`) summarises the copies beside the training loop, on another core; the records
-come back when the run is read (:meth:`Recorder.stats`, :meth:`Recorder.save`, :meth:`Recorder.close`). On
-the small reference model (:mod:`lensa.live.reference`, 120 tensors, 5.1 M values a recorded step) a
+returns at once; with ``amax=True``, also one ``abs().amax()`` per tensor (and a hook on each module output for
+its gradient's): about 3 ms on the reference model's 12 ms step (120 tensors; thread CPU time, median of 3 runs
+of 40 steps), read back once per step. At recorded steps, by default (``background=True``), a hook only copies
+its tensor as float32 into a ring of shared memory (128 MiB, made when the recorder is), and a numpy-only
+process (:mod:`lensa.live.summaries`) summarises the copies beside the training loop, on another core; the
+records come back when the run is read (:meth:`Recorder.stats`, :meth:`Recorder.save`, :meth:`Recorder.close`).
+On the small reference model (:mod:`lensa.live.reference`, 120 tensors, 5.1 M values a recorded step) a
 recorded step then costs the training thread about 1.2 times a bare one; summarised inside the step
 (``background=False``), about 5 times: about 1 to 2 ns per value of torch integer work plus 100 to 300
-microseconds per tensor (``make bench``, docs/performance.md). When the ring is full, a hook waits for the
-process (:attr:`Recorder.waited_seconds` says how long), so memory stays bounded; a tensor larger than the
-ring is summarised in the hook. Fewer ``kinds`` or ``modules`` cost less either way.
+microseconds per tensor (``make bench``, docs/performance.md). With ``recipes=True`` the summary process also
+computes what every block recipe loses, about 10 ns per value and recipe (about 1 s a recorded step of the
+reference model): it falls behind, the ring fills and the training thread waits (1.5 times a bare step at the
+median recorded step, far more at the slowest; inside the step, about 30 times). When the ring is full, a hook
+waits for the process (:attr:`Recorder.waited_seconds` says how long), so memory stays bounded; a tensor larger
+than the ring is summarised in the hook. Fewer ``kinds`` or ``modules`` cost less either way.
 """
 
 from __future__ import annotations
@@ -95,13 +106,13 @@ def _first_tensor(out: Any) -> torch.Tensor | None:
     return None
 
 
-def _summary_sink(run: RunStats, background: bool) -> InlineSummaries | ProcessSummaries:
+def _summary_sink(run: RunStats, background: bool, recipes: bool) -> InlineSummaries | ProcessSummaries:
     if background:
         try:
-            return ProcessSummaries(run)
+            return ProcessSummaries(run, recipes=recipes)
         except OSError:  # no shared memory or no child processes here: summarise in the step
             pass
-    return InlineSummaries(run)
+    return InlineSummaries(run, recipes=recipes)
 
 
 class Recorder:
@@ -113,9 +124,14 @@ class Recorder:
     ``weight_grad`` just before each step; ``scaler`` (a ``torch.amp.GradScaler``) gives the loss scale
     history, the skipped steps and true activation gradients. ``kinds`` limits what is recorded (a subset
     of :data:`lensa.runstats.KINDS`); ``modules`` names the modules whose outputs are recorded (default:
-    every leaf module). ``meta`` (JSON values) is stored with the run. ``background`` (default True): the
-    summaries are made by a process of their own from copies of the tensors (see the module's text); False
-    makes them inside the step, with torch (the same records, bit for bit).
+    every leaf module). ``meta`` (JSON values) is stored with the run. ``amax`` (default False) keeps each
+    tensor's largest magnitude at every step, recorded or not (one ``abs().amax()`` per tensor per step: about
+    a quarter more time per step of the reference model on a CPU). ``recipes`` (default False) keeps, at each
+    recorded step, what every block recipe loses on each tensor (file version 2's recipe records: about 1 s of
+    the summary process's time per recorded step of the reference model, see docs/performance.md).
+    ``background`` (default True): the summaries are made by a process of their own from copies of the
+    tensors (see the module's text); False makes them inside the step, with torch (the same records, bit for
+    bit).
 
     Call :meth:`step` once per training step, after ``optimizer.step()`` (and ``scaler.update()``).
     """
@@ -131,6 +147,8 @@ class Recorder:
         modules: Iterable[str] | None = None,
         meta: Mapping[str, Any] | None = None,
         background: bool = True,
+        amax: bool = False,
+        recipes: bool = False,
     ) -> None:
         self._kinds = tuple(kinds)
         unknown = [k for k in self._kinds if k not in KINDS]
@@ -146,6 +164,8 @@ class Recorder:
             self._steps = frozenset(int(s) for s in steps)
             if any(s < 1 for s in self._steps):
                 raise ValueError("steps count from 1")
+        self._amax_kinds = frozenset(k for k in self._kinds if k != "update") if amax else frozenset()
+        self._pending_amax: list[tuple[str, str, torch.Tensor, float | None]] = []
         self._model = model
         self._optimizer = optimizer
         self._scaler = scaler
@@ -182,7 +202,8 @@ class Recorder:
             self._handles.append(optimizer.register_step_pre_hook(self._on_optimizer_pre))
             self._handles.append(optimizer.register_step_post_hook(self._on_optimizer_post))
         # Made now (a summary process starts while the caller sets up its loop); none when no step is recorded.
-        self._summary_sink = _summary_sink(self._run, background) if self._steps is None or self._steps else None
+        recorded_any = self._steps is None or bool(self._steps)
+        self._summary_sink = _summary_sink(self._run, background, recipes) if recorded_any else None
 
     # --- schedule ---------------------------------------------------------------------------------------
 
@@ -214,16 +235,35 @@ class Recorder:
     def _add(self, kind: str, name: str, values: torch.Tensor) -> None:
         self._summaries.tensor(kind, name, self.current_step, values)
 
+    def _keep_amax(self, kind: str, name: str, t: torch.Tensor, scale: float | None = None) -> None:
+        """Queue the amax of ``t`` (divided by ``scale``) for this step; read at :meth:`step`, all at once."""
+        if kind in self._amax_kinds and t.numel():
+            with torch.no_grad():
+                # abs().amax(): a NaN propagates; several times faster on the CPU than vector_norm(t, inf)
+                self._pending_amax.append((kind, name, t.detach().abs().amax(), scale))
+
+    def _flush_amax(self) -> None:
+        pending, self._pending_amax = self._pending_amax, []
+        if not pending:
+            return
+        device = pending[0][2].device
+        values = torch.stack([p[2].to(device, torch.float32) for p in pending]).tolist()
+        for (kind, name, _, scale), v in zip(pending, values, strict=True):
+            self._run.record_amax(kind, name, self.current_step, v if scale is None else v / scale)
+
     def _on_model_forward(self, module: torch.nn.Module, args: Any) -> None:
         if self._started or not torch.is_grad_enabled():
             return
         self._started = True
+        if "weight" in self._amax_kinds:
+            for name, w in self._params:
+                self._keep_amax("weight", name, w)
         if self._want("weight"):
             self._summaries.tensors("weight", self._names, self.current_step, self._weights)
 
     def _output_hook(self, name: str) -> Callable[[torch.nn.Module, Any, Any], None]:
         def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
-            if not self._recording or name in self._seen or not torch.is_grad_enabled():
+            if not (self._recording or self._amax_kinds) or name in self._seen or not torch.is_grad_enabled():
                 return
             if not self._started:  # the model's own forward was not called (Lightning's training_step calls a part)
                 self._on_model_forward(module, args)
@@ -231,6 +271,9 @@ class Recorder:
             out = _first_tensor(output)
             if out is None or not out.is_floating_point():
                 return
+            self._keep_amax("activation", name, out)
+            if "activation_grad" in self._amax_kinds and out.requires_grad and not self._recording:
+                out.register_hook(self._grad_hook(name))
             if self._want("activation"):
                 self._add("activation", name, out)
             if self._want("activation_grad") and out.requires_grad:
@@ -246,12 +289,14 @@ class Recorder:
                 return
             self._grads_seen.add(name)
             scaled = self._scaler is not None and self._scaler.is_enabled()
-            self._summaries.tensor("activation_grad", name, step, grad, self._scale if scaled else None)
+            self._keep_amax("activation_grad", name, grad, self._scale if scaled else None)
+            if self._want("activation_grad"):
+                self._summaries.tensor("activation_grad", name, step, grad, self._scale if scaled else None)
 
         return hook
 
     def _read_grads(self) -> None:
-        if self._grads_read or not self._want("weight_grad"):
+        if self._grads_read or not (self._want("weight_grad") or "weight_grad" in self._amax_kinds):
             return
         self._grads_read = True
         names, grads = [], []
@@ -259,10 +304,12 @@ class Recorder:
             if p.grad is not None:
                 names.append(name)
                 grads.append(p.grad)
-        self._summaries.tensors("weight_grad", names, self.current_step, grads)
+                self._keep_amax("weight_grad", name, p.grad)
+        if self._want("weight_grad"):
+            self._summaries.tensors("weight_grad", names, self.current_step, grads)
 
     def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if not self._recording:
+        if not (self._recording or "weight_grad" in self._amax_kinds):
             return
         closure = any(callable(a) for a in args) or kwargs.get("closure") is not None  # args: (optimizer, ...)
         fused_unscale = isinstance(getattr(optimizer, "grad_scale", None), torch.Tensor)
@@ -270,6 +317,8 @@ class Recorder:
         # GradScaler hands its scale to (grad_scale), the step itself unscales .grad. Either way: read them after.
         if not closure and not fused_unscale:
             self._read_grads()
+        if not self._recording:
+            return
         if self._want("update"):
             self._before = self._summaries.hold(self._weights)
 
@@ -278,7 +327,7 @@ class Recorder:
         found_inf = getattr(optimizer, "found_inf", None)
         skipped = isinstance(found_inf, torch.Tensor) and bool(found_inf.item() != 0)
         self._stepped = not skipped
-        if self._recording:
+        if self._recording or "weight_grad" in self._amax_kinds:
             self._read_grads()  # a closure made them, or the fused step unscaled them; the step leaves .grad be
         if self._before is None:
             return
@@ -303,8 +352,9 @@ class Recorder:
         Call once per training step, after ``optimizer.step()`` / ``scaler.step(optimizer)`` and
         ``scaler.update()``. ``loss`` may be a tensor (read with ``float()``) or None (kept as NaN).
         """
-        if self._recording:
+        if self._recording or "weight_grad" in self._amax_kinds:
             self._read_grads()  # a skipped step, or no optimizer: .grad as it is now
+        self._flush_amax()
         value = math.nan if loss is None else float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
         scale, skipped = None, False
         if self._scaler is not None and self._scale is not None and self._scaler.is_enabled():
@@ -328,9 +378,9 @@ class Recorder:
         For loops that clear the gradients before the step ends: a skipped FP16 step never runs the optimizer's
         step hooks, so without this call its gradients would be read at :meth:`step`, after they are gone. Call it
         after ``scaler.step(optimizer)`` (which unscales them in place, steps or skips) and before ``zero_grad``.
-        Nothing is read at a step that is not recorded.
+        At a step that is not recorded only their amax is read (with ``amax=True``).
         """
-        if self._recording:
+        if self._recording or "weight_grad" in self._amax_kinds:
             self._read_grads()
 
     def stats(self) -> RunStats:

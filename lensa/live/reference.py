@@ -268,7 +268,9 @@ def run_arm(r: Recipe, arm: str, *, record: bool = True) -> RunStats:
             "text_sha256": hashlib.sha256(text).hexdigest(),
         }
         schedule = log_spaced_steps(r.steps, r.recorded_steps) if record else ()
-        with Recorder(model, opt, steps=schedule, scaler=scaler if arm == "fp16" else None, meta=meta) as rec:
+        with Recorder(
+            model, opt, steps=schedule, scaler=scaler if arm == "fp16" else None, meta=meta, amax=True, recipes=True
+        ) as rec:
             for step in range(1, r.steps + 1):
                 for group in opt.param_groups:
                     group["lr"] = lr_at(step, r)

@@ -1,7 +1,9 @@
 """How a :class:`lensa.live.capture.Recorder` summarises tensors, and where: inside the step, or in a process.
 
 :func:`summarize_tensor` and :func:`summarize_update_tensors` are :func:`lensa.runstats.summarize` and
-:func:`lensa.runstats.summarize_update` with the per-value work done by torch, equal bit for bit.
+:func:`lensa.runstats.summarize_update` with the per-value work done by torch, equal bit for bit. The recorder's
+records also keep what every block recipe loses (:meth:`lensa.runstats.TensorStats.with_recipes`, numpy, from
+the tensor as it is shaped): the summary process is told each copy's shape.
 
 :class:`InlineSummaries` summarises each tensor at once, in the hook, with the torch path of
 :func:`summarize_tensor`: simple, and the recorded step pays for it (about 5 times a bare
@@ -199,8 +201,9 @@ def _stored(x: torch.Tensor, dtype: torch.dtype, bound: float | None) -> torch.T
     return x.to(dtype).to(torch.float32)
 
 
-def summarize_update_tensors(w_before: torch.Tensor, w_after: torch.Tensor) -> TensorStats:
-    """:func:`lensa.runstats.summarize_update` of two torch tensors, computed with torch; equal bit for bit.
+def summarize_update_tensors(w_before: torch.Tensor, w_after: torch.Tensor, recipes: bool = False) -> TensorStats:
+    """:func:`lensa.runstats.summarize_update` of two torch tensors, computed with torch; equal bit for bit
+    (``recipes`` as there).
 
     Both are read as float32 and must have the same shape (ValueError otherwise). The update is
     ``w_after - w_before`` in float32; the lost counts use torch's casts (round to nearest, ties to even,
@@ -216,13 +219,18 @@ def summarize_update_tensors(w_before: torch.Tensor, w_after: torch.Tensor) -> T
         stored = _stored(before, dtype, bound)
         again = _stored(stored + update, dtype, bound)
         lost.append(int(torch.count_nonzero(moved & (again == stored))))
-    return _summarize_bits(update.view(torch.int32), lost_counts=tuple(lost))
+    stats = _summarize_bits(update.view(torch.int32), lost_counts=tuple(lost))
+    return stats.with_recipes(update.view(w_before.shape).numpy()) if recipes else stats
 
 
-def _summarize_here(t: torch.Tensor, scale: float | None) -> TensorStats:
-    """:func:`summarize_tensor` of ``t``, or with a loss ``scale``, of the true gradient ``t / scale``."""
+def _summarize_here(t: torch.Tensor, scale: float | None, recipes: bool = False) -> TensorStats:
+    """:func:`summarize_tensor` of ``t``, or with a loss ``scale``, of the true gradient ``t / scale``; with
+    ``recipes``, also what every block recipe loses on it (shaped as ``t``)."""
     values = t.detach().float().cpu()
-    return summarize_tensor(values if scale is None else _unscaled(values, scale))
+    if scale is not None:
+        values = _unscaled(values, scale)
+    stats = summarize_tensor(values)
+    return stats.with_recipes(values.contiguous().numpy()) if recipes else stats
 
 
 def _unscaled(values: torch.Tensor, scale: float) -> torch.Tensor:
@@ -270,12 +278,13 @@ class Held:
 class InlineSummaries:
     """Summaries computed at once, in the caller's thread, with torch."""
 
-    def __init__(self, run: RunStats) -> None:
+    def __init__(self, run: RunStats, recipes: bool = False) -> None:
         self._run = run
+        self._recipes = recipes
         self.waited = 0.0
 
     def tensor(self, kind: str, name: str, step: int, t: torch.Tensor, scale: float | None = None) -> None:
-        self._run.add(kind, name, step, _summarize_here(t, scale))
+        self._run.add(kind, name, step, _summarize_here(t, scale, self._recipes))
 
     def tensors(self, kind: str, names: Sequence[str], step: int, ts: Sequence[torch.Tensor]) -> None:
         for name, t in zip(names, ts, strict=True):
@@ -289,7 +298,7 @@ class InlineSummaries:
     ) -> None:
         for name, before, after in zip(names, befores, afters, strict=True):
             assert before.tensor is not None
-            self._run.add(kind, name, step, summarize_update_tensors(before.tensor, after))
+            self._run.add(kind, name, step, summarize_update_tensors(before.tensor, after, recipes=self._recipes))
 
     def release_held(self) -> None:
         pass
@@ -307,8 +316,9 @@ class InlineSummaries:
 class ProcessSummaries:
     """Summaries computed by a numpy-only child process from copies in shared memory (see the module's text)."""
 
-    def __init__(self, run: RunStats, capacity: int | None = None) -> None:
+    def __init__(self, run: RunStats, capacity: int | None = None, recipes: bool = False) -> None:
         self._run = run
+        self._recipes = recipes
         capacity = DEFAULT_CAPACITY if capacity is None else capacity
         self._capacity = capacity - capacity % _ALIGN
         size = HEADER + self._capacity
@@ -320,7 +330,7 @@ class ProcessSummaries:
             root = str(Path(__file__).resolve().parents[2])
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "lensa.live.summary_worker", str(fd), str(size)],
+                [sys.executable, "-m", "lensa.live.summary_worker", str(fd), str(size), str(int(recipes))],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 pass_fds=(fd,),
@@ -407,7 +417,7 @@ class ProcessSummaries:
 
     def _queue_release(self) -> None:
         """An item with nothing to summarise that lets the child free the ring up to the current mark."""
-        self._queue([0, "release", "", "", 0, -1, 0, -1, None])
+        self._queue([0, "release", "", "", 0, -1, 0, -1, None, []])
 
     def _queue(self, item: list[Any], mark: int | None = None) -> None:
         """Queue ``item`` for the child; once it is summarised, the child frees the ring up to ``mark``.
@@ -427,7 +437,7 @@ class ProcessSummaries:
             self._local[self._seq] = (kind, name, step, _summarize_here(t, scale))
             return
         fn = "tensor" if scale is None else "unscaled"
-        self._queue([self._seq, fn, kind, name, step, offset, t.numel(), -1, scale])
+        self._queue([self._seq, fn, kind, name, step, offset, t.numel(), -1, scale, list(t.shape)])
 
     def tensors(self, kind: str, names: Sequence[str], step: int, ts: Sequence[torch.Tensor]) -> None:
         """:meth:`tensor` of each of ``ts`` (named ``names``), their copies made together (:meth:`_put_all`)."""
@@ -444,7 +454,7 @@ class ProcessSummaries:
             self._seq += 1
             n = t.numel()
             end += 4 * n
-            item = [self._seq, "tensor", kind, name, step, offset, n, -1, None]
+            item = [self._seq, "tensor", kind, name, step, offset, n, -1, None, list(t.shape)]
             self._queue(item, None if i == last else min(end, self._mark()))
             offset += 4 * n
 
@@ -485,7 +495,8 @@ class ProcessSummaries:
                     self._seq += 1
                     n = after.numel()
                     self._open.pop(id(before))
-                    self._queue([self._seq, "update", kind, name, step, before.offset, n, offset, None])
+                    shape = list(after.shape)
+                    self._queue([self._seq, "update", kind, name, step, before.offset, n, offset, None, shape])
                     offset += 4 * n
                 return
         for name, before, after in zip(names, befores, afters, strict=True):
@@ -497,14 +508,15 @@ class ProcessSummaries:
             offset = self._put(after)
             if offset is not None:
                 self._open.pop(id(before))
-                self._queue([self._seq, "update", kind, name, step, before.offset, after.numel(), offset, None])
+                shape = list(after.shape)
+                self._queue([self._seq, "update", kind, name, step, before.offset, after.numel(), offset, None, shape])
                 return
             previous = self._ring_values(before, after)
             self._open.pop(id(before))
             self._queue_release()  # its room is free now
         else:
             previous = before.tensor
-        self._local[self._seq] = (kind, name, step, summarize_update_tensors(previous, after))
+        self._local[self._seq] = (kind, name, step, summarize_update_tensors(previous, after, recipes=self._recipes))
 
     def _ring_values(self, held: Held, like: torch.Tensor) -> torch.Tensor:
         start = held.offset // 4

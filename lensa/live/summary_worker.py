@@ -8,8 +8,9 @@ the parent copied its tensors into. On standard input come messages (a 4-byte bi
 :mod:`marshal` dump of a dict of lists, strings and numbers: this pipe joins two processes of one program,
 one Python, and marshal encodes a recorded step's few hundred items several times faster than JSON):
 
-- ``{"op": "items", "items": [[seq, fn, kind, name, step, offset, n, offset2, scale, release], ...]}``:
-  summarise ``n`` float32 values at byte ``offset`` of the ring with :func:`lensa.runstats.summarize`
+- ``{"op": "items", "items": [[seq, fn, kind, name, step, offset, n, offset2, scale, shape, release], ...]}``:
+  summarise ``n`` float32 values at byte ``offset`` of the ring, viewed as ``shape`` (a list of ints whose
+  product is ``n``), with :func:`lensa.runstats.summarize` and what every block recipe loses
   (``fn`` "tensor"), of those values divided by ``scale`` (``fn`` "unscaled": a GradScaler's true
   gradients) or, with the ``n`` values at ``offset2`` as the weight after the step, with
   :func:`lensa.runstats.summarize_update` (``fn`` "update"); then write ``release`` to the header. An item
@@ -60,19 +61,28 @@ def write_message(stream: IO[bytes], message: dict[str, Any], payload: bytes = b
     stream.flush()
 
 
-def _summary(ring: np.ndarray, fn: str, offset: int, n: int, offset2: int, scale: float | None) -> Any:
-    values = ring[offset // 4 : offset // 4 + n]
+def _summary(
+    ring: np.ndarray,
+    fn: str,
+    offset: int,
+    n: int,
+    offset2: int,
+    scale: float | None,
+    shape: list[int],
+    recipes: bool = False,
+) -> Any:
+    values = ring[offset // 4 : offset // 4 + n].reshape(shape)
     if fn == "tensor":
-        return summarize(values)
+        return summarize(values, recipes=recipes)
     if fn == "unscaled":
         # np.float32(scale) is exact for GradScaler's powers of two; each quotient is rounded once
-        return summarize(values / np.float32(scale))
+        return summarize(values / np.float32(scale), recipes=recipes)
     if fn == "update":
-        return summarize_update(values, ring[offset2 // 4 : offset2 // 4 + n])
+        return summarize_update(values, ring[offset2 // 4 : offset2 // 4 + n].reshape(shape), recipes=recipes)
     raise ValueError(f"unknown summary {fn!r}")
 
 
-def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes]) -> None:
+def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes], recipes: bool = False) -> None:
     """Answer the parent's messages until it says stop or goes away."""
     shared = mmap.mmap(fd, size)
     release = np.frombuffer(shared, np.int64, count=1)
@@ -83,10 +93,11 @@ def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes]) -> None:
         while (message := read_message(inp)) is not None:
             op = message.get("op")
             if op == "items":
-                for seq, fn, kind, name, step, offset, n, offset2, scale, mark in message["items"]:
+                for seq, fn, kind, name, step, offset, n, offset2, scale, shape, mark in message["items"]:
                     if error is None and fn != "release":
                         try:
-                            done.append((seq, kind, name, step, _summary(ring, fn, offset, n, offset2, scale)))
+                            summary = _summary(ring, fn, offset, n, offset2, scale, shape, recipes)
+                            done.append((seq, kind, name, step, summary))
                         except Exception as e:  # reported at the next drain
                             error = f"{kind} {name!r} at step {step}: {type(e).__name__}: {e}"
                     release[0] = mark
@@ -116,7 +127,8 @@ def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes]) -> None:
 
 
 def main() -> None:
-    serve(int(sys.argv[1]), int(sys.argv[2]), sys.stdin.buffer, sys.stdout.buffer)
+    recipes = len(sys.argv) > 3 and sys.argv[3] == "1"  # what every block recipe loses, too (Recorder(recipes=True))
+    serve(int(sys.argv[1]), int(sys.argv[2]), sys.stdin.buffer, sys.stdout.buffer, recipes)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from lensa.runstats import MAX_FILE_BYTES, RunStats, RunStatsError, TensorStats,
 from lensa.ui import limits, widgets
 from lensa.ui.controls import ChoiceControl, NumberControl
 from lensa.ui.frame import Page, link_params, remembered
-from lensa.ui.site import DATA, PAGES, PAGES_BY_KEY
+from lensa.ui.site import DATA, PAGES, PAGES_BY_KEY, RECIPE
 
 LOG = logging.getLogger(__name__)
 LAB_RUN = "lensa.data.lab"  # this session's last live-lab run, as {arm: RunStats}
@@ -450,3 +450,164 @@ def finite_bars(values: Sequence[float]) -> tuple[list[float], float]:
     """
     top = bar_top(values, floor=0.01)
     return [top if np.isinf(v) else (0.0 if np.isnan(v) else float(v)) for v in values], top
+
+
+# --- block recipes on the recorded run (file version 2): tables shared by the block page and steps 2, 3, 5 ------
+
+
+def _db(page: Page, x: float) -> str:
+    if np.isnan(x):
+        return "—"
+    if np.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    return page.t("recipes.db", x=page.num(x, 1))
+
+
+def recipe_label(page: Page, key: str) -> str:
+    from lensa.blockscale import RECIPES
+
+    return RECIPES[key].label
+
+
+def recipe_section(page: Page, sel: Selection) -> None:
+    """Per layer and recipe at the chosen step, the recipe over training, which layers could go narrower, and
+    delayed scaling replayed on the amax of every step. Says so when the run's file predates them."""
+    from lensa.blockscale import RECIPES
+
+    run = sel.run
+    st.subheader(page.t("recipes.title"))
+    if not run.has_recipes:
+        if run.version < 2:
+            st.info(page.t("recipes.predates", version=page.num(run.version)), icon=":material/history:")
+        else:
+            st.info(page.t("recipes.not_kept"), icon=":material/info:")
+        return
+    recipe = widgets.select(
+        page,
+        "recipe",
+        page.t("recipes.recipe"),
+        lambda k: recipe_label(page, k),
+        control=RECIPE,
+        help=page.t("recipes.recipe_help"),
+    )
+    kind, step = sel.kind, sel.step
+    rows = measured.recipe_rows(run, kind, step, tuple(RECIPES))
+    if sel.layer != measured.ALL_LAYERS:
+        rows = [r for r in rows if r.name == sel.layer]
+    head = {
+        "layer": page.t("recipes.col_layer"),
+        "values": page.t("recipes.col_values"),
+        "recipe": page.t("recipes.col_recipe"),
+        "flushed": page.t("recipes.col_flushed"),
+        "saturated": page.t("recipes.col_saturated"),
+        "sqnr": page.t("recipes.col_sqnr"),
+    }
+    st.caption(
+        page.t("recipes.at_step", kind=kind_words(page, kind), step=page.num(step), recipe=recipe_label(page, recipe))
+    )
+    st.dataframe(
+        [
+            {
+                head["layer"]: r.name,
+                head["values"]: page.num(r.nonzero),
+                head["flushed"]: pct(page, r.lost[recipe][0]),
+                head["saturated"]: pct(page, r.lost[recipe][1]),
+                head["sqnr"]: _db(page, r.lost[recipe][2]),
+            }
+            for r in rows
+        ],
+        hide_index=True,
+        width="stretch",
+    )
+    if sel.layer != measured.ALL_LAYERS and rows:
+        st.caption(page.t("recipes.every_recipe", layer=layer_words(page, sel.layer), step=page.num(step)))
+        st.dataframe(
+            [
+                {
+                    head["recipe"]: recipe_label(page, key),
+                    head["flushed"]: pct(page, rows[0].lost[key][0]),
+                    head["saturated"]: pct(page, rows[0].lost[key][1]),
+                    head["sqnr"]: _db(page, rows[0].lost[key][2]),
+                }
+                for key in RECIPES
+            ],
+            hide_index=True,
+            width="stretch",
+        )
+    # over training
+    steps, values = measured.recipe_over_training(run, kind, sel.layer, recipe)
+    st.caption(
+        page.t(
+            "recipes.over_training_all" if sel.layer == measured.ALL_LAYERS else "recipes.over_training",
+            recipe=recipe_label(page, recipe),
+            layer=layer_words(page, sel.layer),
+        )
+    )
+    st.dataframe(
+        [
+            {
+                page.t("recipes.col_step"): page.num(t),
+                head["flushed"]: pct(page, v[0]),
+                head["saturated"]: pct(page, v[1]),
+                head["sqnr"]: _db(page, v[2]),
+            }
+            for t, v in zip(steps, values, strict=True)
+        ],
+        hide_index=True,
+        width="stretch",
+    )
+    _verdicts(page, sel)
+    _delayed(page, sel)
+
+
+def _verdicts(page: Page, sel: Selection) -> None:
+    st.markdown(f"##### {page.t('recipes.verdict_title')}")
+    rows = measured.recipe_rows(sel.run, sel.kind, sel.step, measured.VERDICT_RECIPES)
+    yes, no = page.t("recipes.yes"), page.t("recipes.no")
+    st.dataframe(
+        [
+            {
+                page.t("recipes.col_layer"): r.name,
+                **{recipe_label(page, k): yes if measured.fits(r.lost[k]) else no for k in measured.VERDICT_RECIPES},
+            }
+            for r in rows
+        ],
+        hide_index=True,
+        width="stretch",
+    )
+    st.caption(
+        page.t(
+            "recipes.thresholds",
+            flushed=page.pct(measured.MAX_FLUSHED),
+            saturated=page.pct(measured.MAX_SATURATED),
+            sqnr=_db(page, measured.MIN_SQNR_DB),
+        )
+    )
+
+
+def _delayed(page: Page, sel: Selection) -> None:
+    st.markdown(f"##### {page.t('recipes.delayed_title')}")
+    replays = measured.delayed_replays(sel.run, sel.kind, sel.layer)
+    if not replays:
+        st.info(page.t("recipes.no_amax"), icon=":material/info:")
+        return
+
+    def listed(steps: list[int]) -> str:
+        shown = ", ".join(page.num(s) for s in steps[:12])
+        return shown + (" …" if len(steps) > 12 else "") if steps else "—"
+
+    st.dataframe(
+        [
+            {
+                page.t("recipes.col_layer"): r.name,
+                page.t("recipes.col_steps"): page.num(len(r.steps)),
+                page.t("recipes.col_long", n=page.num(1024)): listed(r.overflow[1024]),
+                page.t("recipes.col_short", n=page.num(16)): listed(r.overflow[16]),
+                page.t("recipes.col_current"): page.num(0),
+            }
+            for r in replays
+        ],
+        hide_index=True,
+        width="stretch",
+    )
+    st.caption(page.t("recipes.delayed_caption"))

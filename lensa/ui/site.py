@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lensa.blockscale import RECIPES
 from lensa.exact import try_parse_exact
 from lensa.formats import FormatGroup
 from lensa.memory import CHECKPOINTING, OPTIMIZERS
@@ -53,9 +54,11 @@ DATA_SOURCES = ("illustration", "reference", "lab", "upload")
 DATA = ChoiceControl("data", DATA_SOURCES, "illustration")
 # Read only with measured data. The layers and steps are the run's own, known once it is loaded: these are
 # the declarations, and the page draws them with the run's names and steps (lensa/ui/measured.py).
-MEASURED_ONLY = ("kind", "layer", "step")
+MEASURED_ONLY = ("kind", "layer", "step", "recipe")
 LAYER = ChoiceControl("layer", ("all",), "all")
 STEP = NumberControl("step", (1,), 1, integer=True)
+# The block recipe whose shares a recorded run's tables show (file version 2; lensa.blockscale.RECIPES).
+RECIPE = ChoiceControl("recipe", tuple(RECIPES), "mxfp8_e4m3")
 
 
 def measured_controls(kinds: tuple[str, ...] = KINDS, default_kind: str = "weight_grad") -> tuple[Control, ...]:
@@ -86,13 +89,13 @@ PAGES: tuple[PageInfo, ...] = (
         "fp16_range",
         "pages/fp16_range.py",
         2,
-        (NumberControl("grad", log_stops(-9, -1), 1e-6, log=True), ALSO, *measured_controls()),
+        (NumberControl("grad", log_stops(-9, -1), 1e-6, log=True), ALSO, *measured_controls(), RECIPE),
     ),
     PageInfo(
         "loss_scaling",
         "pages/loss_scaling.py",
         3,
-        (NumberControl("scale", tuple(range(25)), 0, integer=True), ALSO, *measured_controls()),
+        (NumberControl("scale", tuple(range(25)), 0, integer=True), ALSO, *measured_controls(), RECIPE),
     ),
     PageInfo(
         "master_weights",
@@ -109,7 +112,7 @@ PAGES: tuple[PageInfo, ...] = (
         "bf16",
         "pages/bf16.py",
         5,
-        (NumberControl("grad", log_stops(-12, -2), 1e-8, log=True), ALSO, *measured_controls()),
+        (NumberControl("grad", log_stops(-12, -2), 1e-8, log=True), ALSO, *measured_controls(), RECIPE),
     ),
     PageInfo(
         "speed",
@@ -133,6 +136,8 @@ PAGES: tuple[PageInfo, ...] = (
             NumberControl("grad", log_stops(-9, -1), 1e-6, log=True),
             # how far the one outlier stands above the block's other values: 2**outlier times their largest
             NumberControl("outlier", tuple(i / 4 for i in range(0, 65)), 0.0),
+            *measured_controls(),
+            RECIPE,
         ),
     ),
     PageInfo(

@@ -43,10 +43,10 @@ DEFAULT_FILE = "lensa-run.npz"
 class LensaCallback(TrainerCallback):
     """A ``TrainerCallback`` that records the run with a :class:`~lensa.live.capture.Recorder` and saves it at the end.
 
-    ``path``: where the run is saved (default ``<output_dir>/lensa-run.npz``). ``steps``, ``kinds``, ``modules``
-    and ``background`` go to the Recorder (see there); ``steps=None`` (the default) records about 12
-    log-spaced steps of ``max_steps``. ``meta`` (JSON values) is stored with the run, beside what the callback
-    adds itself (``"trainer": "transformers"``, ``fp16``, ``bf16``).
+    ``path``: where the run is saved (default ``<output_dir>/lensa-run.npz``). ``steps``, ``kinds``, ``modules``,
+    ``background``, ``amax`` and ``recipes`` go to the Recorder (see there); ``steps=None`` (the default)
+    records about 12 log-spaced steps of ``max_steps``. ``meta`` (JSON values) is stored with the run, beside
+    what the callback adds itself (``"trainer": "transformers"``, ``fp16``, ``bf16``).
 
     After training, :attr:`path` is where the file went and :meth:`stats` gives the run.
     """
@@ -60,6 +60,8 @@ class LensaCallback(TrainerCallback):
         modules: Iterable[str] | None = None,
         meta: Mapping[str, Any] | None = None,
         background: bool = True,
+        amax: bool = False,
+        recipes: bool = False,
     ) -> None:
         self.path: str | None = None if path is None else os.fspath(path)
         self._steps = steps
@@ -67,6 +69,7 @@ class LensaCallback(TrainerCallback):
         self._modules = None if modules is None else tuple(modules)
         self._meta = dict(meta or {})
         self._background = background
+        self._amax, self._recipes = amax, recipes
         self._recorder: Recorder | None = None
         self._run: RunStats | None = None
         self._loss = StepLoss()
@@ -91,6 +94,8 @@ class LensaCallback(TrainerCallback):
             modules=self._modules,
             meta=meta,
             background=self._background,
+            amax=self._amax,
+            recipes=self._recipes,
         )
         self._run = None
         self._loss_hook = model.register_forward_hook(self._on_forward)

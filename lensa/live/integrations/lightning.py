@@ -46,9 +46,9 @@ class LensaCallback(L.Callback):
     """A Lightning ``Callback`` that records the run with a :class:`~lensa.live.capture.Recorder` and saves it.
 
     ``path``: where the run is saved (default ``<default_root_dir>/lensa-run.npz``). ``steps``, ``kinds``,
-    ``modules`` and ``background`` go to the Recorder (see there); ``steps=None`` (the default) records about 12
-    log-spaced steps of the trainer's estimated optimizer steps. ``meta`` (JSON values) is stored with the run,
-    beside what the callback adds (``"trainer": "lightning"``, ``precision``).
+    ``modules``, ``background``, ``amax`` and ``recipes`` go to the Recorder (see there); ``steps=None`` (the
+    default) records about 12 log-spaced steps of the trainer's estimated optimizer steps. ``meta`` (JSON values)
+    is stored with the run, beside what the callback adds (``"trainer": "lightning"``, ``precision``).
 
     After training, :attr:`path` is where the file went and :meth:`stats` gives the run.
     """
@@ -62,6 +62,8 @@ class LensaCallback(L.Callback):
         modules: Iterable[str] | None = None,
         meta: Mapping[str, Any] | None = None,
         background: bool = True,
+        amax: bool = False,
+        recipes: bool = False,
     ) -> None:
         super().__init__()
         self.path: str | None = None if path is None else os.fspath(path)
@@ -70,6 +72,7 @@ class LensaCallback(L.Callback):
         self._modules = None if modules is None else tuple(modules)
         self._meta = dict(meta or {})
         self._background = background
+        self._amax, self._recipes = amax, recipes
         self._recorder: Recorder | None = None
         self._run: RunStats | None = None
         self._loss = StepLoss()
@@ -94,6 +97,8 @@ class LensaCallback(L.Callback):
             modules=self._modules,
             meta=meta,
             background=self._background,
+            amax=self._amax,
+            recipes=self._recipes,
         )
         self._run = None
         self._global_step = trainer.global_step
