@@ -159,7 +159,7 @@ def run(config: Config, pytest_args: list[str]) -> bool:
             "auto",
             "-q",
             "-m",
-            f"({config.marker}) and not e2e",
+            f"({config.marker}) and not e2e and not serial",  # serial tests time things; they check no kernel's value
             f"--junitxml={report}",
             *pytest_args,
         ]

@@ -231,6 +231,7 @@ def test_a_sessions_language_is_its_pages(query, locale, expected):
     assert limits.busy_text(expected) == i18n.text(expected, "limits.upload_busy")
 
 
+@pytest.mark.serial  # p95 ratios: timed alone, after the parallel tests (Makefile)
 def test_a_class_under_attack_is_not_hurt():
     """bench/hostile.py, shortened: 20 learners at 5 s think time for 15 s, alone and with 5 hostile clients,
     two pairs of runs in turn.

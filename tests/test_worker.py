@@ -151,6 +151,7 @@ def test_the_worker_refuses_a_run_its_clock_puts_over_the_limit(worker):
     assert limit == live.MAX_RUN_SECONDS["cpu"] and need == pytest.approx(huge.estimate_seconds("cpu", clock=clock))
 
 
+@pytest.mark.serial  # a clock: timed alone, after the parallel tests (Makefile)
 def test_the_estimate_is_near_the_runs_own_time(worker):
     """The calibrated estimate against the lab's default run on this machine, per arm and in all.
 
@@ -173,6 +174,7 @@ def test_the_estimate_is_near_the_runs_own_time(worker):
     assert cfg.estimate_seconds("cpu", clock=clock) <= live.DEFAULT_RUN_SECONDS
 
 
+@pytest.mark.serial  # a clock: timed alone, after the parallel tests (Makefile)
 def test_stop_ends_a_run_within_a_second_even_when_one_step_is_long():
     w = LabWorker()
     try:
