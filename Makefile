@@ -50,10 +50,12 @@ torch: | $(BIN)/python
 	TORCH_INDEX_URL="$(TORCH_INDEX_URL)" $(BIN)/python scripts/install_torch.py
 
 ## Lint, then the whole test suite: the fast tests on every core, then, one at a time, the tests that time
-## something (marked serial) and the browser tests (skipped, with the reason, where /usr/bin/chromium is missing).
+## something (marked serial), then the browser tests (skipped, with the reason, where /usr/bin/chromium is missing).
+## (Serial tests run in their own pytest: Playwright's sync API leaves an event loop that asyncio.run refuses.)
 test: lint
 	$(BIN)/pytest -n auto -m "not e2e and not serial" $(PYTEST_ARGS)
-	$(BIN)/pytest -m "e2e or serial" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "serial and not e2e" $(PYTEST_ARGS)
+	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
 ## The tests that compute with torch's or numpy's CPU kernels (marked torch_kernels, numpy_kernels) again, under
 ## ATEN_CPU_CAPABILITY=default, =avx2 and =avx512 (each only where this CPU has it) and with numpy at its baseline
