@@ -15,7 +15,7 @@ LESSON_FORMATS = ("fp32", *compare.SIXTEEN_BIT_KEYS)
 def show_measured(sel: data.Selection, also: str) -> None:
     """The recorded values instead of the illustration: FP16 against BF16 (and FP8) on what to 0 and the error."""
     stats = sel.stats
-    keys = (*compare.SIXTEEN_BIT_KEYS, *(compare.FP8_KEYS if also in ("fp8", "all") else ()))
+    keys = (*compare.SIXTEEN_BIT_KEYS, *(compare.FP8_KEYS if compare.shows(also, "fp8") else ()))
     zero = {f: measured.zone_shares(stats, f)["zero"] for f in keys}
     errors = measured.mean_relative_errors(stats, keys)
     over16 = measured.zone_shares(stats, "fp16")["overflow"]
@@ -91,11 +91,11 @@ def show_measured(sel: data.Selection, also: str) -> None:
     ]
     rows = measured.layer_rows(sel.run, sel.kind, sel.step, ("fp16", "bf16"))
     st.dataframe(data.layer_frame(page, rows, columns), hide_index=True)
-    if also in ("fp8", "all"):
+    if compare.shows(also, "fp8"):
         st.subheader(page.t("fp8_title"))
         st.dataframe(data.format_rows(page, stats, keys), hide_index=True)
         st.markdown(page.t("fp8_explain"))
-    if also in ("narrow", "all"):
+    if compare.shows(also, "narrow"):
         st.caption(page.t("also.measured_note"))
     if also != "none":  # every block recipe, from the run's own values (file version 2)
         data.recipe_section(page, sel)
@@ -169,13 +169,10 @@ def illustration(grad: float, also: str) -> None:
     widgets.explain(page, page.t(f"explain_{verdict}", **values), page.t("try"))
     if also == "none":
         return
-    st.subheader(page.t("fp8_title" if also in ("fp8", "all") else "also.narrow_title"))
-    st.dataframe(
-        compare.format_rows(page, sample, (*compare.SIXTEEN_BIT_KEYS, *compare.also_keys(also))), hide_index=True
-    )
-    if also in ("fp8", "all"):
+    compare.also_table(page, sample, also)
+    if compare.shows(also, "fp8"):
         st.markdown(page.t("fp8_explain"))
-    if also in ("narrow", "all"):
+    if compare.shows(also, "narrow"):
         st.markdown(page.t("also.explain_bf16", e2m1_zero=page.pct(category_shares(sample, "fp4_e2m1")["zero"])))
 
 

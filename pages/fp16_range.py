@@ -57,10 +57,10 @@ def show_measured(sel: data.Selection, also: str) -> None:
     ]
     rows = measured.layer_rows(sel.run, sel.kind, sel.step, ("fp16",))
     st.dataframe(data.layer_frame(page, rows, columns), hide_index=True)
-    if also in ("fp8", "all"):
+    if compare.shows(also, "fp8"):
         st.subheader(page.t("fp8_title"))
         st.dataframe(data.format_rows(page, stats, (*compare.SIXTEEN_BIT_KEYS, *compare.FP8_KEYS)), hide_index=True)
-    if also in ("narrow", "all"):
+    if compare.shows(also, "narrow"):
         st.caption(page.t("also.measured_note"))
     if also != "none":  # every block recipe, from the run's own values (file version 2)
         data.recipe_section(page, sel)
@@ -115,11 +115,8 @@ def illustration(grad: float, also: str) -> None:
     widgets.explain(page, paragraph, page.t("try"))
     if also == "none":
         return
-    st.subheader(page.t("fp8_title" if also in ("fp8", "all") else "also.narrow_title"))
-    st.dataframe(
-        compare.format_rows(page, sample, (*compare.SIXTEEN_BIT_KEYS, *compare.also_keys(also))), hide_index=True
-    )
-    if also in ("fp8", "all"):
+    compare.also_table(page, sample, also)
+    if compare.shows(also, "fp8"):
         e4m3 = category_shares(sample, "fp8_e4m3")
         st.markdown(
             page.t(
@@ -128,7 +125,7 @@ def illustration(grad: float, also: str) -> None:
                 e5m2_zero=page.pct(category_shares(sample, "fp8_e5m2")["zero"]),
             )
         )
-    if also in ("narrow", "all"):
+    if compare.shows(also, "narrow"):
         st.markdown(
             page.t(
                 "also.explain_fp16_range",

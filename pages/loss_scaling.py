@@ -164,9 +164,9 @@ def show_measured(sel: data.Selection, k: int, also: str) -> None:
             n=page.num(len(history.steps)),
         )
     widgets.explain(page, paragraph, page.t("loss_scaling_data.try"))
-    if also in ("narrow", "all"):
+    if compare.shows(also, "narrow"):
         st.caption(page.t("also.measured_note"))
-    if also in ("fp8", "all"):
+    if compare.shows(also, "fp8"):
         scales = {key: measured.scale_bounds(stats, key).safe_k for key in compare.FP8_KEYS}
         st.subheader(page.t("fp8_title"))
         st.markdown(page.t("loss_scaling_data.fp8_explain"))
@@ -262,8 +262,8 @@ def illustration(k: int, also: str) -> None:
     sample = gradient_sample(TYPICAL)
     extra = compare.also_keys(also)
     scale_exps = {key: per_tensor_scale_exp(sample, key) for key in extra}
-    st.subheader(page.t("fp8_title" if also in ("fp8", "all") else "also.narrow_title"))
-    if also in ("fp8", "all"):
+    st.subheader(compare.also_title(page, also))
+    if compare.shows(also, "fp8"):
         st.markdown(
             page.t(
                 "fp8_explain",
@@ -272,7 +272,7 @@ def illustration(k: int, also: str) -> None:
                 e5m2_scale=power_of_two(scale_exps["fp8_e5m2"]),
             )
         )
-    if also in ("narrow", "all"):
+    if compare.shows(also, "narrow"):
         fp4 = "fp4_e2m1"
         scaled_fp4 = category_shares(sample * 2.0 ** scale_exps[fp4], fp4)
         st.markdown(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import streamlit as st
 
 from lensa.formats import FORMATS, category_shares, classify, formats_in, relative_error
 from lensa.measured import ZoneHistogram
@@ -24,6 +25,22 @@ NARROW_KEYS = formats_in("narrow")  # FP6 and FP4
 def also_keys(also: str) -> tuple[str, ...]:
     """The formats the steps' "also show" choice adds to FP16 and BF16, from the registry's groups."""
     return formats_in(*ALSO_GROUPS[also])
+
+
+def shows(also: str, group: str) -> bool:
+    """Whether the "also show" choice ``also`` includes the format group ``group`` (``"fp8"`` or ``"narrow"``)."""
+    return group in ALSO_GROUPS[also]
+
+
+def also_title(page: Page, also: str) -> str:
+    """The heading over the narrower formats: FP8's where the choice includes FP8, else FP6 and FP4's."""
+    return page.t("fp8_title" if shows(also, "fp8") else "also.narrow_title")
+
+
+def also_table(page: Page, values: np.ndarray, also: str) -> None:
+    """Steps 2 and 5's table of FP16 and BF16 beside the chosen narrower formats, under its heading."""
+    st.subheader(also_title(page, also))
+    st.dataframe(format_rows(page, values, (*SIXTEEN_BIT_KEYS, *also_keys(also))), hide_index=True)
 
 
 def also_control(page: Page) -> str:
