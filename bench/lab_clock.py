@@ -31,9 +31,13 @@ from bench.common import publish, table, verdict
 
 BAND = (0.67, 1.5)
 DEFAULT_LIMIT_S = 15.0
-WIDTHS = (64, 128, 256, 512, 1024, 2048, 4096)
-BATCHES = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
-STEPS = (10, 20, 30, 60, 100, 200, 300)
+
+
+def _stops(name):
+    """The lab page's slider stops for ``name`` (lensa.ui.site, as the page draws them)."""
+    from lensa.ui.site import PAGES_BY_KEY
+
+    return tuple(int(v) for v in PAGES_BY_KEY["lab"].control(name).stops)
 
 
 def largest_allowed(clock):
@@ -41,9 +45,9 @@ def largest_allowed(clock):
     from lensa import live
 
     best = None
-    for width in WIDTHS:
-        for batch in BATCHES:
-            for steps in STEPS:
+    for width in _stops("width"):
+        for batch in _stops("batch"):
+            for steps in _stops("steps"):
                 cfg = live.RunConfig(width=width, batch_size=batch, steps=steps, device="cpu", record=True)
                 est = cfg.estimate_seconds("cpu", clock=clock)
                 if est <= live.MAX_RUN_SECONDS["cpu"] and (best is None or est > best[0]):
