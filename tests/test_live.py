@@ -211,6 +211,9 @@ def test_calibration_times_each_arm_here_within_its_budget():
         assert widths == list(live.clock.RATE_WIDTHS[: len(widths)]) and widths
         assert all(math.isfinite(r) and r > 0 for _w, r in rates)
         assert clock.flop_per_s[arm] in [r for _w, r in rates]
+    # Each 16-bit arm's recorded step against fp32's: measured where the arm is fast, else the other's (or 1).
+    assert set(clock.record_scale) == {"fp16", "bf16"}
+    assert all(math.isfinite(v) and v > 0 for v in clock.record_scale.values())
     assert clock.capability == torch.backends.cpu.get_cpu_capability()
     # The budget is 2 s on a machine of its own; a shared CI core can stretch every probe, so allow 5x.
     assert clock.calibration_s < 5 * live.clock.CALIBRATION_BUDGET_S

@@ -22,7 +22,9 @@ models, and :class:`CostModel` holds what it measured:
   ``flop_per_s`` is the rate at the widest width every arm measured;
 - ``arm_s``: an arm's set-up; ``data_value_s`` per generated training value;
 - ``record_value_s`` and ``record_tensor_s``: what the lab's Recorder costs
-  at a recorded step, per value and per tensor summarised (fp32 arm).
+  at a recorded step, per value and per tensor summarised (fp32 arm), and
+  ``record_scale``: each other arm's recorded step over fp32's (16-bit tensors
+  cost more to summarise).
 
 The whole calibration takes at most about :data:`CALIBRATION_BUDGET_S`; the
 lab's worker process runs it once when it starts and keeps the result for
@@ -56,7 +58,14 @@ PROBE_FEATURES = 64
 RATE_WIDTHS = (64, 256, 1024)
 """Widths the matmul rate is measured at: the lab's narrowest, a middle one, and one whose FP16 weights (2 MB a
 layer) outgrow a core's L2 cache, where an emulated product slows down."""
-_FIRST_BATCH = 256
+_LAB_BATCH = 256
+"""Every width but the widest is probed at this batch at least: the lab's runs use 256 and more (its defaults
+512-1024), and where FP16 is emulated a smaller batch's products can fit the caches and run much faster (1.6x
+at width 256 without vector kernels). The widest is probed at :data:`_MIN_BATCH` and up: its weights alone
+outgrow the caches, so its rate hardly depends on the batch, and a larger one would cost seconds."""
+_RECORD_PROBE_STEP_S = 0.01
+"""An arm's recording is timed on its own only when its matmuls at the recording probe's size would take at most
+this long per step (a native arm); an emulated arm's steps would take the budget."""
 _MIN_BATCH = 16
 _MAX_BATCH = 2048
 NATIVE_FLAGS: dict[str, tuple[str, ...]] = {
@@ -78,8 +87,9 @@ class CostModel:
     Per arm: ``arm_s`` of set-up and an FP32 evaluation pass. Per run:
     ``data_value_s`` per training value generated. Per recorded step of an
     arm: ``record_value_s`` per value and ``record_tensor_s`` per tensor the
-    Recorder summarises. ``slowdown[arm]``: the arm's matmul time over FP32's (the rates' ratio)
-    at the widest rate probe (> 1: slower than FP32). ``capability``: torch's CPU
+    Recorder summarises (the fp32 arm's), times ``record_scale[arm]`` (1 where absent).
+    ``slowdown[arm]``: the arm's matmul time over FP32's (the rates' ratio)
+    at the widest width every arm measured (> 1: slower than FP32). ``capability``: torch's CPU
     kernel level (``torch.backends.cpu.get_cpu_capability()``; the GPU's
     name on CUDA); ``cpu_flags``: the 16-bit flags the CPU has.
     ``calibration_s``: how long the calibration took; ``threads``: torch's
@@ -95,6 +105,7 @@ class CostModel:
     record_value_s: float = 0.0
     record_tensor_s: float = 0.0
     rate_by_width: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    record_scale: dict[str, float] = field(default_factory=dict)
     slowdown: dict[str, float] = field(default_factory=dict)
     capability: str = ""
     cpu_flags: tuple[str, ...] = ()
@@ -276,11 +287,12 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
                     w0, b0, t0 = steps[-1]
                     raw = 6.0 * _macs(w0, depth) * b0 / t0  # the previous step's FLOP/s, overheads included
                     want = PROBE_STEP_S * raw / flop_per_sample
-                    batch = min(_MAX_BATCH, max(_MIN_BATCH, 2 ** round(math.log2(max(want, 1.0)))))
+                    least = _MIN_BATCH if width == RATE_WIDTHS[-1] else _LAB_BATCH
+                    batch = min(_MAX_BATCH, max(least, 2 ** round(math.log2(max(want, 1.0)))))
                     if time.perf_counter() + 3 * flop_per_sample * batch / raw > arm_deadline:
                         break
                 else:
-                    batch = _FIRST_BATCH
+                    batch = _LAB_BATCH
                 t_step, one_off, model, opt_part = _time_step(arm, device, width, depth, batch)
                 if not steps and t_step < 0.5 * PROBE_STEP_S and batch < _MAX_BATCH:
                     # The first width: a step too short to time well; once more, larger.
@@ -314,7 +326,9 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
                 rates.append((width, 6.0 * _macs(width, depth) * batch / max(t_step - fixed, 0.25 * t_step)))
             by_width[arm] = tuple(rates)
         data_value_s = _time_data(device)
-        record_value_s, record_tensor_s = _time_recording(device)
+        record_value_s, record_tensor_s, record_scale = _time_recording(
+            device, {arm: min(r for _w, r in rates) for arm, rates in by_width.items()}
+        )
     # The headline rate and FP32 against each arm: at the widest width every arm measured.
     common = max(set.intersection(*(set(dict(rates)) for rates in by_width.values())))
     flop = {arm: dict(rates)[common] for arm, rates in by_width.items()}
@@ -336,6 +350,7 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
         data_value_s=data_value_s,
         record_value_s=record_value_s,
         record_tensor_s=record_tensor_s,
+        record_scale=record_scale,
         rate_by_width=by_width,
         slowdown=slowdown,
         capability=capability,
@@ -376,39 +391,57 @@ def _time_data(device: str) -> float:
     return t / (n * (PROBE_FEATURES + 1))
 
 
-def _time_recording(device: str) -> tuple[float, float]:
-    """(seconds per value, seconds per tensor) the lab's Recorder adds to a recorded step (fp32 arm).
+def _time_recording(device: str, arms: dict[str, float]) -> tuple[float, float, dict[str, float]]:
+    """(seconds per value, seconds per tensor) the lab's Recorder adds to a recorded step of the fp32 arm, and
+    per arm the time of a recorded step over the fp32 arm's.
 
-    Two models: a tiny one, whose cost is mostly per tensor, and a wider one, mostly per value; each timed
-    with and without the Recorder, and the two equations give both.
+    Two fp32 models: a tiny one, whose cost is mostly per tensor, and a wider one, mostly per value; each timed
+    with and without the Recorder, and the two equations give both. Then the wider one again for each other arm
+    in ``arms`` (arm -> its matmul FLOP/s): a 16-bit arm's tensors cost more to summarise (a third more for
+    BF16 here). An arm whose steps are too slow to time it in the budget (an emulated one) takes the other
+    16-bit arm's factor, or 1.
     """
-    from lensa.live.capture import Recorder
-
     rows = []
     for width, batch in ((16, 8), (256, 512)):
-        depth = 2
-        model, opt, step, _p = _probe("fp32", device, width, depth, batch)
-        step()
-        bare = _best_time(step, device)
-
-        # A recorder's whole life, as an arm of the lab lives it: made, recorded steps, read, closed (its one-off
-        # cost shared by three steps; the lab records about ten, so this errs on the long side).
-        def recorded(model: torch.nn.Module = model, opt: Any = opt, step: Callable[[], None] = step) -> None:
-            recorder = Recorder(model, opt, steps=(1, 2, 3), background=False)
-            try:
-                for _ in range(3):
-                    step()
-                    recorder.step()
-                recorder.stats()
-            finally:
-                recorder.close()
-
-        t = _best_time(recorded, device, repeats=2) / 3
-        values = 3 * _params(width, depth) + 2 * batch * (2 * depth * width + 1)
-        tensors = 3 * 2 * (depth + 1) + 2 * (2 * depth + 1)
-        rows.append((max(t - bare, 0.0), values, tensors))
+        t, values, tensors = _recorded_step("fp32", device, width, batch)
+        rows.append((t, values, tensors))
     (t_small, v_small, n_small), (t_big, v_big, n_big) = rows
     det = v_big * n_small - v_small * n_big
     per_value = max((t_big * n_small - t_small * n_big) / det, 0.0) if det else 0.0
     per_tensor = max((t_small - per_value * v_small) / n_small, 0.0)
-    return per_value, per_tensor
+    scale: dict[str, float] = {}
+    for arm, flop_per_s in arms.items():
+        if arm == "fp32" or 6.0 * _macs(256, 2) * 512 / flop_per_s > _RECORD_PROBE_STEP_S or t_big <= 0:
+            continue
+        scale[arm] = _recorded_step(arm, device, 256, 512)[0] / t_big
+    for arm in arms:
+        if arm != "fp32" and arm not in scale:
+            scale[arm] = next((v for a, v in scale.items() if a != "fp32"), 1.0)
+    return per_value, per_tensor, scale
+
+
+def _recorded_step(arm: str, device: str, width: int, batch: int) -> tuple[float, int, int]:
+    """(seconds the Recorder adds to one recorded step, values summarised, tensors summarised) for ``arm``."""
+    from lensa.live.capture import Recorder
+
+    depth = 2
+    model, opt, step, _p = _probe(arm, device, width, depth, batch)
+    step()
+    bare = _best_time(step, device)
+
+    # A recorder's whole life, as an arm of the lab lives it: made, recorded steps, read, closed (its one-off
+    # cost shared by three steps; the lab records about ten, so this errs on the long side).
+    def recorded() -> None:
+        recorder = Recorder(model, opt, steps=(1, 2, 3), background=False)
+        try:
+            for _ in range(3):
+                step()
+                recorder.step()
+            recorder.stats()
+        finally:
+            recorder.close()
+
+    t = _best_time(recorded, device, repeats=2) / 3
+    values = 3 * _params(width, depth) + 2 * batch * (2 * depth * width + 1)
+    tensors = 3 * 2 * (depth + 1) + 2 * (2 * depth + 1)
+    return max(t - bare, 0.0), values, tensors
