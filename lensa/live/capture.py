@@ -68,9 +68,10 @@ returns at once; with ``amax=True``, also each tensor's largest and smallest val
 over all weights, and again over all weight gradients; ``amax()`` and ``amin()`` of each module output and its
 gradient, which allocate nothing, and a hook on each module output for its gradient), read back once per step
 with one ``stack``: about 12% of the reference model's 14 ms step (120 tensors; thread CPU time, median of 3
-interleaved runs of 55 steps, where ``abs().amax()`` per tensor cost 25%). At recorded steps, by default (``background=True``), a hook only copies
-its tensor as float32 into a ring of shared memory (128 MiB, made when the recorder is), and a numpy-only
-process (:mod:`lensa.live.summaries`) summarises the copies beside the training loop, on another core; the
+interleaved runs of 55 steps, where ``abs().amax()`` per tensor cost 25%). At recorded steps, by default
+(``background=True``), a hook only copies its tensor as float32 into a ring of shared memory (128 MiB, made when the
+recorder is), and a numpy-only process (:mod:`lensa.live.summaries`) summarises the copies beside the training loop,
+on another core; the
 records come back when the run is read (:meth:`Recorder.stats`, :meth:`Recorder.save`, :meth:`Recorder.close`).
 On the small reference model (:mod:`lensa.live.reference`, 120 tensors, 5.1 M values a recorded step) a
 recorded step then costs the training thread about 1.2 times a bare one; summarised inside the step
