@@ -71,8 +71,8 @@ with one ``stack``: about 12% of the reference model's 14 ms step (120 tensors; 
 interleaved runs of 55 steps, where ``abs().amax()`` per tensor cost 25%). At recorded steps, by default
 (``background=True``), a hook only copies its tensor as float32 into a ring of shared memory (128 MiB, made when the
 recorder is), and a numpy-only process (:mod:`lensa.live.summaries`) summarises the copies beside the training loop,
-on another core; the
-records come back when the run is read (:meth:`Recorder.stats`, :meth:`Recorder.save`, :meth:`Recorder.close`).
+on another core; the records come back when the run is read (:meth:`Recorder.stats`, :meth:`Recorder.save`,
+:meth:`Recorder.close`).
 On the small reference model (:mod:`lensa.live.reference`, 120 tensors, 5.1 M values a recorded step) a
 recorded step then costs the training thread about 1.2 times a bare one; summarised inside the step
 (``background=False``), about 5 times: about 1 to 2 ns per value of torch integer work plus 100 to 300
