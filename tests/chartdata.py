@@ -42,8 +42,9 @@ def parse_markdown_table(text: str) -> Table:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
 
     def cells(line: str) -> tuple[str, ...]:
-        parts = re.split(r"(?<!\\)\|", line.strip().strip("|") if not line.endswith("\\|") else line)
-        return tuple(p.strip().replace("\\|", "|") for p in parts)
+        inner = line.removeprefix("|")
+        inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
+        return tuple(p.strip().replace("\\|", "|") for p in re.split(r"(?<!\\)\|", inner))
 
     if len(lines) < 2 or not set(lines[1]) <= set("|- :"):
         raise ValueError(f"not a Markdown table: {text[:80]!r}")
@@ -179,8 +180,8 @@ class Reader:
         self.y = read_axis(layout.get("yaxis", {}), lang)
         self.used: set[int] = set()
         self.found: list[str] = []
-        self.matched: set[tuple[int, int]] = set()
-        self._keys: dict[float, list[int]] | None = None  # (row, column) of every cell a drawn number was found in
+        self.matched: set[tuple[int, int]] = set()  # (row, column) of every cell a drawn number was found in
+        self._keys: dict[float, list[int]] | None = None  # rows by the number their first cell writes
 
     # rows and columns
     def rows_named(self, name: str) -> list[int]:

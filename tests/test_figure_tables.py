@@ -183,3 +183,10 @@ def test_display_rounding_is_half_a_unit_of_the_last_digit():
     assert shows("2^16", 2**16, "en") and shows("2^16", 2**16.4, "en") and not shows("2^16", 2**16.6, "en")
     assert shows("1", 1.0, "en", exact=True) and not shows("1", 1.0000001, "en", exact=True)
     assert not shows("0%", 1e-9, "en") and read_number("tok.weight", "en") is None
+
+
+def test_markdown_tables_read_back_cell_by_cell():
+    text = "| a | b \\| c |\n| --- | --- |\n| 1 | x \\| y |\n| 2 |  |"
+    assert parse_markdown_table(text) == Table(("a", "b | c"), (("1", "x | y"), ("2", "")))
+    with pytest.raises(ValueError):
+        parse_markdown_table("| a |\n| 1 |")
