@@ -227,6 +227,16 @@ def test_lost_all_counts_what_encode_stores_on_any_number_of_threads(case):
         assert B.lost(x, key) == got  # one recipe alone: the same pass
 
 
+@pytest.mark.parametrize("case", list(LOST_ALL_CASES))
+def test_quantize_in_pieces_stores_what_encode_stores(case):
+    """quantize's cache-sized pieces against encode's whole-array arithmetic, signs of zero included."""
+    rng = np.random.default_rng(12)
+    x = LOST_ALL_CASES[case](rng).astype(np.float32)
+    x[rng.random(x.shape) < 0.03] = -0.0
+    for key in B.RECIPES:
+        assert same(B.quantize(x, key), B.encode(x, key).stored), key
+
+
 def test_outcomes_name_what_happened():
     x = np.array([1.0, 0.3, 1e-9, 7.5] + [0.5] * 12, np.float32)
     enc = B.encode(x, "nvfp4")
