@@ -391,14 +391,15 @@ def _block_scales(r: Recipe, amax: NDArray[np.float32], tensor_amax: np.float32)
             return np.where(amax > 0, amax / np.float32(f.max), np.float32(1.0)).astype(np.float32)
         if r.rule == "nvfp4":
             ts = tensor_amax / _NVFP4_TENSOR_DIVISOR if tensor_amax > 0 else np.float32(1.0)
-            block = (amax / np.float32(f.max)) / ts
+            block = np.ascontiguousarray(amax / np.float32(f.max), np.float32)
+            block /= ts
             e4m3 = FORMATS["fp8_e4m3"]
-            block = np.clip(block, np.float32(e4m3.smallest_normal), np.float32(e4m3.max))
+            np.clip(block, np.float32(e4m3.smallest_normal), np.float32(e4m3.max), out=block)
             # E4M3's rounding in float32 arithmetic (lensa.formats.round_float32: the same values as ml_dtypes'
             # cast, checked code by code in tests/test_formats.py), several times faster; the clip keeps every
             # value within E4M3's normal range, so nothing saturates
-            rounded = round_float32(np.ascontiguousarray(block, np.float32), e4m3, inplace=True)
-            scales: NDArray[np.float32] = (ts * rounded).astype(np.float32)
+            scales: NDArray[np.float32] = round_float32(block, e4m3, inplace=True)
+            scales *= ts
             return scales
         e = _mx_exponent(amax, f, r.rule)
         powers: NDArray[np.float32] = np.ldexp(np.float32(1.0), e).astype(np.float32)
