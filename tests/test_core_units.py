@@ -172,3 +172,22 @@ def test_core_imports_no_view_or_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_step6_memory_is_drawn_for_every_mode_but_fp8_wherever_it_stands():
+    from lensa.speed import step_memories, step_times
+
+    tokens = 2048
+    # Korthikanti et al. eq. (1) with FlashAttention: 34 h bytes a token a layer at 16 bits, twice that in FP32;
+    # the model states are 16 bytes a parameter with Adam in either precision (ZeRO paper, Fig. 1).
+    act16 = 34 * SEVEN_B.d_model * SEVEN_B.layers * tokens
+    expected = {"fp32": 2 * act16, "tf32": 2 * act16, "bf16": act16, "fp16": act16}
+    for gpu in GPUS.values():
+        modes = step_times(gpu, SEVEN_B.params, tokens).modes
+        for order in (modes, modes[::-1]):  # FP8 first or last: left out either way, the rest keep their order
+            memories = step_memories(order, SEVEN_B, tokens)
+            assert list(memories) == [m for m in order if m != "fp8"]
+            for mode, memory in memories.items():
+                assert memory.activations == expected[mode]
+                assert memory.model_states == 16 * SEVEN_B.params
+    assert "fp8" in step_times(GPUS["h100"], SEVEN_B.params, tokens).modes  # so the case above was exercised
