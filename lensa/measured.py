@@ -180,6 +180,21 @@ def scale_bounds(stats: TensorStats, fmt: str = "fp16", keep: float = KEEP_SHARE
     return ScaleBounds(keep_k, safe_k)
 
 
+def rescaled_formats(stats: TensorStats, fmts: Sequence[str]) -> dict[str, int]:
+    """Each of ``fmts`` that its safe scale (:func:`scale_bounds`' ``safe_k``) changes, with that exponent k.
+
+    Two kinds are left out, for different reasons: a format with no safe scale (``safe_k`` None: some value
+    is ±inf, so every S overflows, or no value is non-zero), and one whose safe scale is S = 1 (k = 0), where
+    the scaled values are the recorded ones. A negative k (the values must shrink to fit) is kept.
+    """
+    out = {}
+    for f in fmts:
+        k = scale_bounds(stats, f).safe_k
+        if k is not None and k != 0:
+            out[f] = k
+    return out
+
+
 def mean_relative_errors(stats: TensorStats, fmts: Sequence[str]) -> dict[str, float]:
     """Mean relative error of each format over the finite non-zero values (1.0 = 100%; inf if one overflows)."""
     return {f: stats.mean_relative_error(f) for f in fmts}

@@ -1,10 +1,11 @@
 """Step 3 · Loss scaling: shift the gradients into range, then shift them back."""
 
+import numpy as np
 import streamlit as st
 
 from lensa import measured
-from lensa.formats import FORMATS, category_shares, largest_magnitude
-from lensa.gradients import gradient_sample
+from lensa.formats import FORMATS, largest_magnitude
+from lensa.gradients import default_sample
 from lensa.scaling import (
     TORCH_INIT_SCALE,
     SpikeModel,
@@ -20,7 +21,6 @@ from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
 
 FP16 = FORMATS["fp16"]
-TYPICAL = 1e-6  # the step-2 sample at its default
 SPIKES = SpikeModel()
 REAL_RUN = "loss_scaling.real_trace"
 REAL_JOB = "loss_scaling.real_job"
@@ -167,12 +167,11 @@ def show_measured(sel: data.Selection, k: int, also: str) -> None:
     if compare.shows(also, "narrow"):
         st.caption(page.t("also.measured_note"))
     if compare.shows(also, "fp8"):
-        scales = {key: measured.scale_bounds(stats, key).safe_k for key in compare.FP8_KEYS}
         st.subheader(page.t("fp8_title"))
         st.markdown(page.t("loss_scaling_data.fp8_explain"))
         rows = data.format_rows(page, stats, ("fp16",), {"fp16": k})
         rows += data.format_rows(page, stats, compare.FP8_KEYS, dict.fromkeys(compare.FP8_KEYS, 0))
-        scaled = {f: s for f, s in scales.items() if s}
+        scaled = measured.rescaled_formats(stats, compare.FP8_KEYS)  # those a scale changes
         if scaled:
             rows += data.format_rows(page, stats, tuple(scaled), scaled)
         st.dataframe(rows, hide_index=True)
@@ -182,8 +181,9 @@ def show_measured(sel: data.Selection, k: int, also: str) -> None:
 
 def illustration(k: int, also: str) -> None:
     """The seed's illustration: step 2's sample times S, and an illustrative dynamic run (with a real one)."""
-    scaled = loss_scaled(gradient_sample(TYPICAL), k)
-    shares = static_shift_shares(gradient_sample(TYPICAL), k)
+    sample = default_sample()
+    scaled = loss_scaled(sample, k)
+    shares = static_shift_shares(sample, k)
     run = illustrative_run()
     charts = widgets.figure_area()
     widgets.metric_row(
@@ -257,9 +257,12 @@ def illustration(k: int, also: str) -> None:
         skipped=page.num(len(run.skipped_steps)),
     )
     widgets.explain(page, paragraph, page.t("try"))
-    if also == "none":
-        return
-    sample = gradient_sample(TYPICAL)
+    if also != "none":
+        also_formats(sample, k, also)
+
+
+def also_formats(sample: np.ndarray, k: int, also: str) -> None:
+    """The narrower formats beside FP16: each at its own per-tensor scale, and what that scale keeps."""
     extra = compare.also_keys(also)
     scale_exps = {key: per_tensor_scale_exp(sample, key) for key in extra}
     st.subheader(compare.also_title(page, also))
@@ -274,7 +277,7 @@ def illustration(k: int, also: str) -> None:
         )
     if compare.shows(also, "narrow"):
         fp4 = "fp4_e2m1"
-        scaled_fp4 = category_shares(sample * 2.0 ** scale_exps[fp4], fp4)
+        scaled_fp4 = static_shift_shares(sample, scale_exps[fp4], fp4)
         st.markdown(
             page.t(
                 "also.explain_loss_scaling",

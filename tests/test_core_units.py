@@ -191,3 +191,18 @@ def test_step6_memory_is_drawn_for_every_mode_but_fp8_wherever_it_stands():
                 assert memory.activations == expected[mode]
                 assert memory.model_states == 16 * SEVEN_B.params
     assert "fp8" in step_times(GPUS["h100"], SEVEN_B.params, tokens).modes  # so the case above was exercised
+
+
+def test_the_default_sample_is_step_2s_default_made_once_and_read_only():
+    from lensa.gradients import DEFAULT_TYPICAL, default_sample
+    from lensa.ui.site import PAGES_BY_KEY
+
+    assert PAGES_BY_KEY["fp16_range"].control("grad").default == DEFAULT_TYPICAL  # type: ignore[attr-defined]
+    shared = default_sample()
+    assert shared is default_sample() and not shared.flags.writeable
+    assert np.array_equal(shared, gradient_sample(DEFAULT_TYPICAL))
+    # The seed's counts in FP16 (lensa/gradients.py): 17 of 400 round to 0, 364 subnormal, 19 normal.
+    cats = F.classify(shared, "fp16")
+    assert [int(np.count_nonzero(cats == c)) for c in ("zero", "subnormal", "normal")] == [17, 364, 19]
+    with pytest.raises(ValueError):
+        shared[0] = 1.0
