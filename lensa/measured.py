@@ -18,7 +18,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa.formats import classify
+from lensa.formats import classify, get_format
+from lensa.master import MASTER_FORMAT, master_lost_count
 from lensa.runstats import RunStats, TensorStats, combine, significand_edges
 
 ALL_LAYERS = "all"
@@ -201,9 +202,16 @@ def mean_relative_errors(stats: TensorStats, fmts: Sequence[str]) -> dict[str, f
 
 
 def lost_share(stats: TensorStats, fmt: str) -> float:
-    """Share of the non-zero updates that a weight held in ``fmt`` would lose (NaN when there are none)."""
+    """Share of the non-zero updates that a weight held in ``fmt`` would lose (NaN when there are none).
+
+    ``fmt`` FP32 is the master copy, which holds the weight as recorded: the record keeps no count for it,
+    and :func:`lensa.master.master_lost_count` gives it. A record that is not an update raises ValueError.
+    """
+    if stats.lost_counts is None:
+        raise ValueError("a lost share needs the statistics of an update, made by summarize_update")
     n = stats.nonzero
-    return stats.lost(fmt) / n if n else math.nan
+    lost = master_lost_count(n) if get_format(fmt).name == MASTER_FORMAT else stats.lost(fmt)
+    return lost / n if n else math.nan
 
 
 @dataclass(frozen=True)

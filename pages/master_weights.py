@@ -7,6 +7,7 @@ from lensa.formats import get_format, spacing
 from lensa.master import (
     EXAMPLE_GRAD,
     EXAMPLE_LR,
+    MASTER_FORMAT,
     NOTICEABLE_ROUNDING,
     UpdateOutcome,
     master_weight_example,
@@ -19,24 +20,24 @@ from lensa.ui.frame import setup
 STEPS = 1000
 TICKS_EACH_SIDE = 4
 LOW_PRECISION = ("fp16", "bf16")
+SHOWN = (*LOW_PRECISION, MASTER_FORMAT)  # the weight held in 16 bits, then the FP32 master copy
 MAX_LAYER_BARS = 12  # a chart a phone can hold; the table below lists every layer
 
 
 def show_measured(sel: data.Selection) -> None:
     """The recorded updates instead of the illustration: how many an FP16 or BF16 weight would lose."""
     run, stats = sel.run, sel.stats
-    lost = {f: measured.lost_share(stats, f) for f in LOW_PRECISION}
-    pct = {f: data.pct(page, share) for f, share in lost.items()}
-    master = page.pct(0.0)  # the update is w_after - w_before in FP32: added to the FP32 copy, it is w_after exactly
+    pct = {f: data.pct(page, measured.lost_share(stats, f)) for f in SHOWN}
+    master = pct[MASTER_FORMAT]
     source = data.source_line(page, sel)
-    labels = {"fp16": page.t("master_weights_data.bar_fp16"), "bf16": page.t("master_weights_data.bar_bf16")}
-    master_label = page.t("master_weights_data.bar_master")
-    rows = measured.lost_by_layer(run, sel.step, LOW_PRECISION)
+    labels = {
+        "fp16": page.t("master_weights_data.bar_fp16"),
+        "bf16": page.t("master_weights_data.bar_bf16"),
+        MASTER_FORMAT: page.t("master_weights_data.bar_master"),
+    }
+    rows = measured.lost_by_layer(run, sel.step, SHOWN)
     shown = measured.most_lost(rows, "fp16", MAX_LAYER_BARS)
-    series = [
-        (f, labels[f], [r.lost[f] for r in shown], [data.pct(page, r.lost[f]) for r in shown]) for f in LOW_PRECISION
-    ]
-    series.append(("fp32", master_label, [0.0] * len(shown), [master] * len(shown)))
+    series = [(f, labels[f], [r.lost[f] for r in shown], [data.pct(page, r.lost[f]) for r in shown]) for f in SHOWN]
     caption = page.t("master_weights_data.layers_caption", shown=page.num(len(shown)), n=page.num(len(rows)))
     charts = widgets.figure_area()
     widgets.metric_row(
@@ -56,7 +57,7 @@ def show_measured(sel: data.Selection) -> None:
             caption + " " + source,
             alt=page.t("master_weights_data.alt_layers", n=page.num(len(rows)), fp16=pct["fp16"], bf16=pct["bf16"]),
         )
-        steps, over = measured.lost_over_training(run, sel.layer, LOW_PRECISION)
+        steps, over = measured.lost_over_training(run, sel.layer, SHOWN)
         if len(steps) > 1:
             hover = page.t("master_weights_data.hover")
             lines = [
@@ -69,16 +70,8 @@ def show_measured(sel: data.Selection) -> None:
                         for s, v in zip(steps, over[f], strict=True)
                     ],
                 )
-                for f in LOW_PRECISION
+                for f in SHOWN
             ]
-            lines.append(
-                (
-                    "fp32",
-                    master_label,
-                    [0.0] * len(steps),
-                    [hover.format(step=page.num(s), share=master) for s in steps],
-                )
-            )
             widgets.chart(
                 figures.share_lines(
                     steps,
@@ -111,9 +104,7 @@ def show_measured(sel: data.Selection) -> None:
             {
                 page.t("data.col_layer"): r.name,
                 page.t("data.col_values"): page.num(r.nonzero),
-                labels["fp16"]: data.pct(page, r.lost["fp16"]),
-                labels["bf16"]: data.pct(page, r.lost["bf16"]),
-                master_label: master,
+                **{labels[f]: data.pct(page, r.lost[f]) for f in SHOWN},
             }
             for r in rows
         ],
