@@ -20,6 +20,7 @@ from lensa.ui.frame import setup
 STEPS = 1000
 TICKS_EACH_SIDE = 4
 LOW_PRECISION = ("fp16", "bf16")
+EXAMPLE_FORMAT = "fp16"  # the format the illustration's weight is held in, beside its FP32 master copy
 SHOWN = (*LOW_PRECISION, MASTER_FORMAT)  # the weight held in 16 bits, then the FP32 master copy
 MAX_LAYER_BARS = 12  # a chart a phone can hold; the table below lists every layer
 
@@ -114,7 +115,7 @@ def show_measured(sel: data.Selection) -> None:
 
 def illustration(update: float, w: float) -> None:
     """The seed's example: one weight, one small update, stored in FP16 or kept in an FP32 master copy."""
-    example = master_weight_example(w, update, STEPS, "fp16", TICKS_EACH_SIDE)
+    example = master_weight_example(w, update, STEPS, EXAMPLE_FORMAT, TICKS_EACH_SIDE)
     gap, stored = example.spacing, example.after_one
     exact, change32, change16 = example.exact_change, example.fp32_change, example.low_change
 
@@ -145,6 +146,7 @@ def illustration(update: float, w: float) -> None:
                 },
                 page.t("axis_offset"),
                 page.lang,
+                fmt=EXAMPLE_FORMAT,
             ),
             page.t("figure_title", spacing=page.sci(gap, 3)),
             alt=page.t(
