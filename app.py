@@ -20,9 +20,9 @@ st.page_link(
 )
 
 st.subheader(page.t("ideas_title", steps=page.num(STEP_COUNT)))
-for i, step in enumerate(STEPS, start=1):
+for step in STEPS:
     text_column, link_column = st.columns([5, 2], vertical_alignment="center")
-    text_column.markdown(page.t(f"idea_{i}"))
+    text_column.markdown(page.t(f"idea_{step.key}"))
     with link_column:
         st.page_link(step.file, label=page_label(page, step), query_params=link_params(step.key, page.lang))
 

@@ -205,7 +205,7 @@ def dynamic_keys() -> dict[str, set[str]]:
     regimes = inspect.signature(formats.most_common_category).parameters["among"].default
     sources = set(DATA_SOURCES) - {"illustration"}  # measured.Source.key: every data source but the illustration
     return {
-        "an idea per step (site.STEPS)": family("overview", "idea_", range(1, len(STEPS) + 1)),
+        "an idea per step (site.STEPS)": family("overview", "idea_", (p.key for p in STEPS)),
         "a navigation entry per page (site.PAGES)": family("nav", "", (p.key for p in PAGES)),
         "the also choice": family("also", "option_", ALSO.options),
         "BF16 against FP16": family("bf16", "explain_", verdicts) | family("bf16_data", "explain_", verdicts),

@@ -2,7 +2,7 @@
 
 :data:`PAGES` is the one list of pages: the navigation, the overview's list of steps, "step n of N", the count
 of steps the text says, the load generator's learners and the tests' page lists all derive from it. Adding a
-step is a page file, a core module, its catalogue entries, and one entry here (docs: README, "Adding a step").
+step is a page file, a core module, its catalogue entries, and one entry here (README.md, "Adding a step").
 """
 
 from __future__ import annotations
