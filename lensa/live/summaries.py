@@ -259,7 +259,7 @@ class ProcessSummaries:
         self._seq += 1
         offset = self._put(t)
         if offset is None:
-            self._local[self._seq] = (kind, name, step, _summarize_here(t, scale))
+            self._local[self._seq] = (kind, name, step, _summarize_here(t, scale, self._recipes))
             return
         what = "tensor" if scale is None else "unscaled"
         self._queue(

@@ -269,7 +269,7 @@ def from_histograms(
 ) -> TensorStats:
     """The summary of a float32 tensor, from its fine histograms: what a summary is, whoever did the binning.
 
-    :func:`summarize` bins with numpy and ends here; :mod:`lensa.live.summaries` bins with torch and ends here
+    :func:`summarize` bins with numpy and ends here; :mod:`lensa.live.torch_binning` bins with torch and ends here
     too, so both give equal records from equal histograms. The fine bins of the finite non-zero values lie on
     a grid of 277 binades (-149 ... 127; |x| in [2**b, 2**(b+1)), float32 subnormals by their own binade)
     times 2**11 columns (the top 11 of the 23 fraction bits F of the value normalised to 1.F): bin
@@ -285,8 +285,24 @@ def from_histograms(
     Raises ValueError for shapes that do not fit, bins out of order or off the grid, and counts that do not
     add up to ``size``.
     """
-    edges = significand_edges()
-    n_cols = len(edges)
+    idx, count, lows, exact = _checked_histograms(bins, fine_count, fine_low_sum, exact_at)
+    lo, table = _interval_table(idx, count, exact)
+    return TensorStats(
+        size=int(size),
+        exact_zero=int(exact_zero),
+        inf=int(inf),
+        nan=int(nan),
+        binade_lo=BINADE_MIN + lo,
+        table=table,
+        rel_error_sum=_relative_error_sums(idx, count, lows),
+        lost_counts=lost_counts,
+    )
+
+
+def _checked_histograms(
+    bins: ArrayLike, fine_count: ArrayLike, fine_low_sum: ArrayLike, exact_at: ArrayLike
+) -> tuple[NDArray[np.int64], NDArray[np.integer], NDArray[np.float64], NDArray[np.integer]]:
+    """The histograms of :func:`from_histograms` as arrays (bins as int64); ValueError where they do not fit."""
     idx = np.asarray(bins)
     count = np.asarray(fine_count)
     lows = np.asarray(fine_low_sum, np.float64)
@@ -302,9 +318,19 @@ def from_histograms(
         raise ValueError("bins must be strictly ascending indices into the grid of 277 * 2048 fine bins")
     if idx.size and count.min() <= 0:
         raise ValueError("every bin given must hold values (count > 0)")
+    return idx, count, lows, exact
 
-    # Each fine bin lies in one significand interval, but for an unaligned edge e (one past a fine-bin edge):
-    # its bin goes to the interval from e on, and the values with F == e - 1 (exact_at) move back one.
+
+def _interval_table(
+    idx: NDArray[np.int64], count: NDArray[np.integer], exact: NDArray[np.integer]
+) -> tuple[int, NDArray[np.int64]]:
+    """(first grid row, counts per (row, significand interval)) of the fine bins ``idx`` holding ``count`` values.
+
+    Each fine bin lies in one significand interval, but for an unaligned edge e (one past a fine-bin edge): its
+    bin goes to the interval from e on, and the values with F == e - 1 (``exact``) move back one.
+    """
+    edges = significand_edges()
+    n_cols = len(edges)
     row = idx >> LOG_FINE
     lo, hi = (int(row[0]), int(row[-1]) + 1) if idx.size else (0, 0)
     cell = row - lo
@@ -316,16 +342,7 @@ def from_histograms(
         j = int(np.searchsorted(edges, int(f_exact) + 1))
         table[:, j] -= exact[i, lo:hi]
         table[:, j - 1] += exact[i, lo:hi]
-    return TensorStats(
-        size=int(size),
-        exact_zero=int(exact_zero),
-        inf=int(inf),
-        nan=int(nan),
-        binade_lo=BINADE_MIN + lo,
-        table=table,
-        rel_error_sum=_relative_error_sums(idx, count, lows),
-        lost_counts=lost_counts,
-    )
+    return lo, table
 
 
 def _relative_error_sums(
