@@ -167,7 +167,8 @@ class ProcessSummaries:
         self._ring = torch.frombuffer(self._shared, dtype=torch.float32, offset=HEADER, count=self._capacity // 4)
         self._ring_np = self._ring.numpy()  # the same memory: numpy slices and copies with less overhead per call
         self._filled = 0  # bytes ever taken from the ring (a mark; the ring position is this modulo capacity)
-        self._open: dict[int, int] = {}  # id(Held) -> its mark: copies whose summary is not queued yet
+        # id(Held) -> its held_from, for the copies in the ring whose update is not queued yet
+        self._open: dict[int, int] = {}
         self._queued: list[tuple[Any, ...]] = []  # Items, as the plain tuples they are sent as
         self._local: dict[int, tuple[str, str, int, TensorStats]] = {}  # seq -> too large for the ring
         self._seq = 0
@@ -297,7 +298,7 @@ class ProcessSummaries:
         held = []
         for t in ts:
             h = Held(None, offset, held_from=mark)
-            self._open[id(h)] = mark
+            self._open[id(h)] = h.held_from
             held.append(h)
             offset += 4 * t.numel()
         return held
@@ -308,7 +309,7 @@ class ProcessSummaries:
         if offset is None:
             return Held(_copy(t))
         held = Held(None, offset, held_from=mark)
-        self._open[id(held)] = mark
+        self._open[id(held)] = held.held_from
         return held
 
     def updates(

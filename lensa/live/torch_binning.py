@@ -59,12 +59,12 @@ def _packed_histogram(bits: torch.Tensor) -> tuple[NDArray[Any], NDArray[np.int6
         lo = int(chunk_key.min())
         weight = torch.bitwise_and(b, LOW_MASK).to(torch.float64).add_(_PACK)
         packed = torch.bincount(chunk_key.sub_(lo), weights=weight).numpy()
-        nz = np.flatnonzero(packed)
-        p = packed[nz]
-        c = np.floor(p * (1 / _PACK))
-        keys.append(nz + lo)
-        counts.append(c)
-        lows.append(p - c * _PACK)
+        held = np.flatnonzero(packed)  # the bins that hold values
+        totals = packed[held]
+        n = np.floor(totals * (1 / _PACK))  # the counts: each total's low sum is below _PACK
+        keys.append(held + lo)
+        counts.append(n)
+        lows.append(totals - n * _PACK)
     key: NDArray[Any]
     count: NDArray[Any]
     low: NDArray[Any]
