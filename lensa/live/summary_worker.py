@@ -96,7 +96,7 @@ def _summary(ring: np.ndarray, item: Item, recipes: bool = False) -> Any:
     if item.what == "update":
         after = ring[item.after_offset // 4 : item.after_offset // 4 + item.n].reshape(item.shape)
         return summarize_update(values, after, recipes=recipes)
-    raise ValueError(f"unknown summary {item.what!r}")
+    raise ValueError(f"unknown summary {item.what!r}; an item asks for one of {SUMMARIES}")
 
 
 def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes], recipes: bool = False) -> None:
