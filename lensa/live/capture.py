@@ -79,8 +79,8 @@ recorded step then costs the training thread about 1.2 times a bare one; summari
 microseconds per tensor (``make bench``, docs/performance.md). With ``recipes=True`` the summary process also
 computes what every block recipe loses, about 2 to 3 ns per value and recipe (about a quarter of a second a
 recorded step of the reference model, where it was 1 s): it keeps up better, and the training thread waits
-less for room in the ring (with ``amax=True`` too, about 1.5 times a bare step at the median recorded step
-and 1.6 at the slowest on a loaded machine, where the slowest was 11 times before; inside the step, about 20
+less for room in the ring (with ``amax=True`` too, about 1.35 times a bare step at the median recorded step
+and 1.6 at the slowest on a shared machine, where the slowest was 11 times before; inside the step, about 20
 times). When the ring is full, a hook
 waits for the process (:attr:`Recorder.waited_seconds` says how long), so memory stays bounded; a tensor larger
 than the ring is summarised in the hook. Fewer ``kinds`` or ``modules`` cost less either way.
