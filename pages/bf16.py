@@ -5,7 +5,7 @@ import streamlit as st
 from lensa import measured
 from lensa.formats import FORMATS, category_shares, fp16_against_bf16, mean_relative_error, representable_between
 from lensa.gradients import gradient_sample
-from lensa.ui import compare, figures, widgets
+from lensa.ui import compare, display, figures, layout, widgets
 from lensa.ui import measured as data
 from lensa.ui.frame import setup
 
@@ -31,8 +31,8 @@ def show_measured(sel: data.Selection, also: str) -> None:
         "ebf": data.pct(page, errors["bf16"]),
         "over": data.pct(page, over16),
     }
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_fp16_zero"), values["z16"]),
             (page.t("metric_bf16_zero"), values["zbf"]),
@@ -41,7 +41,7 @@ def show_measured(sel: data.Selection, also: str) -> None:
         ]
     )
     with charts:
-        widgets.chart(
+        display.chart(
             figures.labelled_bars(
                 names,
                 [zero[f] for f in keys],
@@ -57,7 +57,7 @@ def show_measured(sel: data.Selection, also: str) -> None:
             alt=page.t("bf16_data.alt_zero", **values),
         )
         shown, top = data.finite_bars([errors[f] for f in keys])
-        widgets.chart(
+        display.chart(
             figures.labelled_bars(
                 names,
                 shown,
@@ -72,7 +72,7 @@ def show_measured(sel: data.Selection, also: str) -> None:
             page.t("bf16_data.error_caption") + " " + source,
             alt=page.t("bf16_data.alt_error", **values),
         )
-        widgets.chart(
+        display.chart(
             figures.precision_ticks(
                 [(key, FORMATS[key].label, representable_between(1.0, 1.0625, key)) for key in ("fp16", "bf16")],
                 page.lang,
@@ -81,7 +81,7 @@ def show_measured(sel: data.Selection, also: str) -> None:
             page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3)),
         )
     verdict = fp16_against_bf16(over16, errors["fp16"], errors["bf16"])
-    widgets.explain(page, page.t(f"bf16_data.explain_{verdict}", **values), page.t("bf16_data.try"))
+    layout.explain(page, page.t(f"bf16_data.explain_{verdict}", **values), page.t("bf16_data.try"))
     st.subheader(page.t("bf16_data.layers_title"))
     columns = [
         (page.t("metric_fp16_zero"), "fp16", "zero"),
@@ -112,8 +112,8 @@ def illustration(grad: float, also: str) -> None:
         )
         for key in (*LESSON_FORMATS, *compare.also_keys(also))
     ]
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_fp16_zero"), page.pct(s16["zero"])),
             (page.t("metric_bf16_zero"), page.pct(sbf["zero"])),
@@ -122,7 +122,7 @@ def illustration(grad: float, also: str) -> None:
         ]
     )
     with charts:
-        widgets.chart(
+        display.chart(
             figures.format_ranges(
                 ranges,
                 sample,
@@ -145,7 +145,7 @@ def illustration(grad: float, also: str) -> None:
             ),
         )
         grids = {key: representable_between(1.0, 1.0625, key) for key in ("fp16", "bf16")}
-        widgets.chart(
+        display.chart(
             figures.precision_ticks([(key, FORMATS[key].label, grid) for key, grid in grids.items()], page.lang),
             page.t("precision_title"),
             page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3)),
@@ -166,7 +166,7 @@ def illustration(grad: float, also: str) -> None:
         "ebf": page.pct(ebf),
     }
     verdict = fp16_against_bf16(s16["overflow"], e16, ebf)
-    widgets.explain(page, page.t(f"explain_{verdict}", **values), page.t("try"))
+    layout.explain(page, page.t(f"explain_{verdict}", **values), page.t("try"))
     if also == "none":
         return
     compare.also_table(page, sample, also)
@@ -182,7 +182,7 @@ def lesson() -> None:
     if selection is None:
         grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
     also = compare.also_control(page)
-    widgets.after_controls(page)
+    layout.after_controls(page)
     if selection is None:
         illustration(grad, also)
     else:
@@ -190,10 +190,10 @@ def lesson() -> None:
 
 
 page = setup("bf16")
-widgets.step_header(page)
-widgets.lesson(page, lesson)
+layout.step_header(page)
+layout.lesson(page, lesson)
 BF16, FP32 = FORMATS["bf16"], FORMATS["fp32"]
-widgets.step_end(
+layout.step_end(
     page,
     page.t(
         "notes",

@@ -4,7 +4,7 @@ import numpy as np
 import streamlit as st
 
 from lensa import blockscale
-from lensa.ui import figures, widgets
+from lensa.ui import display, figures, layout, quiz, widgets
 from lensa.ui import measured as data
 from lensa.ui.frame import setup
 
@@ -59,7 +59,7 @@ def lesson() -> None:
         lambda k: page.t("outlier_stop", k=short(k, 2), times=times(k)),
         help=page.t("outlier_help"),
     )
-    widgets.after_controls(page)
+    layout.after_controls(page)
     x = gradient_block(n, grad, outlier)
     recipes = [blockscale.RECIPES[k] for k in SHOWN]
     label = {k: page.t(f"recipe_{k}") for k in SHOWN}
@@ -76,8 +76,8 @@ def lesson() -> None:
             for i, m in enumerate(marks)
         ]
         rows.append(figures.BlockRow(label[r.key], [str(m) for m in marks], stored, hovers))
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_flushed", recipe=label["mxfp4_e2m1"]), page.pct(lost["mxfp4_e2m1"].flushed)),
             (page.t("metric_flushed", recipe=label["nvfp4"]), page.pct(lost["nvfp4"].flushed)),
@@ -85,7 +85,7 @@ def lesson() -> None:
         ]
     )
     with charts:
-        widgets.chart(
+        display.chart(
             figures.block_strips(rows, [page.sci(float(v), 3) for v in x], names, page.t("axis_index"), page.lang),
             page.t("figure_title", n=n),
             page.t("caption", i=OUTLIER_AT + 1),
@@ -121,7 +121,7 @@ def lesson() -> None:
     else:
         paragraph = page.t("explain_nothing_flushed", **values)
     paragraph += " " + page.t("explain_floor_saturates" if floor.saturated > 0 else "explain_floor_fits", **values)
-    widgets.explain(page, paragraph, page.t("try"))
+    layout.explain(page, paragraph, page.t("try"))
     if selection is not None:
         data.recipe_section(page, selection)
 
@@ -130,10 +130,10 @@ page = setup("blocks")
 st.title(page.t("title"))
 st.markdown(f"#### {page.t('headline')}")
 st.markdown(page.t("intro"))
-widgets.lesson(page, lesson)
-widgets.notes(
+layout.lesson(page, lesson)
+layout.notes(
     page,
     page.t("notes"),
     [page.t("refs.ocp_mx"), page.t("refs.mxfp8_recipes"), page.t("refs.nvfp4"), page.t("refs.deepseek_v3")],
 )
-widgets.check_yourself(page, 2)
+quiz.check_yourself(page, 2)

@@ -5,7 +5,7 @@ import streamlit as st
 from lensa import measured
 from lensa.formats import FORMATS, category_shares, largest_magnitude, most_common_category
 from lensa.gradients import gradient_sample
-from lensa.ui import compare, widgets
+from lensa.ui import compare, display, layout, widgets
 from lensa.ui import measured as data
 from lensa.ui.frame import setup
 
@@ -18,8 +18,8 @@ def show_measured(sel: data.Selection, also: str) -> None:
     shares = measured.zone_shares(stats, "fp16")
     pct = {zone: data.pct(page, share) for zone, share in shares.items()}
     kind = data.kind_words(page, sel.kind)
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_zero"), pct["zero"]),
             (page.t("metric_subnormal"), pct["subnormal"]),
@@ -28,7 +28,7 @@ def show_measured(sel: data.Selection, also: str) -> None:
         ]
     )
     with charts:
-        widgets.chart(
+        display.chart(
             compare.fp16_binades(page, measured.zone_histogram(stats, "fp16")),
             page.t("fp16_range_data.figure_title", kind=kind),
             " ".join([data.shares_note(page, stats), data.source_line(page, sel)]),
@@ -47,7 +47,7 @@ def show_measured(sel: data.Selection, also: str) -> None:
     paragraph = page.t(f"fp16_range_data.explain_{regime}", **values)
     if shares["overflow"] > 0:
         paragraph += page.t("explain_overflow", **values)
-    widgets.explain(page, paragraph, page.t("fp16_range_data.try"))
+    layout.explain(page, paragraph, page.t("fp16_range_data.try"))
     st.subheader(page.t("fp16_range_data.layers_title"))
     st.caption(page.t("fp16_range_data.layers_intro", kind=kind, step=page.num(sel.step)))
     columns = [
@@ -70,8 +70,8 @@ def illustration(grad: float, also: str) -> None:
     """The seed's illustration: 400 gradients of a typical size over FP16's zones."""
     sample = gradient_sample(grad)
     shares = category_shares(sample, FP16)
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_zero"), page.pct(shares["zero"])),
             (page.t("metric_subnormal"), page.pct(shares["subnormal"])),
@@ -80,7 +80,7 @@ def illustration(grad: float, also: str) -> None:
         ]
     )
     with charts:
-        widgets.chart(
+        display.chart(
             compare.fp16_histogram(page, sample),
             page.t("figure_title"),
             page.t(
@@ -112,7 +112,7 @@ def illustration(grad: float, also: str) -> None:
     paragraph = page.t(f"explain_{regime}", **values)
     if shares["overflow"] > 0:
         paragraph += page.t("explain_overflow", **values)
-    widgets.explain(page, paragraph, page.t("try"))
+    layout.explain(page, paragraph, page.t("try"))
     if also == "none":
         return
     compare.also_table(page, sample, also)
@@ -141,7 +141,7 @@ def lesson() -> None:
     if selection is None:
         grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
     also = compare.also_control(page)
-    widgets.after_controls(page)
+    layout.after_controls(page)
     if selection is None:
         illustration(grad, also)
     else:
@@ -149,8 +149,8 @@ def lesson() -> None:
 
 
 page = setup("fp16_range")
-widgets.step_header(page)
-widgets.lesson(page, lesson)
+layout.step_header(page)
+layout.lesson(page, lesson)
 
 
 def depth_sentence() -> str:
@@ -170,6 +170,6 @@ def depth_sentence() -> str:
     )
 
 
-widgets.step_end(
+layout.step_end(
     page, page.t("notes", depth=depth_sentence()), [page.t("refs.ieee754"), page.t("refs.micikevicius2017")]
 )

@@ -4,7 +4,7 @@ import streamlit as st
 
 from lensa.measured import history_of
 from lensa.scaling import scale_from_exp
-from lensa.ui import figures, jobs, live_view, measured, widgets
+from lensa.ui import display, figures, jobs, layout, live_view, measured, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
 from lensa.ui.jobs import Job
@@ -18,7 +18,7 @@ st.title(page.t("title"))
 st.markdown(f"#### {page.t('headline')}")
 
 if not live_view.torch_available():
-    widgets.after_controls(page)
+    layout.after_controls(page)
     st.error(live_view.torch_missing_text(page), icon=":material/error:")
     st.stop()
 
@@ -92,7 +92,7 @@ with trace_area:
         spike_factor = widgets.slider(page, "trace_factor", page.t("trace_factor"), page.sci)
         growth = int(widgets.slider(page, "trace_growth", page.t("trace_growth"), page.num))
     trace_clicked = st.button(page.t("trace_run"), key="lab.trace_run", icon=":material/science:")
-widgets.after_controls(page)
+layout.after_controls(page)
 
 with settings_area:
     if device_error is not None:
@@ -185,7 +185,7 @@ with results_area:
             if "fp16" in arms:
                 cards.append((page.t("metric_skipped"), page.num(arms["fp16"].skipped_steps)))
             if cards:
-                widgets.metric_row(cards)
+                display.metric_row(cards)
             st.dataframe(live_view.comparison_table(page, comparison), hide_index=True, width="stretch")
             if bf16_speed is not None:
                 key = "explain_fast" if live.clearly_faster(comparison, "bf16") else "explain_slow"
@@ -212,7 +212,7 @@ with results_area:
             st.markdown(f"**{page.t('memory_title')}**")
             st.dataframe(live_view.memory_table(page, comparison), hide_index=True, width="stretch")
             st.caption(page.t("memory_caption"))
-            widgets.chart(
+            display.chart(
                 figures.loss_curves(
                     [(a, page.t(f"lab.arm_{a}"), r.losses) for a, r in arms.items()],
                     page.t("step_axis"),
@@ -223,7 +223,7 @@ with results_area:
             )
             if "fp16" in arms:
                 fp16 = live.arm_scale_history(arms["fp16"])
-                widgets.chart(
+                display.chart(
                     figures.scaler_run(
                         fp16.steps,
                         fp16.log2_scales,
@@ -275,7 +275,7 @@ with trace_result_area:
         trace, init_scale, interval = st.session_state[TRACE]
         predicted, differs = live_view.trace_against_prediction(trace, init_scale, interval)
         real = history_of(trace)
-        widgets.chart(
+        display.chart(
             figures.scaler_run(
                 real.steps,
                 real.log2_scales,

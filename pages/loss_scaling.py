@@ -14,7 +14,7 @@ from lensa.scaling import (
     static_shift_regime,
     static_shift_shares,
 )
-from lensa.ui import compare, figures, i18n, jobs, live_view, widgets
+from lensa.ui import compare, display, figures, i18n, jobs, layout, live_view, widgets
 from lensa.ui import measured as data
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
@@ -79,8 +79,8 @@ def show_measured(sel: data.Selection, k: int, also: str) -> None:
     pct = {zone: data.pct(page, share) for zone, share in shares.items()}
     bounds = measured.scale_bounds(stats, "fp16")
     source = data.source_line(page, sel)
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_zero"), pct["zero"]),
             (page.t("metric_overflow"), pct["overflow"]),
@@ -89,7 +89,7 @@ def show_measured(sel: data.Selection, k: int, also: str) -> None:
         ]
     )
     with charts:
-        widgets.chart(
+        display.chart(
             compare.fp16_binades(page, measured.zone_histogram(stats, "fp16", k)),
             page.t("loss_scaling_data.figure_title", kind=kind),
             " ".join([page.t("caption"), data.shares_note(page, stats), source]),
@@ -119,7 +119,7 @@ def show_measured(sel: data.Selection, k: int, also: str) -> None:
             current=page.t("loss_scaling_data.sweep_current", s=power_of_two(k)),
             hover=page.t("loss_scaling_data.sweep_hover"),
         )
-        widgets.chart(
+        display.chart(
             figures.scale_sweep(
                 sweep.ks, sweep.zero, sweep.overflow, bounds.keep_k, bounds.safe_k, k, labels, page.lang
             ),
@@ -133,7 +133,7 @@ def show_measured(sel: data.Selection, k: int, also: str) -> None:
             st.info(page.t("loss_scaling_data.no_history"), icon=":material/info:")
         else:
             skipped_list = _list(page, list(history.skipped_steps))
-            widgets.chart(
+            display.chart(
                 recorded_run_figure(page.lang, history.steps, history.log2_scales, history.skipped),
                 page.t("loss_scaling_data.run_title"),
                 page.t(
@@ -163,7 +163,7 @@ def show_measured(sel: data.Selection, k: int, also: str) -> None:
             skipped=page.num(len(history.skipped_steps)),
             n=page.num(len(history.steps)),
         )
-    widgets.explain(page, paragraph, page.t("loss_scaling_data.try"))
+    layout.explain(page, paragraph, page.t("loss_scaling_data.try"))
     if compare.shows(also, "narrow"):
         st.caption(page.t("also.measured_note"))
     if compare.shows(also, "fp8"):
@@ -185,8 +185,8 @@ def illustration(k: int, also: str) -> None:
     scaled = loss_scaled(gradient_sample(TYPICAL), k)
     shares = static_shift_shares(gradient_sample(TYPICAL), k)
     run = illustrative_run()
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_zero"), page.pct(shares["zero"])),
             (page.t("metric_overflow"), page.pct(shares["overflow"])),
@@ -195,7 +195,7 @@ def illustration(k: int, also: str) -> None:
         ]
     )
     with charts:
-        widgets.chart(
+        display.chart(
             compare.fp16_histogram(page, scaled),
             page.t("figure_title"),
             page.t("caption") + " " + page.t("common.illustration"),
@@ -203,7 +203,7 @@ def illustration(k: int, also: str) -> None:
         )
 
         real = st.session_state.get(REAL_RUN)
-        widgets.chart(
+        display.chart(
             run_figure(page.lang, None if real is None else tuple(s.scale for s in real)),
             page.t("run_title"),
             alt=page.t(
@@ -256,7 +256,7 @@ def illustration(k: int, also: str) -> None:
         interval=page.num(SPIKES.growth_interval),
         skipped=page.num(len(run.skipped_steps)),
     )
-    widgets.explain(page, paragraph, page.t("try"))
+    layout.explain(page, paragraph, page.t("try"))
     if also == "none":
         return
     sample = gradient_sample(TYPICAL)
@@ -293,7 +293,7 @@ def lesson() -> None:
     selection = data.data_controls(page)
     k = int(widgets.slider(page, "scale", page.t("scale"), lambda v: power_of_two(int(v)), help=page.t("scale_help")))
     also = compare.also_control(page)
-    widgets.after_controls(page)
+    layout.after_controls(page)
     if selection is None:
         illustration(k, also)
     else:
@@ -308,10 +308,10 @@ def end_of_step() -> None:
         typical=page.sci(SPIKES.typical_max),
         spike_pct=page.pct(SPIKES.spike_probability),
     )
-    widgets.step_end(page, notes, [page.t("refs.micikevicius2017"), page.t("refs.torch_amp")])
+    layout.step_end(page, notes, [page.t("refs.micikevicius2017"), page.t("refs.torch_amp")])
 
 
 page = setup("loss_scaling")
-widgets.step_header(page)
-widgets.lesson(page, lesson)
+layout.step_header(page)
+layout.lesson(page, lesson)
 end_of_step()

@@ -12,7 +12,7 @@ from lensa.master import (
     master_weight_example,
     update_outcome,
 )
-from lensa.ui import figures, widgets
+from lensa.ui import display, figures, layout, widgets
 from lensa.ui import measured as data
 from lensa.ui.frame import setup
 
@@ -38,8 +38,8 @@ def show_measured(sel: data.Selection) -> None:
     ]
     series.append(("fp32", master_label, [0.0] * len(shown), [master] * len(shown)))
     caption = page.t("master_weights_data.layers_caption", shown=page.num(len(shown)), n=page.num(len(rows)))
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("master_weights_data.metric_fp16"), pct["fp16"]),
             (page.t("master_weights_data.metric_bf16"), pct["bf16"]),
@@ -48,7 +48,7 @@ def show_measured(sel: data.Selection) -> None:
         ]
     )
     with charts:
-        widgets.chart(
+        display.chart(
             figures.grouped_share_bars(
                 [r.name for r in shown], series, page.t("master_weights_data.axis_share"), page.lang
             ),
@@ -79,7 +79,7 @@ def show_measured(sel: data.Selection) -> None:
                     [hover.format(step=page.num(s), share=master) for s in steps],
                 )
             )
-            widgets.chart(
+            display.chart(
                 figures.share_lines(
                     steps,
                     lines,
@@ -105,7 +105,7 @@ def show_measured(sel: data.Selection) -> None:
         bf16=pct["bf16"],
         master=master,
     )
-    widgets.explain(page, paragraph, page.t("master_weights_data.try"))
+    layout.explain(page, paragraph, page.t("master_weights_data.try"))
     st.dataframe(
         [
             {
@@ -127,8 +127,8 @@ def illustration(update: float, w: float) -> None:
     gap, stored = example.spacing, example.after_one
     exact, change32, change16 = example.exact_change, example.fp32_change, example.low_change
 
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_spacing"), page.sci(gap, 3)),
             (page.t("metric_ratio"), page.sci(example.ratio)),
@@ -137,9 +137,9 @@ def illustration(update: float, w: float) -> None:
         ]
     )
     outcomes = {f: update_outcome(w, update, f) for f in (*LOW_PRECISION, "fp32")}
-    widgets.metric_row([(page.t(f"outcome_{f}"), outcome_words(outcomes[f])) for f in ("fp16", "bf16", "fp32")])
+    display.metric_row([(page.t(f"outcome_{f}"), outcome_words(outcomes[f])) for f in ("fp16", "bf16", "fp32")])
     with charts:
-        widgets.chart(
+        display.chart(
             figures.number_line(
                 example.w_stored,
                 update,
@@ -164,7 +164,7 @@ def illustration(update: float, w: float) -> None:
                 stored=figures.exact(stored, page.lang),
             ),
         )
-        widgets.chart(
+        display.chart(
             figures.labelled_bars(
                 [page.t("bar_exact"), page.t("bar_master"), page.t("bar_fp16")],
                 [exact, change32, change16],
@@ -204,7 +204,7 @@ def illustration(update: float, w: float) -> None:
     }
     paragraph = page.t("explain_lost" if outcomes["fp16"].kind == "lost" else "explain_kept", **values)
     paragraph += page.t(f"explain_fp32_{master.regime}", **values)
-    widgets.explain(page, paragraph, page.t("try"))
+    layout.explain(page, paragraph, page.t("try"))
 
 
 def outcome_words(outcome: UpdateOutcome) -> str:
@@ -218,7 +218,7 @@ def lesson() -> None:
     if selection is None:
         update = widgets.slider(page, "update", page.t("update"), lambda v: page.sci(v, 3), help=page.t("update_help"))
         w = widgets.slider(page, "w", page.t("w"), page.plain)
-    widgets.after_controls(page)
+    layout.after_controls(page)
     if selection is None:
         illustration(update, w)
     else:
@@ -226,8 +226,8 @@ def lesson() -> None:
 
 
 page = setup("master_weights")
-widgets.step_header(page)
-widgets.lesson(page, lesson)
+layout.step_header(page)
+layout.lesson(page, lesson)
 
 
 def notes_values() -> dict[str, str]:
@@ -252,7 +252,7 @@ def notes_values() -> dict[str, str]:
     }
 
 
-widgets.step_end(
+layout.step_end(
     page,
     page.t("notes", **notes_values()),
     [

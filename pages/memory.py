@@ -11,7 +11,7 @@ from lensa.memory import (
     zero_divisor,
 )
 from lensa.models import PRESETS, others_comparison, shape_for_params
-from lensa.ui import figures, widgets
+from lensa.ui import display, figures, layout, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import compact_exact, states_formula
 
@@ -59,7 +59,7 @@ def lesson() -> None:
             gpus = int(widgets.slider(page, "gpus", page.t("gpus"), page.num))
             attention = widgets.choice(page, "attention", page.t("attention"), lambda v: page.t(f"attention_{v}"))
         gpu_gb = int(widgets.slider(page, "gpu_gb", page.t("gpu_gb"), lambda v: f"{page.num(v)} GB"))
-    widgets.after_controls(page)
+    layout.after_controls(page)
 
     flash = attention == "flash"
     memory = training_memory(model, tokens, precision, optimizer, zero, gpus, checkpointing, flash)
@@ -82,8 +82,8 @@ def lesson() -> None:
         )
     )
     formula = states_formula(model.params, *split_bytes_per_param(precision, optimizer, zero, gpus), gpus, page.lang)
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_bpp"), page.num(memory.bytes_per_param)),
             (page.t("metric_states"), page.gb(memory.model_states)),
@@ -92,7 +92,7 @@ def lesson() -> None:
         ]
     )
     with charts:
-        widgets.chart(
+        display.chart(
             figures.stacked_memory(parts, gpu_gb, page.t("gpu_line", gb=page.num(gpu_gb)), page.t("axis"), page.lang),
             page.t("figure_title", model=page.t(f"model_{model_key.replace('-', '_')}")),
             page.t("caption", formula=formula, states=page.gb(memory.model_states)),
@@ -134,7 +134,7 @@ def lesson() -> None:
     elif not flash:
         paragraph += " " + page.t("explain_scores", **values)
     paragraph += " " + page.t(FIT_KEYS[fit_on_gpu(memory, gpu_gb)], **values)
-    widgets.explain(page, paragraph, page.t("try"))
+    layout.explain(page, paragraph, page.t("try"))
 
     with st.expander(page.t("others_title"), icon=":material/calculate:"):
         comparison = others_comparison(model_key, model, gpus)
@@ -143,7 +143,7 @@ def lesson() -> None:
         )
         # A small fixed table: Markdown, not a dataframe, so a rerun does not convert it through pandas.
         st.markdown(
-            widgets.markdown_table(
+            display.markdown_table(
                 [page.t("others_col_tool"), page.t("others_col_gb"), page.t("others_col_gib")],
                 [
                     [page.t(f"others_{row.key}"), page.gb(row.bytes), page.t("common.gib", n=page.num(row.gib, 2))]
@@ -155,6 +155,6 @@ def lesson() -> None:
 
 
 page = setup("memory")
-widgets.step_header(page)
-widgets.lesson(page, lesson)
-widgets.step_end(page, page.t("notes"), [page.t("refs.zero"), page.t("refs.korthikanti"), page.t("refs.flash")])
+layout.step_header(page)
+layout.lesson(page, lesson)
+layout.step_end(page, page.t("notes"), [page.t("refs.zero"), page.t("refs.korthikanti"), page.t("refs.flash")])

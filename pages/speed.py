@@ -15,7 +15,7 @@ from lensa.speed import (
     step_times,
     tokens_per_second,
 )
-from lensa.ui import figures, jobs, live_view, widgets
+from lensa.ui import display, figures, jobs, layout, live_view, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import compact, teraflops
 
@@ -43,7 +43,7 @@ def lesson() -> None:
             budget = widgets.slider(page, "budget", page.t("budget"), lambda v: compact(v, page.lang))
         with right:
             cluster = int(widgets.slider(page, "cluster", page.t("cluster"), page.num))
-    widgets.after_controls(page)
+    layout.after_controls(page)
 
     gpu = GPUS[gpu_key]
     mixed = mixed_precision_mode(gpu)  # BF16 where the chip has it, FP16 on the V100 and T4
@@ -55,11 +55,11 @@ def lesson() -> None:
     memory_modes = [m for m in modes if m != "fp8"]  # FP8 training memory is not modelled here
     memories = [training_memory(SEVEN_B, tokens, MEMORY_PRECISION[m]) for m in memory_modes]
 
-    charts = widgets.figure_area()  # the two figures above the cards, sent after them
+    charts = display.figure_area()  # the two figures above the cards, sent after them
     fp32_time, mixed_time = timing.of("fp32"), timing.of(mixed)
     mixed_memory = memories[memory_modes.index(mixed)]
     label = mixed.upper()
-    widgets.metric_row(
+    display.metric_row(
         [
             (page.t("metric_fp32"), page.sec(fp32_time)),
             (page.t("metric_mixed", mode=label), page.sec(mixed_time)),
@@ -70,7 +70,7 @@ def lesson() -> None:
     fastest = timing.fastest
     rate = tokens_per_second(gpu.peak(fastest), SEVEN_B.params, mfu)
     days = days_to_train(SEVEN_B.params, budget, gpu.peak(fastest), cluster, mfu)
-    widgets.metric_row(
+    display.metric_row(
         [
             (page.t("metric_throughput", mode=fastest.upper()), page.t("per_second", n=page.num(rate))),
             (
@@ -80,7 +80,7 @@ def lesson() -> None:
         ]
     )
     with charts:
-        widgets.chart(
+        display.chart(
             figures.step_time_bars(
                 names,
                 times,
@@ -103,7 +103,7 @@ def lesson() -> None:
                 bars="; ".join(f"{n} {page.sec(t)}" for n, t in zip(names, times, strict=True)),
             ),
         )
-        widgets.chart(
+        display.chart(
             figures.memory_total_bars(
                 names[: len(memory_modes)],
                 [m.total for m in memories],
@@ -154,7 +154,7 @@ def lesson() -> None:
         mode=fastest.upper(),
         gpu_days=page.num(gpu_days_to_train(SEVEN_B.params, budget, gpu.peak(fastest), mfu)),
     )
-    widgets.explain(page, paragraph, page.t("try"))
+    layout.explain(page, paragraph, page.t("try"))
 
     with st.expander(page.t("measure_title"), icon=":material/speed:", expanded=MEASURED in st.session_state):
         st.markdown(page.t("measure_intro"))
@@ -199,10 +199,10 @@ def lesson() -> None:
 
 
 page = setup("speed")
-widgets.step_header(page)
-widgets.lesson(page, lesson)
+layout.step_header(page)
+layout.lesson(page, lesson)
 gpu_key = str(widgets.current(page, "gpu"))  # the lesson's choice (a change of it redraws the page)
-widgets.step_end(
+layout.step_end(
     page,
     page.t("notes"),
     [page.t("refs.kaplan"), f"{GPUS[gpu_key].name}: {page.t(f'source_{gpu_key}')}", page.t("refs.fp8")],

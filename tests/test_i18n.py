@@ -310,7 +310,7 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
         ("lensa/ui/measured.py", "data.scaler_{source.key}"): section("data", (f"scaler_{s}" for s in sources)),
         ("lensa/ui/measured.py", "common.col_{k}"): section("common", (f"col_{k}" for k in col)),
         ("lensa/ui/widgets.py", "common.{v}"): section("common", ("off", "on")),
-        ("lensa/ui/widgets.py", "{base}_{letter}"): quiz,
+        ("lensa/ui/quiz.py", "{base}_{letter}"): quiz,
         ("pages/master_weights.py", "outcome_{f}"): section(
             "master_weights", (f"outcome_{f}" for f in _tuple_after("pages/master_weights.py", "outcome_{f}"))
         ),

@@ -9,7 +9,7 @@ writing the spec takes well under a millisecond. The specs are validated by
 the tests instead (tests/test_figures.py).
 
 Titles are not drawn inside the figures: the page writes each figure's
-heading as text above it (``widgets.chart``), where it wraps on a phone.
+heading as text above it (``display.chart``), where it wraps on a phone.
 
 One colour means one thing on every page. The palette is Okabe and Ito's,
 chosen to stay distinct for the common forms of colour blindness, and every
