@@ -13,7 +13,7 @@ from lensa.measured import ZoneHistogram
 from lensa.scaling import loss_scaled
 from lensa.ui import figures, widgets
 from lensa.ui.frame import Page
-from lensa.ui.i18n import power_of_two
+from lensa.ui.i18n import exact_or_sci, power_of_two
 from lensa.ui.site import ALSO_GROUPS
 
 # The formats the steps list side by side, by the registry's groups.
@@ -33,7 +33,10 @@ def shows(also: str, group: str) -> bool:
 
 
 def also_title(page: Page, also: str) -> str:
-    """The heading over the narrower formats: FP8's where the choice includes FP8, else FP6 and FP4's."""
+    """The heading over the narrower formats, naming the groups the choice shows: the page's own FP8 heading,
+    FP6 and FP4's, or one naming all three."""
+    if shows(also, "fp8") and shows(also, "narrow"):
+        return page.t("also.all_title")
     return page.t("fp8_title" if shows(also, "fp8") else "also.narrow_title")
 
 
@@ -115,7 +118,7 @@ def format_rows(
         error = float(relative_error(scaled, f).mean())
         row = {
             head["format"]: f.label + ("" if k == 0 else f" × {power_of_two(k)}"),
-            head["range"]: f"{page.sci(f.smallest_subnormal)} … {page.num(f.max) if f.max < 1e6 else page.sci(f.max)}",
+            head["range"]: f"{exact_or_sci(f.smallest_subnormal, page.lang)} … {exact_or_sci(f.max, page.lang)}",
             head["zero"]: page.pct(shares["zero"]),
             head["subnormal"]: page.pct(shares["subnormal"]),
             head["overflow"]: page.pct(shares["overflow"]),

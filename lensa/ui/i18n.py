@@ -167,6 +167,20 @@ def sci(x: float, lang: str, digits: int = 2) -> str:
     return f"{sign}{_localise(mantissa.lstrip('-'), lang)}e{int(exponent)}"
 
 
+def exact_or_sci(x: float, lang: str, digits: int = 5) -> str:
+    """``x`` written exactly where that is short, else in e-notation: a format's range ends, say.
+
+    Exactly (with grouping) when ``x`` is below a million and its exact decimal value has at most
+    ``digits`` significant digits: ``7.5``, ``0.0625``, ``65,504``. Else :func:`sci` with 2 digits:
+    ``6.0e-8`` (2^-24), ``3.4e38``. 0 is ``0``; inf and NaN as ``∞`` / ``NaN``.
+    """
+    if not math.isfinite(x):
+        return _non_finite(x)
+    if abs(x) < 1e6 and len(Decimal(x).normalize().as_tuple().digits) <= digits:
+        return ("−" if x < 0 else "") + plain(abs(x), lang)
+    return sci(x, lang)
+
+
 def gigabytes(n_bytes: float, lang: str) -> str:
     """Decimal gigabytes (1 GB = 1e9 bytes) with one decimal: ``107.8 GB`` / ``107,8 GB``."""
     return f"{number(n_bytes / 1e9, lang, 1)} GB"
