@@ -4,8 +4,7 @@ import numpy as np
 import streamlit as st
 
 from lensa import blockscale
-from lensa.ui import display, figures, layout, quiz, widgets
-from lensa.ui import measured as data
+from lensa.ui import display, figures, layout, quiz, recorded_run, widgets
 from lensa.ui.frame import setup
 
 # Side by side: MXFP8 with OCP's scale and with the scale rounded up, MXFP6, MXFP4 and NVFP4.
@@ -49,7 +48,7 @@ def db(x: float) -> str:
 
 def lesson() -> None:
     """One block as each recipe stores it; with a recorded run (``data=``), every recipe on the run's tensors too."""
-    selection = data.data_controls(page)
+    selection = recorded_run.data_controls(page)
     n = int(widgets.slider(page, "n", page.t("n"), lambda v: page.num(v), help=page.t("n_help")))
     grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
     outlier = widgets.slider(
@@ -123,7 +122,7 @@ def lesson() -> None:
     paragraph += " " + page.t("explain_floor_saturates" if floor.saturated > 0 else "explain_floor_fits", **values)
     layout.explain(page, paragraph, page.t("try"))
     if selection is not None:
-        data.recipe_section(page, selection)
+        recorded_run.recipe_section(page, selection)
 
 
 page = setup("blocks")

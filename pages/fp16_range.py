@@ -5,19 +5,18 @@ import streamlit as st
 from lensa import measured
 from lensa.formats import FORMATS, category_shares, largest_magnitude, most_common_category
 from lensa.gradients import gradient_sample
-from lensa.ui import compare, display, layout, widgets
-from lensa.ui import measured as data
+from lensa.ui import display, format_table, layout, recorded_run, widgets, zone_charts
 from lensa.ui.frame import setup
 
 FP16 = FORMATS["fp16"]
 
 
-def show_measured(sel: data.Selection, also: str) -> None:
+def show_measured(sel: recorded_run.Selection, also: str) -> None:
     """The recorded tensors instead of the illustration: their histogram over FP16's zones, and who loses most."""
     stats = sel.stats
     shares = measured.zone_shares(stats, "fp16")
-    pct = {zone: data.pct(page, share) for zone, share in shares.items()}
-    kind = data.kind_words(page, sel.kind)
+    pct = {zone: recorded_run.pct(page, share) for zone, share in shares.items()}
+    kind = recorded_run.kind_words(page, sel.kind)
     charts = display.figure_area()
     display.metric_row(
         [
@@ -29,9 +28,9 @@ def show_measured(sel: data.Selection, also: str) -> None:
     )
     with charts:
         display.chart(
-            compare.fp16_binades(page, measured.zone_histogram(stats, "fp16")),
+            zone_charts.fp16_binades(page, measured.zone_histogram(stats, "fp16")),
             page.t("fp16_range_data.figure_title", kind=kind),
-            " ".join([data.shares_note(page, stats), data.source_line(page, sel)]),
+            " ".join([recorded_run.shares_note(page, stats), recorded_run.source_line(page, sel)]),
             alt=page.t("fp16_range_data.alt", kind=kind, zero=pct["zero"], sub=pct["subnormal"], normal=pct["normal"]),
         )
     values = {
@@ -56,14 +55,17 @@ def show_measured(sel: data.Selection, also: str) -> None:
         (page.t("common.col_overflow"), "fp16", "overflow"),
     ]
     rows = measured.layer_rows(sel.run, sel.kind, sel.step, ("fp16",))
-    st.dataframe(data.layer_frame(page, rows, columns), hide_index=True)
-    if compare.shows(also, "fp8"):
+    st.dataframe(recorded_run.layer_frame(page, rows, columns), hide_index=True)
+    if format_table.shows(also, "fp8"):
         st.subheader(page.t("fp8_title"))
-        st.dataframe(data.format_rows(page, stats, (*compare.SIXTEEN_BIT_KEYS, *compare.FP8_KEYS)), hide_index=True)
-    if compare.shows(also, "narrow"):
+        st.dataframe(
+            recorded_run.format_rows(page, stats, (*format_table.SIXTEEN_BIT_KEYS, *format_table.FP8_KEYS)),
+            hide_index=True,
+        )
+    if format_table.shows(also, "narrow"):
         st.caption(page.t("also.measured_note"))
     if also != "none":  # every block recipe, from the run's own values (file version 2)
-        data.recipe_section(page, sel)
+        recorded_run.recipe_section(page, sel)
 
 
 def illustration(grad: float, also: str) -> None:
@@ -81,7 +83,7 @@ def illustration(grad: float, also: str) -> None:
     )
     with charts:
         display.chart(
-            compare.fp16_histogram(page, sample),
+            zone_charts.fp16_histogram(page, sample),
             page.t("figure_title"),
             page.t(
                 "caption",
@@ -115,8 +117,8 @@ def illustration(grad: float, also: str) -> None:
     layout.explain(page, paragraph, page.t("try"))
     if also == "none":
         return
-    compare.also_table(page, sample, also)
-    if compare.shows(also, "fp8"):
+    format_table.also_table(page, sample, also)
+    if format_table.shows(also, "fp8"):
         e4m3 = category_shares(sample, "fp8_e4m3")
         st.markdown(
             page.t(
@@ -125,7 +127,7 @@ def illustration(grad: float, also: str) -> None:
                 e5m2_zero=page.pct(category_shares(sample, "fp8_e5m2")["zero"]),
             )
         )
-    if compare.shows(also, "narrow"):
+    if format_table.shows(also, "narrow"):
         st.markdown(
             page.t(
                 "also.explain_fp16_range",
@@ -137,10 +139,10 @@ def illustration(grad: float, also: str) -> None:
 
 def lesson() -> None:
     """The controls and what they change; a recorded run replaces the illustration."""
-    selection = data.data_controls(page)
+    selection = recorded_run.data_controls(page)
     if selection is None:
         grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
-    also = compare.also_control(page)
+    also = format_table.also_control(page)
     layout.after_controls(page)
     if selection is None:
         illustration(grad, also)
@@ -155,7 +157,7 @@ layout.lesson(page, lesson)
 
 def depth_sentence() -> str:
     """What the shipped reference run shows about depth, from its own numbers ("" without a reference run)."""
-    arms, _ = data.reference_run()
+    arms, _ = recorded_run.reference_run()
     run = (arms or {}).get("fp32")
     found = measured.depth_finding(run) if run is not None else None
     if found is None:

@@ -4,7 +4,7 @@ import streamlit as st
 
 from lensa.measured import history_of
 from lensa.scaling import scale_from_exp
-from lensa.ui import display, figures, jobs, layout, live_view, measured, widgets
+from lensa.ui import display, figures, jobs, layout, live_view, recorded_run, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
 from lensa.ui.jobs import Job
@@ -117,8 +117,8 @@ with settings_area:
                     width=page.num(chosen.width),
                     batch=page.num(chosen.batch_size),
                     steps=page.num(chosen.steps),
-                    target=page.sec(live.DEFAULT_RUN_SECONDS),
-                    seconds=page.sec(chosen.estimate_seconds(kind, clock=clock)),
+                    target=page.seconds(live.DEFAULT_RUN_SECONDS),
+                    seconds=page.seconds(chosen.estimate_seconds(kind, clock=clock)),
                 )
             )
         estimate = config.estimate_seconds(kind, clock=clock)
@@ -127,14 +127,14 @@ with settings_area:
             page.t(
                 "estimate",
                 params=page.num(config.parameters()),
-                seconds=page.sec(estimate),
+                seconds=page.seconds(estimate),
                 device=kind.upper(),
-                cal=page.sec(clock.calibration_s),
-                limit=page.sec(limit),
+                cal=page.seconds(clock.calibration_s),
+                limit=page.seconds(limit),
             )
         )
         if estimate > limit:
-            problem = page.t("too_long", seconds=f"{page.sig(estimate, 3)} s", limit=page.sec(limit))
+            problem = page.t("too_long", seconds=f"{page.significant(estimate, 3)} s", limit=page.seconds(limit))
             st.warning(problem, icon=":material/timer:")
 
 # --- run, stop, progress -------------------------------------------------------------------
@@ -165,7 +165,7 @@ with results_area:
     if job is not None and job.done:
         if job.error is not None:
             st.error(live_view.error_text(page, job.error), icon=":material/error:")
-        recordings_kept = measured.keep_lab_recordings(job)
+        recordings_kept = recorded_run.keep_lab_recordings(job)
         comparison = job.result
         if comparison is not None and comparison.arms:
             st.subheader(page.t("results_title"))
@@ -250,7 +250,7 @@ with results_area:
                 help=page.t("show_in_lesson_help"),
                 icon=":material/school:",
             ):
-                measured.show_lab_run(page.lang, recordings)
+                recorded_run.show_lab_run(page.lang, recordings)
 
 # --- a real GradScaler, provoked ---------------------------------------------------------------------
 with trace_result_area:

@@ -14,8 +14,7 @@ from lensa.scaling import (
     static_shift_regime,
     static_shift_shares,
 )
-from lensa.ui import compare, display, figures, i18n, jobs, layout, live_view, widgets
-from lensa.ui import measured as data
+from lensa.ui import display, figures, format_table, i18n, jobs, layout, live_view, recorded_run, widgets, zone_charts
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
 
@@ -30,7 +29,7 @@ REAL_SPIKE_FACTOR = 1e4
 REGIME_KEYS = {"over": "explain_over", "fits": "explain_fits", "none": "explain_none", "some": "explain_some"}
 
 
-def _list(page, numbers: list[int]) -> str:
+def _steps_text(page, numbers: list[int]) -> str:
     return ", ".join(page.num(n) for n in numbers) if numbers else page.t("real_none")
 
 
@@ -67,32 +66,32 @@ def recorded_run_figure(lang: str, steps: tuple[int, ...], log2_scales: tuple[fl
     return figures.scaler_run(steps, log2_scales, skipped, _run_labels(lang), max_frames=40, lang=lang)
 
 
-def _scale(k: int | None) -> str:
+def _scale_text(k: int | None) -> str:
     return "—" if k is None else power_of_two(k)
 
 
-def show_measured(sel: data.Selection, k: int, also: str) -> None:
+def show_measured(sel: recorded_run.Selection, k: int, also: str) -> None:
     """The recorded gradients instead of the illustration: scaled, swept over S, and the run's own scaler."""
     stats = sel.stats
-    kind = data.kind_words(page, sel.kind)
+    kind = recorded_run.kind_words(page, sel.kind)
     shares = measured.zone_shares(stats, "fp16", k)
-    pct = {zone: data.pct(page, share) for zone, share in shares.items()}
+    pct = {zone: recorded_run.pct(page, share) for zone, share in shares.items()}
     bounds = measured.scale_bounds(stats, "fp16")
-    source = data.source_line(page, sel)
+    source = recorded_run.source_line(page, sel)
     charts = display.figure_area()
     display.metric_row(
         [
             (page.t("metric_zero"), pct["zero"]),
             (page.t("metric_overflow"), pct["overflow"]),
-            (page.t("loss_scaling_data.metric_keep"), _scale(bounds.keep_k)),
-            (page.t("loss_scaling_data.metric_safe"), _scale(bounds.safe_k)),
+            (page.t("loss_scaling_data.metric_keep"), _scale_text(bounds.keep_k)),
+            (page.t("loss_scaling_data.metric_safe"), _scale_text(bounds.safe_k)),
         ]
     )
     with charts:
         display.chart(
-            compare.fp16_binades(page, measured.zone_histogram(stats, "fp16", k)),
+            zone_charts.fp16_binades(page, measured.zone_histogram(stats, "fp16", k)),
             page.t("loss_scaling_data.figure_title", kind=kind),
-            " ".join([page.t("caption"), data.shares_note(page, stats), source]),
+            " ".join([page.t("caption"), recorded_run.shares_note(page, stats), source]),
             alt=page.t(
                 "loss_scaling_data.alt_hist", kind=kind, s=power_of_two(k), zero=pct["zero"], over=pct["overflow"]
             ),
@@ -101,13 +100,13 @@ def show_measured(sel: data.Selection, k: int, also: str) -> None:
         if bounds.keep_k is None and bounds.safe_k is None:
             sentence = page.t("loss_scaling_data.bounds_empty", kind=kind)
         elif bounds.safe_k is None:
-            sentence = page.t("loss_scaling_data.bounds_no_safe", kind=kind, keep=_scale(bounds.keep_k))
+            sentence = page.t("loss_scaling_data.bounds_no_safe", kind=kind, keep=_scale_text(bounds.keep_k))
         elif bounds.keep_k is None:
-            sentence = page.t("loss_scaling_data.bounds_no_keep", kind=kind, safe=_scale(bounds.safe_k))
+            sentence = page.t("loss_scaling_data.bounds_no_keep", kind=kind, safe=_scale_text(bounds.safe_k))
         else:
             key = "bounds_window" if bounds.window else "bounds_clash"
             sentence = page.t(
-                f"loss_scaling_data.{key}", kind=kind, keep=_scale(bounds.keep_k), safe=_scale(bounds.safe_k)
+                f"loss_scaling_data.{key}", kind=kind, keep=_scale_text(bounds.keep_k), safe=_scale_text(bounds.safe_k)
             )
         labels = figures.SweepLabels(
             axis_scale=page.t("loss_scaling_data.sweep_axis"),
@@ -132,23 +131,23 @@ def show_measured(sel: data.Selection, k: int, also: str) -> None:
         if history is None:
             st.info(page.t("loss_scaling_data.no_history"), icon=":material/info:")
         else:
-            skipped_list = _list(page, list(history.skipped_steps))
+            skipped_list = _steps_text(page, list(history.skipped_steps))
             display.chart(
                 recorded_run_figure(page.lang, history.steps, history.log2_scales, history.skipped),
                 page.t("loss_scaling_data.run_title"),
                 page.t(
                     "loss_scaling_data.run_caption",
-                    start=_scale(history.first_k),
+                    start=_scale_text(history.first_k),
                     skipped=page.num(len(history.skipped_steps)),
                     steps=skipped_list,
                 )
                 + " "
-                + data.scaler_line(page, sel.source),
+                + recorded_run.scaler_line(page, sel.source),
                 alt=page.t(
                     "loss_scaling_data.alt_run",
                     n=page.num(len(history.steps)),
-                    start=_scale(history.first_k),
-                    end=_scale(history.last_k),
+                    start=_scale_text(history.first_k),
+                    end=_scale_text(history.last_k),
                     skipped=page.num(len(history.skipped_steps)),
                 ),
             )
@@ -158,26 +157,26 @@ def show_measured(sel: data.Selection, k: int, also: str) -> None:
     if history is not None:
         paragraph += " " + page.t(
             "loss_scaling_data.explain_run",
-            start=_scale(history.first_k),
-            end=_scale(history.last_k),
+            start=_scale_text(history.first_k),
+            end=_scale_text(history.last_k),
             skipped=page.num(len(history.skipped_steps)),
             n=page.num(len(history.steps)),
         )
     layout.explain(page, paragraph, page.t("loss_scaling_data.try"))
-    if compare.shows(also, "narrow"):
+    if format_table.shows(also, "narrow"):
         st.caption(page.t("also.measured_note"))
-    if compare.shows(also, "fp8"):
-        scales = {key: measured.scale_bounds(stats, key).safe_k for key in compare.FP8_KEYS}
+    if format_table.shows(also, "fp8"):
+        scales = {key: measured.scale_bounds(stats, key).safe_k for key in format_table.FP8_KEYS}
         st.subheader(page.t("fp8_title"))
         st.markdown(page.t("loss_scaling_data.fp8_explain"))
-        rows = data.format_rows(page, stats, ("fp16",), {"fp16": k})
-        rows += data.format_rows(page, stats, compare.FP8_KEYS, dict.fromkeys(compare.FP8_KEYS, 0))
+        rows = recorded_run.format_rows(page, stats, ("fp16",), {"fp16": k})
+        rows += recorded_run.format_rows(page, stats, format_table.FP8_KEYS, dict.fromkeys(format_table.FP8_KEYS, 0))
         scaled = {f: s for f, s in scales.items() if s}
         if scaled:
-            rows += data.format_rows(page, stats, tuple(scaled), scaled)
+            rows += recorded_run.format_rows(page, stats, tuple(scaled), scaled)
         st.dataframe(rows, hide_index=True)
     if also != "none":  # every block recipe, from the run's own values (file version 2)
-        data.recipe_section(page, sel)
+        recorded_run.recipe_section(page, sel)
 
 
 def illustration(k: int, also: str) -> None:
@@ -196,7 +195,7 @@ def illustration(k: int, also: str) -> None:
     )
     with charts:
         display.chart(
-            compare.fp16_histogram(page, scaled),
+            zone_charts.fp16_histogram(page, scaled),
             page.t("figure_title"),
             page.t("caption") + " " + page.t("common.illustration"),
             alt=page.t("alt", s=power_of_two(k), zero=page.pct(shares["zero"]), over=page.pct(shares["overflow"])),
@@ -218,7 +217,9 @@ def illustration(k: int, also: str) -> None:
         with st.expander(page.t("real_title"), icon=":material/science:", expanded=real is not None):
             st.markdown(
                 page.t(
-                    "real_intro", interval=page.num(SPIKES.growth_interval), steps=_list(page, list(run.skipped_steps))
+                    "real_intro",
+                    interval=page.num(SPIKES.growth_interval),
+                    steps=_steps_text(page, list(run.skipped_steps)),
                 )
             )
             job = st.session_state.get(REAL_JOB)
@@ -245,7 +246,7 @@ def illustration(k: int, also: str) -> None:
                 same = measured.history_of(real).log2_scales == run.log2_scales
                 real_overflows = [s.step for s in real if s.found_inf]
                 key = "real_match" if same else "real_differs"
-                st.markdown(page.t(key, steps=_list(page, real_overflows)))
+                st.markdown(page.t(key, steps=_steps_text(page, real_overflows)))
 
     values = {"s": power_of_two(k), "zero": page.pct(shares["zero"]), "over": page.pct(shares["overflow"])}
     paragraph = page.t(REGIME_KEYS[static_shift_regime(shares, k)], **values)
@@ -260,10 +261,10 @@ def illustration(k: int, also: str) -> None:
     if also == "none":
         return
     sample = gradient_sample(TYPICAL)
-    extra = compare.also_keys(also)
+    extra = format_table.also_keys(also)
     scale_exps = {key: per_tensor_scale_exp(sample, key) for key in extra}
-    st.subheader(compare.also_title(page, also))
-    if compare.shows(also, "fp8"):
+    st.subheader(format_table.also_title(page, also))
+    if format_table.shows(also, "fp8"):
         st.markdown(
             page.t(
                 "fp8_explain",
@@ -272,7 +273,7 @@ def illustration(k: int, also: str) -> None:
                 e5m2_scale=power_of_two(scale_exps["fp8_e5m2"]),
             )
         )
-    if compare.shows(also, "narrow"):
+    if format_table.shows(also, "narrow"):
         fp4 = "fp4_e2m1"
         scaled_fp4 = category_shares(sample * 2.0 ** scale_exps[fp4], fp4)
         st.markdown(
@@ -282,17 +283,17 @@ def illustration(k: int, also: str) -> None:
                 e2m1_zero=page.pct(scaled_fp4["zero"]),
             )
         )
-    rows = compare.format_rows(page, sample, ("fp16",), {"fp16": k})
-    rows += compare.format_rows(page, sample, extra)
-    rows += compare.format_rows(page, sample, extra, scale_exps)
+    rows = format_table.format_rows(page, sample, ("fp16",), {"fp16": k})
+    rows += format_table.format_rows(page, sample, extra)
+    rows += format_table.format_rows(page, sample, extra, scale_exps)
     st.dataframe(rows, hide_index=True)
 
 
 def lesson() -> None:
     """The controls and what they change; a recorded run replaces the illustration."""
-    selection = data.data_controls(page)
+    selection = recorded_run.data_controls(page)
     k = int(widgets.slider(page, "scale", page.t("scale"), lambda v: power_of_two(int(v)), help=page.t("scale_help")))
-    also = compare.also_control(page)
+    also = format_table.also_control(page)
     layout.after_controls(page)
     if selection is None:
         illustration(k, also)

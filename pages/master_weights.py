@@ -12,8 +12,7 @@ from lensa.master import (
     master_weight_example,
     update_outcome,
 )
-from lensa.ui import display, figures, layout, widgets
-from lensa.ui import measured as data
+from lensa.ui import display, figures, i18n, layout, recorded_run, widgets
 from lensa.ui.frame import setup
 
 STEPS = 1000
@@ -22,19 +21,20 @@ LOW_PRECISION = ("fp16", "bf16")
 MAX_LAYER_BARS = 12  # a chart a phone can hold; the table below lists every layer
 
 
-def show_measured(sel: data.Selection) -> None:
+def show_measured(sel: recorded_run.Selection) -> None:
     """The recorded updates instead of the illustration: how many an FP16 or BF16 weight would lose."""
     run, stats = sel.run, sel.stats
     lost = {f: measured.lost_share(stats, f) for f in LOW_PRECISION}
-    pct = {f: data.pct(page, share) for f, share in lost.items()}
+    pct = {f: recorded_run.pct(page, share) for f, share in lost.items()}
     master = page.pct(0.0)  # the update is w_after - w_before in FP32: added to the FP32 copy, it is w_after exactly
-    source = data.source_line(page, sel)
+    source = recorded_run.source_line(page, sel)
     labels = {"fp16": page.t("master_weights_data.bar_fp16"), "bf16": page.t("master_weights_data.bar_bf16")}
     master_label = page.t("master_weights_data.bar_master")
     rows = measured.lost_by_layer(run, sel.step, LOW_PRECISION)
     shown = measured.most_lost(rows, "fp16", MAX_LAYER_BARS)
     series = [
-        (f, labels[f], [r.lost[f] for r in shown], [data.pct(page, r.lost[f]) for r in shown]) for f in LOW_PRECISION
+        (f, labels[f], [r.lost[f] for r in shown], [recorded_run.pct(page, r.lost[f]) for r in shown])
+        for f in LOW_PRECISION
     ]
     series.append(("fp32", master_label, [0.0] * len(shown), [master] * len(shown)))
     caption = page.t("master_weights_data.layers_caption", shown=page.num(len(shown)), n=page.num(len(rows)))
@@ -65,7 +65,7 @@ def show_measured(sel: data.Selection) -> None:
                     labels[f],
                     over[f],
                     [
-                        hover.format(step=page.num(s), share=data.pct(page, v))
+                        hover.format(step=page.num(s), share=recorded_run.pct(page, v))
                         for s, v in zip(steps, over[f], strict=True)
                     ],
                 )
@@ -87,12 +87,12 @@ def show_measured(sel: data.Selection) -> None:
                     page.t("master_weights_data.axis_share"),
                     page.lang,
                 ),
-                page.t("master_weights_data.over_title", layer=data.layer_words(page, sel.layer)),
-                data.source_line(page, sel, every_step=True),
+                page.t("master_weights_data.over_title", layer=recorded_run.layer_words(page, sel.layer)),
+                recorded_run.source_line(page, sel, every_step=True),
                 alt=page.t(
                     "master_weights_data.alt_over",
-                    first=data.pct(page, over["fp16"][0]),
-                    last=data.pct(page, over["fp16"][-1]),
+                    first=recorded_run.pct(page, over["fp16"][0]),
+                    last=recorded_run.pct(page, over["fp16"][-1]),
                     n=page.num(len(steps)),
                 ),
             )
@@ -100,7 +100,7 @@ def show_measured(sel: data.Selection) -> None:
         "master_weights_data.explain",
         step=page.num(sel.step),
         n=page.num(stats.nonzero),
-        layer=data.layer_words(page, sel.layer),
+        layer=recorded_run.layer_words(page, sel.layer),
         fp16=pct["fp16"],
         bf16=pct["bf16"],
         master=master,
@@ -111,8 +111,8 @@ def show_measured(sel: data.Selection) -> None:
             {
                 page.t("data.col_layer"): r.name,
                 page.t("data.col_values"): page.num(r.nonzero),
-                labels["fp16"]: data.pct(page, r.lost["fp16"]),
-                labels["bf16"]: data.pct(page, r.lost["bf16"]),
+                labels["fp16"]: recorded_run.pct(page, r.lost["fp16"]),
+                labels["bf16"]: recorded_run.pct(page, r.lost["bf16"]),
                 master_label: master,
             }
             for r in rows
@@ -158,10 +158,10 @@ def illustration(update: float, w: float) -> None:
             page.t("figure_title", spacing=page.sci(gap, 3)),
             alt=page.t(
                 "alt",
-                w=page.plain(w),
+                w=page.decimal(w),
                 spacing=page.sci(gap, 3),
                 ratio=page.sci(example.ratio),
-                stored=figures.exact(stored, page.lang),
+                stored=i18n.full_precision(stored, page.lang),
             ),
         )
         display.chart(
@@ -172,9 +172,9 @@ def illustration(update: float, w: float) -> None:
                 [page.sci(exact, 3), page.sci(change32, 3), page.sci(change16, 3)],
                 lang=page.lang,
                 hovers=[
-                    f"{page.t('bar_exact')}: {figures.exact(exact, page.lang)}",
-                    f"{page.t('bar_master')}: {figures.exact(change32, page.lang)}",
-                    f"{page.t('bar_fp16')}: {figures.exact(change16, page.lang)}",
+                    f"{page.t('bar_exact')}: {i18n.full_precision(exact, page.lang)}",
+                    f"{page.t('bar_master')}: {i18n.full_precision(change32, page.lang)}",
+                    f"{page.t('bar_fp16')}: {i18n.full_precision(change16, page.lang)}",
                 ],
                 headroom=1.3,
             ),
@@ -191,7 +191,7 @@ def illustration(update: float, w: float) -> None:
     master = outcomes["fp32"]
     values = {
         "ratio": page.sci(example.ratio),
-        "w": page.plain(w),
+        "w": page.decimal(w),
         "update": page.sci(update),
         "steps": page.num(STEPS),
         "master": page.sci(change32, 3),
@@ -200,7 +200,7 @@ def illustration(update: float, w: float) -> None:
         "fp32_spacing": page.sci(master.spacing, 3),
         "fp32_applied": page.sci(master.applied, 3),
         "fp32_error": page.pct(abs(master.error)),
-        "threshold": page.sig(NOTICEABLE_ROUNDING * 100, 1) + "%",
+        "threshold": page.significant(NOTICEABLE_ROUNDING * 100, 1) + "%",
     }
     paragraph = page.t("explain_lost" if outcomes["fp16"].kind == "lost" else "explain_kept", **values)
     paragraph += page.t(f"explain_fp32_{master.regime}", **values)
@@ -214,10 +214,10 @@ def outcome_words(outcome: UpdateOutcome) -> str:
 
 def lesson() -> None:
     """The controls and what they change; a recorded run replaces the illustration."""
-    selection = data.data_controls(page)
+    selection = recorded_run.data_controls(page)
     if selection is None:
         update = widgets.slider(page, "update", page.t("update"), lambda v: page.sci(v, 3), help=page.t("update_help"))
-        w = widgets.slider(page, "w", page.t("w"), page.plain)
+        w = widgets.slider(page, "w", page.t("w"), page.decimal)
     layout.after_controls(page)
     if selection is None:
         illustration(update, w)

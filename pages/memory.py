@@ -30,7 +30,7 @@ def lesson() -> None:
     tokens = widgets.slider(page, "tokens", page.t("tokens"), page.num, help=page.t("tokens_help"))
     customised = any(k in st.query_params for k in SETUP_CONTROLS)
     with st.expander(page.t("setup_title"), icon=":material/tune:", expanded=customised):
-        model_key = widgets.select(page, "model", page.t("model"), lambda k: page.t(f"model_{k.replace('-', '_')}"))
+        model_key = widgets.dropdown(page, "model", page.t("model"), lambda k: page.t(f"model_{k.replace('-', '_')}"))
         if model_key == "custom":
             params_control = page.info.control("params")
             show_count = lambda v: compact_exact(v, page.lang)  # noqa: E731

@@ -36,7 +36,7 @@ def lesson() -> None:
     customised = any(k in st.query_params for k in ("gpu", "mfu", "budget", "cluster"))
     with st.expander(page.t("hardware_title"), icon=":material/memory:", expanded=customised):
         # The notes name the chosen GPU's datasheet: a change of GPU redraws the whole page.
-        gpu_key = widgets.select(page, "gpu", page.t("gpu"), lambda k: GPUS[k].name, whole_page=True)
+        gpu_key = widgets.dropdown(page, "gpu", page.t("gpu"), lambda k: GPUS[k].name, whole_page=True)
         left, right = st.columns(2)
         with left:
             mfu = widgets.slider(page, "mfu", page.t("mfu"), page.pct, help=page.t("mfu_help"))
@@ -61,8 +61,8 @@ def lesson() -> None:
     label = mixed.upper()
     display.metric_row(
         [
-            (page.t("metric_fp32"), page.sec(fp32_time)),
-            (page.t("metric_mixed", mode=label), page.sec(mixed_time)),
+            (page.t("metric_fp32"), page.seconds(fp32_time)),
+            (page.t("metric_mixed", mode=label), page.seconds(mixed_time)),
             (page.t("metric_speedup"), page.ratio(timing.speedup(mixed))),
             (page.t("metric_memory", mode=label), page.gb(mixed_memory.total)),
         ]
@@ -75,7 +75,7 @@ def lesson() -> None:
             (page.t("metric_throughput", mode=fastest.upper()), page.t("per_second", n=page.num(rate))),
             (
                 page.t("metric_days", budget=compact(budget, page.lang), gpus=page.num(cluster)),
-                page.t("days", n=page.sig(days, 3)),
+                page.t("days", n=page.significant(days, 3)),
             ),
         ]
     )
@@ -85,11 +85,11 @@ def lesson() -> None:
                 names,
                 times,
                 colours,
-                [page.sec(t) for t in times],
+                [page.seconds(t) for t in times],
                 axis_title=page.t("axis_time"),
                 patterns=patterns,
                 hovers=[
-                    page.t("hover_time", mode=n, time=page.sec(t), peak=teraflops(gpu.peak(m), page.lang))
+                    page.t("hover_time", mode=n, time=page.seconds(t), peak=teraflops(gpu.peak(m), page.lang))
                     for n, t, m in zip(names, times, modes, strict=True)
                 ],
                 lang=page.lang,
@@ -100,7 +100,7 @@ def lesson() -> None:
                 "time_alt",
                 gpu=gpu.name,
                 mfu=page.pct(mfu),
-                bars="; ".join(f"{n} {page.sec(t)}" for n, t in zip(names, times, strict=True)),
+                bars="; ".join(f"{n} {page.seconds(t)}" for n, t in zip(names, times, strict=True)),
             ),
         )
         display.chart(
@@ -136,21 +136,23 @@ def lesson() -> None:
         "explain",
         tokens=page.num(tokens),
         mode=label,
-        mixed=page.sec(mixed_time),
-        fp32=page.sec(fp32_time),
+        mixed=page.seconds(mixed_time),
+        fp32=page.seconds(fp32_time),
         speedup=page.ratio(timing.speedup(mixed)),
         act32=page.gb(memories[0].activations),
         act16=page.gb(mixed_memory.activations),
     )
     if gpu.peak("fp8") is not None:
-        paragraph += " " + page.t("fp8_here", fp8=page.sec(timing.of("fp8")), ratio=page.ratio(timing.speedup("fp8")))
+        paragraph += " " + page.t(
+            "fp8_here", fp8=page.seconds(timing.of("fp8")), ratio=page.ratio(timing.speedup("fp8"))
+        )
     else:
         paragraph += page.t("fp8_line")
     paragraph += " " + page.t(
         "explain_budget",
         budget=compact(budget, page.lang),
         gpus=page.num(cluster),
-        days=page.sig(days, 3),
+        days=page.significant(days, 3),
         mode=fastest.upper(),
         gpu_days=page.num(gpu_days_to_train(SEVEN_B.params, budget, gpu.peak(fastest), mfu)),
     )

@@ -12,7 +12,7 @@ import pytest
 
 from lensa.formats import FORMATS
 from lensa.gradients import gradient_sample
-from lensa.ui import compare
+from lensa.ui import format_table
 from lensa.ui.frame import Page
 from lensa.ui.i18n import text
 from lensa.ui.site import ALSO_GROUPS, PAGES_BY_KEY
@@ -29,7 +29,7 @@ DTYPES = {
     "fp6_e2m3": ml_dtypes.float6_e2m3fn,
     "fp4_e2m1": ml_dtypes.float4_e2m1fn,
 }
-SHOWN = (*compare.SIXTEEN_BIT_KEYS, *compare.also_keys("all"))
+SHOWN = (*format_table.SIXTEEN_BIT_KEYS, *format_table.also_keys("all"))
 ALSO_PAGES = ("fp16_range", "loss_scaling", "bf16")  # the steps with the "also show" choice
 
 
@@ -41,7 +41,7 @@ def _read(cell: str, lang: str) -> tuple[float, bool]:
 
 def _range_cells(lang: str) -> dict[str, str]:
     page = Page(PAGES_BY_KEY["fp16_range"], lang)
-    rows = compare.format_rows(page, gradient_sample(1e-6), SHOWN)
+    rows = format_table.format_rows(page, gradient_sample(1e-6), SHOWN)
     head = text(lang, "common.col_format"), text(lang, "common.col_range")
     return {row[head[0]]: row[head[1]] for row in rows}
 
@@ -82,12 +82,12 @@ def _families(keys: tuple[str, ...]) -> set[str]:
 @pytest.mark.parametrize("page_key", ALSO_PAGES)
 def test_the_heading_names_the_format_families_shown_and_no_other(page_key, lang):
     page = Page(PAGES_BY_KEY[page_key], lang)
-    every = _families(compare.also_keys("all"))
+    every = _families(format_table.also_keys("all"))
     for also in ALSO_GROUPS:
         if also == "none":
             continue
-        heading = compare.also_title(page, also)
-        shown = _families(compare.also_keys(also))
+        heading = format_table.also_title(page, also)
+        shown = _families(format_table.also_keys(also))
         assert {f for f in every if f in heading} == shown, (also, heading)
 
 

@@ -114,8 +114,8 @@ def test_language_choice_order(url, session, locale, expected):
         (i18n.ratio, (16.0,), "16×", "16×"),
         (i18n.ratio, (2.46,), "2.5×", "2,5×"),
         (i18n.number, (8192,), "8,192", "8.192"),
-        (i18n.plain, (0.5,), "0.5", "0,5"),
-        (i18n.plain, (1000.0,), "1,000", "1.000"),
+        (i18n.decimal, (0.5,), "0.5", "0,5"),
+        (i18n.decimal, (1000.0,), "1,000", "1.000"),
     ],
 )
 def test_numbers_by_language(fn, args, en, id_):
@@ -232,12 +232,12 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
     assert set(sources) == set(DATA_SOURCES) - {"illustration"}
     quiz = {f"quiz.{q}_{letter}" for q in i18n.answers() for letter in "abc"}
     shown = ast.literal_eval(re.search(r"^SHOWN = (\([^)]*\))", (ROOT / "pages/blocks.py").read_text(), re.M).group(1))
-    col = _tuple_after("lensa/ui/compare.py", "common.col_{k}")
+    col = _tuple_after("lensa/ui/format_table.py", "common.col_{k}")
     return {
         ("app.py", "idea_{i}"): section("overview", (f"idea_{i}" for i in range(1, len(STEPS) + 1))),
         ("app.py", "faq_q{i}"): section("overview", (f"faq_q{i}" for i in range(1, 7))),
         ("app.py", "faq_a{i}"): section("overview", (f"faq_a{i}" for i in range(1, 7))),
-        ("lensa/ui/compare.py", "also.option_{o}"): section(
+        ("lensa/ui/format_table.py", "also.option_{o}"): section(
             "also",
             (f"option_{o}" for o in PAGES_BY_KEY["bf16"].control("also").options),  # type: ignore[union-attr]
         ),
@@ -284,7 +284,7 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
         ("pages/memory.py", "others_{row.key}"): section("memory", (f"others_{k}" for k in others)),
         ("pages/speed.py", "bar_{m}"): section("speed", (f"bar_{m}" for m in modes)),
         ("pages/speed.py", "source_{gpu_key}"): section("speed", (f"source_{k}" for k in GPUS)),
-        ("lensa/ui/compare.py", "common.col_{k}"): section("common", (f"col_{k}" for k in col)),
+        ("lensa/ui/format_table.py", "common.col_{k}"): section("common", (f"col_{k}" for k in col)),
         ("lensa/ui/frame.py", "nav.{target.key}"): section("nav", (p.key for p in PAGES)),
         ("lensa/ui/frame.py", "nav.{info.key}"): section("nav", (p.key for p in PAGES)),
         ("lensa/ui/live_view.py", "live.error_{exc.kind}"): section(
@@ -302,13 +302,13 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
         ("lensa/ui/live_view.py", "speed.measure_col_{k}"): section(
             "speed", (f"measure_col_{k}" for k in _tuple_after("lensa/ui/live_view.py", "speed.measure_col_{k}"))
         ),
-        ("lensa/ui/measured.py", "data.source_{v}"): section("data", (f"source_{v}" for v in DATA_SOURCES)),
-        ("lensa/ui/measured.py", "data.kind_{declared.default}"): section("data", (f"kind_{k}" for k in KINDS)),
-        ("lensa/ui/measured.py", "data.kind_{v}"): section("data", (f"kind_{k}" for k in KINDS)),
-        ("lensa/ui/measured.py", "data.kind_{kind}"): section("data", (f"kind_{k}" for k in KINDS)),
-        ("lensa/ui/measured.py", "data.line_{sel.source.key}"): section("data", (f"line_{s}" for s in sources)),
-        ("lensa/ui/measured.py", "data.scaler_{source.key}"): section("data", (f"scaler_{s}" for s in sources)),
-        ("lensa/ui/measured.py", "common.col_{k}"): section("common", (f"col_{k}" for k in col)),
+        ("lensa/ui/recorded_run.py", "data.source_{v}"): section("data", (f"source_{v}" for v in DATA_SOURCES)),
+        ("lensa/ui/recorded_run.py", "data.kind_{declared.default}"): section("data", (f"kind_{k}" for k in KINDS)),
+        ("lensa/ui/recorded_run.py", "data.kind_{v}"): section("data", (f"kind_{k}" for k in KINDS)),
+        ("lensa/ui/recorded_run.py", "data.kind_{kind}"): section("data", (f"kind_{k}" for k in KINDS)),
+        ("lensa/ui/recorded_run.py", "data.line_{sel.source.key}"): section("data", (f"line_{s}" for s in sources)),
+        ("lensa/ui/recorded_run.py", "data.scaler_{source.key}"): section("data", (f"scaler_{s}" for s in sources)),
+        ("lensa/ui/recorded_run.py", "common.col_{k}"): section("common", (f"col_{k}" for k in col)),
         ("lensa/ui/widgets.py", "common.{v}"): section("common", ("off", "on")),
         ("lensa/ui/quiz.py", "{base}_{letter}"): quiz,
         ("pages/master_weights.py", "outcome_{f}"): section(

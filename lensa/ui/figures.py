@@ -241,19 +241,8 @@ def _hline(y: float) -> Spec:
     }
 
 
-def _list(values: Sequence[float] | np.ndarray) -> list[float]:
+def _floats(values: Sequence[float] | np.ndarray) -> list[float]:
     return [float(v) for v in values]
-
-
-def exact(x: float, lang: str) -> str:
-    """A value to full float precision, written the local way (for hover text)."""
-    if not math.isfinite(x):
-        return i18n.sci(x, lang)
-    text = f"{x:.17g}"
-    if "e" in text:
-        m, e = text.split("e")
-        return f"{m.replace('.', ',') if lang == 'id' else m}e{int(e)}"
-    return text.replace(".", ",") if lang == "id" else text
 
 
 def decade_ticks(lo: int, hi: int, every: int = 2) -> Spec:
@@ -381,7 +370,7 @@ def category_histogram(
         hovertext = [hover.format(lo=bounds[i], hi=bounds[i + 1], n=int(counts[i]), category=labels[cat]) for i in used]
         data.append(
             _category_bars(
-                cat, labels[cat], _list(centres[used]), [int(counts[i]) for i in used], 1 / BINS_PER_DECADE, hovertext
+                cat, labels[cat], _floats(centres[used]), [int(counts[i]) for i in used], 1 / BINS_PER_DECADE, hovertext
             )
         )
     shapes, annotations = _log_marks(marks)
@@ -443,7 +432,7 @@ def scaler_run(
     ``lang`` is the language of the data table and the text alternative.
     """
     steps = [int(s) for s in steps]
-    ys = _list(log2_scales)
+    ys = _floats(log2_scales)
     texts = [
         (labels.hover_skipped if s else labels.hover_clean).format(step=st, scale=i18n.power_of_two(round(y)))
         for st, y, s in zip(steps, ys, skipped, strict=True)
@@ -489,7 +478,7 @@ def scaler_run(
     rows = [[st, scale(y), _words(lang, "yes" if s else "no")] for st, y, s in zip(steps, ys, skipped, strict=True)]
     if overlay is not None:
         name, other = overlay
-        other = _list(other)
+        other = _floats(other)
         all_ys += other
         headers.append(f"{name}: S")
         for row, y in zip(rows, other, strict=False):
@@ -576,7 +565,7 @@ def loss_curves(
         {
             "type": "scatter",
             "x": list(range(1, len(losses) + 1)),
-            "y": _list(losses),
+            "y": _floats(losses),
             "mode": "lines",
             "name": label,
             # The arms often overlap exactly; the dashes keep each one visible.
@@ -628,12 +617,12 @@ def number_line(
     data: list[Spec] = [
         {
             "type": "scatter",
-            "x": _list(offsets),
+            "x": _floats(offsets),
             "y": [0.0] * len(offsets),
             "mode": "markers",
             "name": "FP16",
             "marker": {"symbol": "line-ns-open", "size": 26, "color": FORMAT_COLOURS["fp16"], "line": {"width": 2}},
-            "hovertext": [exact(float(v), lang) for v in grid],
+            "hovertext": [i18n.full_precision(float(v), lang) for v in grid],
             "hovertemplate": "FP16: %{hovertext}" + HIDE_TRACE_NAME,
         }
     ]
@@ -668,7 +657,7 @@ def number_line(
                 "text": [label],
                 "textposition": position,
                 "marker": {"symbol": symbol, "size": 13, "color": colour},
-                "hovertext": [f"{label}: {exact(value, lang)}"],
+                "hovertext": [f"{label}: {i18n.full_precision(value, lang)}"],
                 "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
                 "showlegend": False,
             }
@@ -700,17 +689,17 @@ def number_line(
         },
         yaxis={"visible": False, "range": [-1, 1], "fixedrange": True},
     )
-    rows = [(label, exact(value, lang)) for _, value, label, *_ in marks]
-    rows += [("FP16", exact(float(v), lang)) for v in grid]
+    rows = [(label, i18n.full_precision(value, lang)) for _, value, label, *_ in marks]
+    rows += [("FP16", i18n.full_precision(float(v), lang)) for v in grid]
     table = _table(lang, (_words(lang, "col_point"), _words(lang, "col_value")), rows)
     alt = _words(
         lang,
         "alt_number_line",
-        w=exact(w, lang),
+        w=i18n.full_precision(w, lang),
         exact_label=labels["exact"],
-        exact=exact(w + update, lang),
+        exact=i18n.full_precision(w + update, lang),
         stored_label=labels["stored"],
-        stored=exact(stored, lang),
+        stored=i18n.full_precision(stored, lang),
         spacing=i18n.sci(spacing, lang, 3),
     )
     return _figure(data, layout, table=table, alt=alt)
@@ -791,7 +780,7 @@ def labelled_bars(
     )
     rows = [(name, text) for name, text in zip(names, texts, strict=True)]
     if line is not None:
-        rows.append((line[1], i18n.plain(line[0], lang)))
+        rows.append((line[1], i18n.decimal(line[0], lang)))
     table = _table(lang, (_words(lang, "col_item"), axis_title or _words(lang, "col_value")), rows)
     alt = _words(lang, "alt_bars", bars="; ".join(f"{name}: {text}" for name, text in rows))
     return _figure(data, layout, table=table, alt=alt)
@@ -903,13 +892,13 @@ def format_ranges(
     data.append(
         {
             "type": "scatter",
-            "x": _list(np.log10(sample)),
-            "y": _list(jitter),
+            "x": _floats(np.log10(sample)),
+            "y": _floats(jitter),
             "mode": "markers",
             "name": labels["gradients"],
             "marker": {"size": 4, "color": NEUTRAL},
             # plotly formats the 400 hover values in the browser (with the layout's decimal mark)
-            "customdata": _list(sample),
+            "customdata": _floats(sample),
             "hovertemplate": "%{customdata:.3~e}" + HIDE_TRACE_NAME,
             "showlegend": False,
         }
@@ -938,12 +927,12 @@ def precision_ticks(grids: Sequence[tuple[str, str, np.ndarray]], lang: str) -> 
     data: list[Spec] = [
         {
             "type": "scatter",
-            "x": _list(values),
+            "x": _floats(values),
             "y": [row] * len(values),
             "mode": "markers",
             "name": label,
             "marker": {"symbol": "line-ns-open", "size": 22, "color": FORMAT_COLOURS[key], "line": {"width": 2}},
-            "customdata": _list(values),
+            "customdata": _floats(values),
             "hovertemplate": f"{label}: %{{customdata:.17~g}}" + HIDE_TRACE_NAME,
             "showlegend": False,
         }
@@ -962,7 +951,7 @@ def precision_ticks(grids: Sequence[tuple[str, str, np.ndarray]], lang: str) -> 
         xaxis={"fixedrange": True},
     )
     rows = [
-        (label, i18n.number(len(values), lang), ", ".join(exact(float(v), lang) for v in values))
+        (label, i18n.number(len(values), lang), ", ".join(i18n.full_precision(float(v), lang) for v in values))
         for _, label, values in grids
     ]
     headers = (_words(lang, "col_format"), _words(lang, "col_count"), _words(lang, "col_values"))
@@ -1076,7 +1065,7 @@ def scale_sweep(
             {
                 "type": "scatter",
                 "x": xs,
-                "y": _list(values),
+                "y": _floats(values),
                 "mode": "lines+markers",
                 "name": name,
                 "line": {"color": colour, "width": 2.5, "dash": dash},
@@ -1162,7 +1151,7 @@ def share_lines(
         {
             "type": "scatter",
             "x": xs,
-            "y": _list(values),
+            "y": _floats(values),
             "mode": "lines+markers",
             "name": label,
             "line": {"color": FORMAT_COLOURS[key], "width": 2.5, "dash": ARM_DASHES.get(key, "solid")},
@@ -1200,7 +1189,7 @@ def grouped_share_bars(
         {
             "type": "bar",
             "y": rows,
-            "x": _list(values),
+            "x": _floats(values),
             "orientation": "h",
             "name": label,
             # told apart without colour too: FP16 plain, the others hatched, as in the legend

@@ -62,17 +62,18 @@ class Page:
     def num(self, x: float, places: int = 0) -> str:
         return i18n.number(x, self.lang, places)
 
-    def sec(self, s: float) -> str:
+    def seconds(self, s: float) -> str:
         return i18n.seconds(s, self.lang)
 
     def ratio(self, r: float) -> str:
         return i18n.ratio(r, self.lang)
 
-    def sig(self, x: float, digits: int = 2) -> str:
+    def significant(self, x: float, digits: int = 2) -> str:
         return i18n.significant(x, self.lang, digits)
 
-    def plain(self, x: float) -> str:
-        return i18n.plain(x, self.lang)
+    def decimal(self, x: float) -> str:
+        """``x`` as a plain decimal, without e-notation or rounding to a few digits: ``0.5``, ``1,000``."""
+        return i18n.decimal(x, self.lang)
 
 
 def _state(name: str) -> dict[Any, Any]:

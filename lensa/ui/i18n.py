@@ -128,7 +128,7 @@ def _non_finite(x: float) -> str:
     return "∞" if x > 0 else "−∞"
 
 
-def plain(x: float, lang: str) -> str:
+def decimal(x: float, lang: str) -> str:
     """The shortest plain spelling of a number, with grouping: ``0.5``, ``1``, ``1,000``."""
     if not math.isfinite(x):
         return _non_finite(x)
@@ -177,8 +177,19 @@ def exact_or_sci(x: float, lang: str, digits: int = 5) -> str:
     if not math.isfinite(x):
         return _non_finite(x)
     if abs(x) < 1e6 and len(Decimal(x).normalize().as_tuple().digits) <= digits:
-        return ("−" if x < 0 else "") + plain(abs(x), lang)
+        return ("−" if x < 0 else "") + decimal(abs(x), lang)
     return sci(x, lang)
+
+
+def full_precision(x: float, lang: str) -> str:
+    """A value to full float precision, written the local way (for hover text)."""
+    if not math.isfinite(x):
+        return sci(x, lang)
+    text = f"{x:.17g}"
+    if "e" in text:
+        m, e = text.split("e")
+        return f"{m.replace('.', ',') if lang == 'id' else m}e{int(e)}"
+    return text.replace(".", ",") if lang == "id" else text
 
 
 def gigabytes(n_bytes: float, lang: str) -> str:

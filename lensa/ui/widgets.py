@@ -1,4 +1,4 @@
-"""The URL-bound controls a page draws: slider, choice, select, text, count and toggle.
+"""The URL-bound controls a page draws: slider, choice, dropdown, text, count and toggle.
 
 Each reads its value from the source :mod:`lensa.ui.url_state` picks (the widget, the URL, our record or
 the default), draws its widget, and writes the value back to the URL. After the lesson, :func:`current`
@@ -112,7 +112,7 @@ def choice(
     )
 
 
-def select(
+def dropdown(
     page: Page,
     name: str,
     label: str,

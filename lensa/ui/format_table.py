@@ -1,5 +1,5 @@
-"""What steps 2, 3 and 5 share: the FP16 histogram of the gradient sample (or of a recorded run), and a table of
-formats side by side."""
+"""Steps 2, 3 and 5's "also show" choice and the table of formats side by side that it fills: each format's
+range, what it does to the gradients and the error it leaves."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 import streamlit as st
 
-from lensa.formats import FORMATS, category_shares, classify, formats_in, relative_error
-from lensa.measured import ZoneHistogram
+from lensa.formats import FORMATS, category_shares, formats_in, relative_error
 from lensa.scaling import loss_scaled
-from lensa.ui import figures, widgets
+from lensa.ui import widgets
 from lensa.ui.frame import Page
 from lensa.ui.i18n import exact_or_sci, power_of_two
 from lensa.ui.site import ALSO_GROUPS
@@ -50,52 +49,6 @@ def also_control(page: Page) -> str:
     """Steps 2, 3 and 5's choice of format groups to show beside FP16 and BF16 (URL ``also``)."""
     return widgets.choice(
         page, "also", page.t("also.label"), lambda o: page.t(f"also.option_{o}"), help=page.t("also.help")
-    )
-
-
-def _zone_labels(page: Page) -> dict[str, str]:
-    return {
-        "zero": page.t("category.zero"),
-        "subnormal": page.t("category.subnormal"),
-        "normal": page.t("category.normal_fp16"),
-        "overflow": page.t("category.overflow"),
-    }
-
-
-def _fp16_marks(page: Page) -> list[tuple[float, str]]:
-    fp16 = FORMATS["fp16"]
-    return [
-        (fp16.smallest_subnormal, f"{page.t('fp16_range.mark_subnormal')} {page.sci(fp16.smallest_subnormal)}"),
-        (fp16.smallest_normal, f"{page.t('fp16_range.mark_normal')} {page.sci(fp16.smallest_normal)}"),
-        (fp16.max, f"{page.t('fp16_range.mark_max')} {page.num(fp16.max)}"),
-    ]
-
-
-def fp16_histogram(page: Page, values: np.ndarray) -> object:
-    """The gradient sample on a log axis, coloured by what FP16 does to each value, with FP16's limits marked."""
-    return figures.category_histogram(
-        values,
-        classify(values, FORMATS["fp16"]),
-        _zone_labels(page),
-        _fp16_marks(page),
-        page.t("fp16_range.axis"),
-        page.t("fp16_range.count"),
-        page.t("fp16_range.hover"),
-        page.lang,
-    )
-
-
-def fp16_binades(page: Page, hist: ZoneHistogram) -> object:
-    """A recorded tensor's values per binade on a log axis, coloured by what FP16 does to them, FP16's limits marked."""
-    return figures.binade_zones(
-        hist.exponents,
-        hist.counts,
-        _zone_labels(page),
-        _fp16_marks(page),
-        page.t("data.axis"),
-        page.t("data.count"),
-        page.t("data.hover"),
-        page.lang,
     )
 
 

@@ -284,12 +284,12 @@ def data_controls(page: Page) -> Selection | None:
         return None
     default_kind = declared.default if declared.default in kinds else kinds[0]
     kind_control = ChoiceControl("kind", kinds, default_kind)
-    kind = widgets.select(page, "kind", page.t("data.kind"), lambda v: page.t(f"data.kind_{v}"), control=kind_control)
+    kind = widgets.dropdown(page, "kind", page.t("data.kind"), lambda v: page.t(f"data.kind_{v}"), control=kind_control)
     if previous is not None and previous[0] == source.ident and previous[1] not in (None, kind):
         _forget_stale(page, ("layer", "step"))
     track[page.info.key] = (source.ident, kind)
     layers = (measured.ALL_LAYERS, *(n for n in run.names(kind) if n != measured.ALL_LAYERS))
-    layer = widgets.select(
+    layer = widgets.dropdown(
         page,
         "layer",
         page.t("data.layer"),
@@ -305,7 +305,7 @@ def data_controls(page: Page) -> Selection | None:
     if source.key == "reference" and source.recipe is not None:
         with st.expander(page.t("data.recipe_title"), icon=":material/receipt_long:"):
             st.markdown(recipe_markdown(source.recipe))
-    return Selection(source, kind, layer, step, measured.select(run, kind, layer, step))
+    return Selection(source, kind, layer, step, measured.tensor_stats(run, kind, layer, step))
 
 
 def _share_choice(page: Page, data: str) -> None:
@@ -482,7 +482,7 @@ def recipe_section(page: Page, sel: Selection) -> None:
         else:
             st.info(page.t("recipes.not_kept"), icon=":material/info:")
         return
-    recipe = widgets.select(
+    recipe = widgets.dropdown(
         page,
         "recipe",
         page.t("recipes.recipe"),
