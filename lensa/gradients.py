@@ -21,6 +21,8 @@ from numpy.typing import NDArray
 SAMPLE_SIZE = 400
 SPREAD_DECADES = 1.0
 SEED = 183608
+# The typical size steps 2 to 5 start from (step 2's slider at its default): the size the seed was chosen at.
+DEFAULT_TYPICAL = 1e-6
 
 
 @lru_cache(maxsize=1)
@@ -39,3 +41,11 @@ def gradient_sample(typical: float) -> NDArray[np.float64]:
     if not (np.isfinite(typical) and typical > 0):
         raise ValueError(f"typical gradient size must be positive and finite, got {typical!r}")
     return typical * np.power(10.0, SPREAD_DECADES * _standard_draws())
+
+
+@lru_cache(maxsize=1)
+def default_sample() -> NDArray[np.float64]:
+    """:func:`gradient_sample` at :data:`DEFAULT_TYPICAL`, made once and shared: read-only (copy it to change it)."""
+    sample = gradient_sample(DEFAULT_TYPICAL)
+    sample.setflags(write=False)
+    return sample

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from lensa.formats import FloatFormat, get_format, quantize, representable_between, scalar_rounder, spacing
 
@@ -189,3 +189,46 @@ def update_outcome(w: float, update: float, fmt: str | FloatFormat) -> UpdateOut
     start = round_scalar(w, f)
     after = round_scalar(start + round_scalar(update, f), f)
     return UpdateOutcome(f.name, float(w), float(update), after - start, float(spacing(w, f)))
+
+
+# --- a recorded update, added to a weight held in a format ----------------------------------------------------
+
+# The format of the master copy: it holds the weight as the run itself holds it.
+MASTER_FORMAT = "fp32"
+
+
+def lost_updates(w_before: ArrayLike, w_after: ArrayLike, fmt: str | FloatFormat) -> int:
+    """How many non-zero updates ``u = w_after - w_before`` (float32 arithmetic) a weight held in ``fmt`` loses.
+
+    The definition of :func:`lensa.runstats.summarize_update`, for any format: with ``q`` = ``w_before``
+    stored in ``fmt``, an update is lost when ``q + u``, added in float32 and stored in ``fmt``, is ``q``
+    again. With ``fmt`` FP32, ``q`` is ``w_before`` itself: the master copy. A NaN update is never lost (NaN
+    equals nothing). Arrays of different shapes raise ValueError.
+    """
+    before, after = np.asarray(w_before, np.float32), np.asarray(w_after, np.float32)
+    if before.shape != after.shape:
+        raise ValueError(f"w_before has shape {before.shape} but w_after has {after.shape}")
+    f = get_format(fmt)
+    with np.errstate(invalid="ignore", over="ignore"):
+        update = after - before
+        stored = quantize(before, f).astype(np.float32)  # exact: a format no wider than FP32
+        again = quantize(stored + update, f).astype(np.float32)
+    return int(np.count_nonzero((update != 0) & (again == stored)))
+
+
+def master_lost_count(nonzero: int) -> int:
+    """How many of ``nonzero`` recorded non-zero updates an FP32 master copy loses: none, whatever the run.
+
+    A recorded update is ``u = fl(a - b)`` with ``b`` the weight before and ``a`` after, both float32, and the
+    master copy holds ``b`` itself. If the subtraction is exact, ``b + u = a``, which is representable and is
+    not ``b`` (u is not 0). If it is not exact, ``a`` and ``b`` are not within a factor of two of each other
+    with the same sign (Sterbenz's lemma; with subnormals a difference below the normal range is exact too), so
+    ``|a - b| >= |b| / 2`` and, rounding being monotonic, ``|u| >= |b| / 2``: far more than the half spacing
+    at ``b`` that rounding back to ``b`` allows. A ``b`` of 0 gives ``u`` itself, an overflowing ``u`` gives
+    inf. So the FP32 row is computed, not assumed: :func:`lost_updates` with FP32 counts 0 on any arrays,
+    which tests/test_core_units.py checks on float32 pairs of every kind and on every pair of a small format.
+    A negative count raises ValueError.
+    """
+    if nonzero < 0:
+        raise ValueError(f"a count of updates is >= 0, not {nonzero}")
+    return 0

@@ -18,7 +18,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa.formats import classify
+from lensa.formats import classify, get_format
+from lensa.master import MASTER_FORMAT, master_lost_count
 from lensa.runstats import RunStats, TensorStats, combine, significand_edges
 
 ALL_LAYERS = "all"
@@ -180,15 +181,37 @@ def scale_bounds(stats: TensorStats, fmt: str = "fp16", keep: float = KEEP_SHARE
     return ScaleBounds(keep_k, safe_k)
 
 
+def rescaled_formats(stats: TensorStats, fmts: Sequence[str]) -> dict[str, int]:
+    """Each of ``fmts`` that its safe scale (:func:`scale_bounds`' ``safe_k``) changes, with that exponent k.
+
+    Two kinds are left out, for different reasons: a format with no safe scale (``safe_k`` None: some value
+    is ±inf, so every S overflows, or no value is non-zero), and one whose safe scale is S = 1 (k = 0), where
+    the scaled values are the recorded ones. A negative k (the values must shrink to fit) is kept.
+    """
+    out = {}
+    for f in fmts:
+        k = scale_bounds(stats, f).safe_k
+        if k is not None and k != 0:
+            out[f] = k
+    return out
+
+
 def mean_relative_errors(stats: TensorStats, fmts: Sequence[str]) -> dict[str, float]:
     """Mean relative error of each format over the finite non-zero values (1.0 = 100%; inf if one overflows)."""
     return {f: stats.mean_relative_error(f) for f in fmts}
 
 
 def lost_share(stats: TensorStats, fmt: str) -> float:
-    """Share of the non-zero updates that a weight held in ``fmt`` would lose (NaN when there are none)."""
+    """Share of the non-zero updates that a weight held in ``fmt`` would lose (NaN when there are none).
+
+    ``fmt`` FP32 is the master copy, which holds the weight as recorded: the record keeps no count for it,
+    and :func:`lensa.master.master_lost_count` gives it. A record that is not an update raises ValueError.
+    """
+    if stats.lost_counts is None:
+        raise ValueError("a lost share needs the statistics of an update, made by summarize_update")
     n = stats.nonzero
-    return stats.lost(fmt) / n if n else math.nan
+    lost = master_lost_count(n) if get_format(fmt).name == MASTER_FORMAT else stats.lost(fmt)
+    return lost / n if n else math.nan
 
 
 @dataclass(frozen=True)

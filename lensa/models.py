@@ -362,6 +362,15 @@ def shape_for_params(params: float, context: int = 4096) -> ModelShape:
     )
 
 
+def model_text_key(model_key: str) -> str:
+    """The catalogue key (in step 1's section) that names a model choice: a key of :data:`PRESETS` or "custom".
+
+    ``"model_"`` and the choice with its hyphens as underscores (``"llama2-7b"`` -> ``"model_llama2_7b"``):
+    catalogue keys are snake_case, while the URL keeps the preset's own key.
+    """
+    return "model_" + model_key.replace("-", "_")
+
+
 # With one GPU ZeRO splits nothing, so step 1's comparison of calculators shows a common node of eight instead.
 COMPARISON_GPUS = 8
 

@@ -1,10 +1,13 @@
 """Step 3 · Loss scaling: shift the gradients into range, then shift them back."""
 
+from collections.abc import Sequence
+
+import numpy as np
 import streamlit as st
 
 from lensa import measured
-from lensa.formats import FORMATS, category_shares, largest_magnitude
-from lensa.gradients import gradient_sample
+from lensa.formats import FORMATS, largest_magnitude
+from lensa.gradients import default_sample
 from lensa.scaling import (
     TORCH_INIT_SCALE,
     SpikeModel,
@@ -19,7 +22,6 @@ from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
 
 FP16 = FORMATS["fp16"]
-TYPICAL = 1e-6  # the step-2 sample at its default
 SPIKES = SpikeModel()
 REAL_RUN = "loss_scaling.real_trace"
 REAL_JOB = "loss_scaling.real_job"
@@ -70,6 +72,84 @@ def _scale_text(k: int | None) -> str:
     return "—" if k is None else power_of_two(k)
 
 
+def bounds_sentence(bounds: measured.ScaleBounds, kind: str) -> str:
+    """What the two loss scales of a recorded tensor say: none, only one, a window between them, or a clash."""
+    if bounds.keep_k is None and bounds.safe_k is None:
+        return page.t("loss_scaling_data.bounds_empty", kind=kind)
+    if bounds.safe_k is None:
+        return page.t("loss_scaling_data.bounds_no_safe", kind=kind, keep=_scale_text(bounds.keep_k))
+    if bounds.keep_k is None:
+        return page.t("loss_scaling_data.bounds_no_keep", kind=kind, safe=_scale_text(bounds.safe_k))
+    key = "bounds_window" if bounds.window else "bounds_clash"
+    return page.t(
+        f"loss_scaling_data.{key}", kind=kind, keep=_scale_text(bounds.keep_k), safe=_scale_text(bounds.safe_k)
+    )
+
+
+def sweep_chart(sel: recorded_run.Selection, bounds: measured.ScaleBounds, k: int, kind: str, source: str) -> None:
+    """The shares lost to 0 and to inf at every S of the slider, the two loss scales marked, and what they say."""
+    sweep = measured.scale_sweep(sel.stats, page.info.control("scale").stops, "fp16")
+    sentence = bounds_sentence(bounds, kind)
+    labels = figures.SweepLabels(
+        axis_scale=page.t("loss_scaling_data.sweep_axis"),
+        axis_share=page.t("loss_scaling_data.sweep_share"),
+        zero=page.t("loss_scaling_data.sweep_zero"),
+        overflow=page.t("loss_scaling_data.sweep_overflow"),
+        keep=page.t("loss_scaling_data.sweep_keep"),
+        safe=page.t("loss_scaling_data.sweep_safe"),
+        current=page.t("loss_scaling_data.sweep_current", s=power_of_two(k)),
+        hover=page.t("loss_scaling_data.sweep_hover"),
+    )
+    display.chart(
+        figures.scale_sweep(sweep.ks, sweep.zero, sweep.overflow, bounds.keep_k, bounds.safe_k, k, labels, page.lang),
+        page.t("loss_scaling_data.sweep_title", kind=kind),
+        source,
+        alt=sentence,
+    )
+    st.markdown(sentence)
+
+
+def recorded_scaler_chart(sel: recorded_run.Selection) -> measured.ScalerHistory | None:
+    """The run's own GradScaler, animated; a note instead where the run recorded none. Returns its history."""
+    history = measured.scaler_history(sel.source.scaler) if sel.source.scaler is not None else None
+    if history is None:
+        st.info(page.t("loss_scaling_data.no_history"), icon=":material/info:")
+        return None
+    display.chart(
+        recorded_run_figure(page.lang, history.steps, history.log2_scales, history.skipped),
+        page.t("loss_scaling_data.run_title"),
+        page.t(
+            "loss_scaling_data.run_caption",
+            start=_scale_text(history.first_k),
+            skipped=page.num(len(history.skipped_steps)),
+            steps=_steps_text(page, list(history.skipped_steps)),
+        )
+        + " "
+        + recorded_run.scaler_line(page, sel.source),
+        alt=page.t(
+            "loss_scaling_data.alt_run",
+            n=page.num(len(history.steps)),
+            start=_scale_text(history.first_k),
+            end=_scale_text(history.last_k),
+            skipped=page.num(len(history.skipped_steps)),
+        ),
+    )
+    return history
+
+
+def measured_fp8_table(sel: recorded_run.Selection, k: int) -> None:
+    """FP16 at the chosen S beside the FP8 formats unscaled, then each FP8 format that its safe scale changes."""
+    stats = sel.stats
+    st.subheader(page.t("fp8_title"))
+    st.markdown(page.t("loss_scaling_data.fp8_explain"))
+    rows = recorded_run.format_rows(page, stats, ("fp16",), {"fp16": k})
+    rows += recorded_run.format_rows(page, stats, format_table.FP8_KEYS, dict.fromkeys(format_table.FP8_KEYS, 0))
+    scaled = measured.rescaled_formats(stats, format_table.FP8_KEYS)
+    if scaled:
+        rows += recorded_run.format_rows(page, stats, tuple(scaled), scaled)
+    st.dataframe(rows, hide_index=True)
+
+
 def show_measured(sel: recorded_run.Selection, k: int, also: str) -> None:
     """The recorded gradients instead of the illustration: scaled, swept over S, and the run's own scaler."""
     stats = sel.stats
@@ -96,61 +176,8 @@ def show_measured(sel: recorded_run.Selection, k: int, also: str) -> None:
                 "loss_scaling_data.alt_hist", kind=kind, s=power_of_two(k), zero=pct["zero"], over=pct["overflow"]
             ),
         )
-        sweep = measured.scale_sweep(stats, page.info.control("scale").stops, "fp16")
-        if bounds.keep_k is None and bounds.safe_k is None:
-            sentence = page.t("loss_scaling_data.bounds_empty", kind=kind)
-        elif bounds.safe_k is None:
-            sentence = page.t("loss_scaling_data.bounds_no_safe", kind=kind, keep=_scale_text(bounds.keep_k))
-        elif bounds.keep_k is None:
-            sentence = page.t("loss_scaling_data.bounds_no_keep", kind=kind, safe=_scale_text(bounds.safe_k))
-        else:
-            key = "bounds_window" if bounds.window else "bounds_clash"
-            sentence = page.t(
-                f"loss_scaling_data.{key}", kind=kind, keep=_scale_text(bounds.keep_k), safe=_scale_text(bounds.safe_k)
-            )
-        labels = figures.SweepLabels(
-            axis_scale=page.t("loss_scaling_data.sweep_axis"),
-            axis_share=page.t("loss_scaling_data.sweep_share"),
-            zero=page.t("loss_scaling_data.sweep_zero"),
-            overflow=page.t("loss_scaling_data.sweep_overflow"),
-            keep=page.t("loss_scaling_data.sweep_keep"),
-            safe=page.t("loss_scaling_data.sweep_safe"),
-            current=page.t("loss_scaling_data.sweep_current", s=power_of_two(k)),
-            hover=page.t("loss_scaling_data.sweep_hover"),
-        )
-        display.chart(
-            figures.scale_sweep(
-                sweep.ks, sweep.zero, sweep.overflow, bounds.keep_k, bounds.safe_k, k, labels, page.lang
-            ),
-            page.t("loss_scaling_data.sweep_title", kind=kind),
-            source,
-            alt=sentence,
-        )
-        st.markdown(sentence)
-        history = measured.scaler_history(sel.source.scaler) if sel.source.scaler is not None else None
-        if history is None:
-            st.info(page.t("loss_scaling_data.no_history"), icon=":material/info:")
-        else:
-            skipped_list = _steps_text(page, list(history.skipped_steps))
-            display.chart(
-                recorded_run_figure(page.lang, history.steps, history.log2_scales, history.skipped),
-                page.t("loss_scaling_data.run_title"),
-                page.t(
-                    "loss_scaling_data.run_caption",
-                    start=_scale_text(history.first_k),
-                    skipped=page.num(len(history.skipped_steps)),
-                    steps=skipped_list,
-                )
-                + " "
-                + recorded_run.scaler_line(page, sel.source),
-                alt=page.t(
-                    "loss_scaling_data.alt_run",
-                    n=page.num(len(history.steps)),
-                    start=_scale_text(history.first_k),
-                    end=_scale_text(history.last_k),
-                    skipped=page.num(len(history.skipped_steps)),
-                ),
-            )
+        sweep_chart(sel, bounds, k, kind, source)
+        history = recorded_scaler_chart(sel)
     paragraph = page.t(
         "loss_scaling_data.explain", s=power_of_two(k), kind=kind, zero=pct["zero"], over=pct["overflow"]
     )
@@ -166,23 +193,53 @@ def show_measured(sel: recorded_run.Selection, k: int, also: str) -> None:
     if format_table.shows(also, "narrow"):
         st.caption(page.t("also.measured_note"))
     if format_table.shows(also, "fp8"):
-        scales = {key: measured.scale_bounds(stats, key).safe_k for key in format_table.FP8_KEYS}
-        st.subheader(page.t("fp8_title"))
-        st.markdown(page.t("loss_scaling_data.fp8_explain"))
-        rows = recorded_run.format_rows(page, stats, ("fp16",), {"fp16": k})
-        rows += recorded_run.format_rows(page, stats, format_table.FP8_KEYS, dict.fromkeys(format_table.FP8_KEYS, 0))
-        scaled = {f: s for f, s in scales.items() if s}
-        if scaled:
-            rows += recorded_run.format_rows(page, stats, tuple(scaled), scaled)
-        st.dataframe(rows, hide_index=True)
+        measured_fp8_table(sel, k)
     if also != "none":  # every block recipe, from the run's own values (file version 2)
         recorded_run.recipe_section(page, sel)
 
 
+def real_run_section(run: measured.ScalerHistory, real: Sequence[measured.ScaleStep] | None) -> None:
+    """The same run by torch's own GradScaler, in the lab's worker: a button, then whether it matches."""
+    with st.expander(page.t("real_title"), icon=":material/science:", expanded=real is not None):
+        st.markdown(
+            page.t(
+                "real_intro",
+                interval=page.num(SPIKES.growth_interval),
+                steps=_steps_text(page, list(run.skipped_steps)),
+            )
+        )
+        job = st.session_state.get(REAL_JOB)
+        if not live_view.torch_available():
+            st.info(live_view.torch_missing_text(page))
+        elif st.button(
+            page.t("real_run"), key="loss_scaling.real_run", icon=":material/play_arrow:", disabled=job is not None
+        ):
+            # The run happens in the lab's worker process: this page never imports torch.
+            job = st.session_state[REAL_JOB] = jobs.submit(
+                "trace",
+                steps=len(run.steps),
+                init_scale=TORCH_INIT_SCALE,
+                growth_interval=SPIKES.growth_interval,
+                spike_steps=run.skipped_steps,
+                spike_factor=REAL_SPIKE_FACTOR,
+            )
+        if job is not None:
+            ok, result = jobs.settle(page, job, REAL_JOB, "loss_scaling.real_cancel", page.t("real_running"))
+            if ok:
+                st.session_state[REAL_RUN] = result
+                st.rerun()  # the run's chart, above, gains the real line
+        if real is not None:
+            same = measured.history_of(real).log2_scales == run.log2_scales
+            real_overflows = [s.step for s in real if s.found_inf]
+            key = "real_match" if same else "real_differs"
+            st.markdown(page.t(key, steps=_steps_text(page, real_overflows)))
+
+
 def illustration(k: int, also: str) -> None:
     """The seed's illustration: step 2's sample times S, and an illustrative dynamic run (with a real one)."""
-    scaled = loss_scaled(gradient_sample(TYPICAL), k)
-    shares = static_shift_shares(gradient_sample(TYPICAL), k)
+    sample = default_sample()
+    scaled = loss_scaled(sample, k)
+    shares = static_shift_shares(sample, k)
     run = illustrative_run()
     charts = display.figure_area()
     display.metric_row(
@@ -214,39 +271,7 @@ def illustration(k: int, also: str) -> None:
                 end=power_of_two(run.last_k),
             ),
         )
-        with st.expander(page.t("real_title"), icon=":material/science:", expanded=real is not None):
-            st.markdown(
-                page.t(
-                    "real_intro",
-                    interval=page.num(SPIKES.growth_interval),
-                    steps=_steps_text(page, list(run.skipped_steps)),
-                )
-            )
-            job = st.session_state.get(REAL_JOB)
-            if not live_view.torch_available():
-                st.info(live_view.torch_missing_text(page))
-            elif st.button(
-                page.t("real_run"), key="loss_scaling.real_run", icon=":material/play_arrow:", disabled=job is not None
-            ):
-                # The run happens in the lab's worker process: this page never imports torch.
-                job = st.session_state[REAL_JOB] = jobs.submit(
-                    "trace",
-                    steps=len(run.steps),
-                    init_scale=TORCH_INIT_SCALE,
-                    growth_interval=SPIKES.growth_interval,
-                    spike_steps=run.skipped_steps,
-                    spike_factor=REAL_SPIKE_FACTOR,
-                )
-            if job is not None:
-                ok, result = jobs.settle(page, job, REAL_JOB, "loss_scaling.real_cancel", page.t("real_running"))
-                if ok:
-                    st.session_state[REAL_RUN] = result
-                    st.rerun()  # the run's chart, above, gains the real line
-            if real is not None:
-                same = measured.history_of(real).log2_scales == run.log2_scales
-                real_overflows = [s.step for s in real if s.found_inf]
-                key = "real_match" if same else "real_differs"
-                st.markdown(page.t(key, steps=_steps_text(page, real_overflows)))
+        real_run_section(run, real)
 
     values = {"s": power_of_two(k), "zero": page.pct(shares["zero"]), "over": page.pct(shares["overflow"])}
     paragraph = page.t(REGIME_KEYS[static_shift_regime(shares, k)], **values)
@@ -258,9 +283,12 @@ def illustration(k: int, also: str) -> None:
         skipped=page.num(len(run.skipped_steps)),
     )
     layout.explain(page, paragraph, page.t("try"))
-    if also == "none":
-        return
-    sample = gradient_sample(TYPICAL)
+    if also != "none":
+        also_formats(sample, k, also)
+
+
+def also_formats(sample: np.ndarray, k: int, also: str) -> None:
+    """The narrower formats beside FP16: each at its own per-tensor scale, and what that scale keeps."""
     extra = format_table.also_keys(also)
     scale_exps = {key: per_tensor_scale_exp(sample, key) for key in extra}
     st.subheader(format_table.also_title(page, also))
@@ -275,7 +303,7 @@ def illustration(k: int, also: str) -> None:
         )
     if format_table.shows(also, "narrow"):
         fp4 = "fp4_e2m1"
-        scaled_fp4 = category_shares(sample * 2.0 ** scale_exps[fp4], fp4)
+        scaled_fp4 = static_shift_shares(sample, scale_exps[fp4], fp4)
         st.markdown(
             page.t(
                 "also.explain_loss_scaling",

@@ -7,7 +7,9 @@ from lensa.formats import get_format, spacing
 from lensa.master import (
     EXAMPLE_GRAD,
     EXAMPLE_LR,
+    MASTER_FORMAT,
     NOTICEABLE_ROUNDING,
+    MasterWeightExample,
     UpdateOutcome,
     master_weight_example,
     update_outcome,
@@ -18,25 +20,78 @@ from lensa.ui.frame import setup
 STEPS = 1000
 TICKS_EACH_SIDE = 4
 LOW_PRECISION = ("fp16", "bf16")
+EXAMPLE_FORMAT = "fp16"  # the format the illustration's weight is held in, beside its FP32 master copy
+SHOWN = (*LOW_PRECISION, MASTER_FORMAT)  # the weight held in 16 bits, then the FP32 master copy
 MAX_LAYER_BARS = 12  # a chart a phone can hold; the table below lists every layer
+
+
+def over_training_chart(sel: recorded_run.Selection, labels: dict[str, str]) -> None:
+    """The share each format loses at every recorded step (of the chosen layer, or all), where there are two."""
+    steps, over = measured.lost_over_training(sel.run, sel.layer, SHOWN)
+    if len(steps) > 1:
+        hover = page.t("master_weights_data.hover")
+        lines = [
+            (
+                f,
+                labels[f],
+                over[f],
+                [
+                    hover.format(step=page.num(s), share=recorded_run.pct(page, v))
+                    for s, v in zip(steps, over[f], strict=True)
+                ],
+            )
+            for f in SHOWN
+        ]
+        display.chart(
+            figures.share_lines(
+                steps,
+                lines,
+                page.t("master_weights_data.axis_step"),
+                page.t("master_weights_data.axis_share"),
+                page.lang,
+            ),
+            page.t("master_weights_data.over_title", layer=recorded_run.layer_words(page, sel.layer)),
+            recorded_run.source_line(page, sel, every_step=True),
+            alt=page.t(
+                "master_weights_data.alt_over",
+                first=recorded_run.pct(page, over["fp16"][0]),
+                last=recorded_run.pct(page, over["fp16"][-1]),
+                n=page.num(len(steps)),
+            ),
+        )
+
+
+def layer_table(rows: list[measured.LostRow], labels: dict[str, str]) -> None:
+    """Every layer's share of lost updates in each format, in model order (the chart shows the worst few)."""
+    st.dataframe(
+        [
+            {
+                page.t("data.col_layer"): r.name,
+                page.t("data.col_values"): page.num(r.nonzero),
+                **{labels[f]: recorded_run.pct(page, r.lost[f]) for f in SHOWN},
+            }
+            for r in rows
+        ],
+        hide_index=True,
+    )
 
 
 def show_measured(sel: recorded_run.Selection) -> None:
     """The recorded updates instead of the illustration: how many an FP16 or BF16 weight would lose."""
     run, stats = sel.run, sel.stats
-    lost = {f: measured.lost_share(stats, f) for f in LOW_PRECISION}
-    pct = {f: recorded_run.pct(page, share) for f, share in lost.items()}
-    master = page.pct(0.0)  # the update is w_after - w_before in FP32: added to the FP32 copy, it is w_after exactly
+    pct = {f: recorded_run.pct(page, measured.lost_share(stats, f)) for f in SHOWN}
+    master = pct[MASTER_FORMAT]
     source = recorded_run.source_line(page, sel)
-    labels = {"fp16": page.t("master_weights_data.bar_fp16"), "bf16": page.t("master_weights_data.bar_bf16")}
-    master_label = page.t("master_weights_data.bar_master")
-    rows = measured.lost_by_layer(run, sel.step, LOW_PRECISION)
+    labels = {
+        "fp16": page.t("master_weights_data.bar_fp16"),
+        "bf16": page.t("master_weights_data.bar_bf16"),
+        MASTER_FORMAT: page.t("master_weights_data.bar_master"),
+    }
+    rows = measured.lost_by_layer(run, sel.step, SHOWN)
     shown = measured.most_lost(rows, "fp16", MAX_LAYER_BARS)
     series = [
-        (f, labels[f], [r.lost[f] for r in shown], [recorded_run.pct(page, r.lost[f]) for r in shown])
-        for f in LOW_PRECISION
+        (f, labels[f], [r.lost[f] for r in shown], [recorded_run.pct(page, r.lost[f]) for r in shown]) for f in SHOWN
     ]
-    series.append(("fp32", master_label, [0.0] * len(shown), [master] * len(shown)))
     caption = page.t("master_weights_data.layers_caption", shown=page.num(len(shown)), n=page.num(len(rows)))
     charts = display.figure_area()
     display.metric_row(
@@ -56,46 +111,7 @@ def show_measured(sel: recorded_run.Selection) -> None:
             caption + " " + source,
             alt=page.t("master_weights_data.alt_layers", n=page.num(len(rows)), fp16=pct["fp16"], bf16=pct["bf16"]),
         )
-        steps, over = measured.lost_over_training(run, sel.layer, LOW_PRECISION)
-        if len(steps) > 1:
-            hover = page.t("master_weights_data.hover")
-            lines = [
-                (
-                    f,
-                    labels[f],
-                    over[f],
-                    [
-                        hover.format(step=page.num(s), share=recorded_run.pct(page, v))
-                        for s, v in zip(steps, over[f], strict=True)
-                    ],
-                )
-                for f in LOW_PRECISION
-            ]
-            lines.append(
-                (
-                    "fp32",
-                    master_label,
-                    [0.0] * len(steps),
-                    [hover.format(step=page.num(s), share=master) for s in steps],
-                )
-            )
-            display.chart(
-                figures.share_lines(
-                    steps,
-                    lines,
-                    page.t("master_weights_data.axis_step"),
-                    page.t("master_weights_data.axis_share"),
-                    page.lang,
-                ),
-                page.t("master_weights_data.over_title", layer=recorded_run.layer_words(page, sel.layer)),
-                recorded_run.source_line(page, sel, every_step=True),
-                alt=page.t(
-                    "master_weights_data.alt_over",
-                    first=recorded_run.pct(page, over["fp16"][0]),
-                    last=recorded_run.pct(page, over["fp16"][-1]),
-                    n=page.num(len(steps)),
-                ),
-            )
+        over_training_chart(sel, labels)
     paragraph = page.t(
         "master_weights_data.explain",
         step=page.num(sel.step),
@@ -106,25 +122,68 @@ def show_measured(sel: recorded_run.Selection) -> None:
         master=master,
     )
     layout.explain(page, paragraph, page.t("master_weights_data.try"))
-    st.dataframe(
-        [
+    layer_table(rows, labels)
+
+
+def example_charts(example: MasterWeightExample) -> None:
+    """The number line around the weight, then what the updates add exactly, to the master copy and in 16 bits."""
+    w, update, gap, stored = example.w, example.update, example.spacing, example.after_one
+    exact, change32, change16 = example.exact_change, example.fp32_change, example.low_change
+    display.chart(
+        figures.number_line(
+            example.w_stored,
+            update,
+            stored,
+            example.grid,
+            gap,
             {
-                page.t("data.col_layer"): r.name,
-                page.t("data.col_values"): page.num(r.nonzero),
-                labels["fp16"]: recorded_run.pct(page, r.lost["fp16"]),
-                labels["bf16"]: recorded_run.pct(page, r.lost["bf16"]),
-                master_label: master,
-            }
-            for r in rows
-        ],
-        hide_index=True,
+                "w": page.t("mark_w"),
+                "exact": page.t("mark_exact"),
+                "stored": page.t("mark_stored"),
+                "half": page.t("mark_half"),
+            },
+            page.t("axis_offset"),
+            page.lang,
+            fmt=EXAMPLE_FORMAT,
+        ),
+        page.t("figure_title", spacing=page.sci(gap, 3)),
+        alt=page.t(
+            "alt",
+            w=page.decimal(w),
+            spacing=page.sci(gap, 3),
+            ratio=page.sci(example.ratio),
+            stored=i18n.full_precision(stored, page.lang),
+        ),
+    )
+    display.chart(
+        figures.labelled_bars(
+            [page.t("bar_exact"), page.t("bar_master"), page.t("bar_fp16")],
+            [exact, change32, change16],
+            [figures.NEUTRAL, figures.FORMAT_COLOURS[MASTER_FORMAT], figures.FORMAT_COLOURS[EXAMPLE_FORMAT]],
+            [page.sci(exact, 3), page.sci(change32, 3), page.sci(change16, 3)],
+            lang=page.lang,
+            hovers=[
+                f"{page.t('bar_exact')}: {i18n.full_precision(exact, page.lang)}",
+                f"{page.t('bar_master')}: {i18n.full_precision(change32, page.lang)}",
+                f"{page.t('bar_fp16')}: {i18n.full_precision(change16, page.lang)}",
+            ],
+            headroom=1.3,
+        ),
+        page.t("bars_title", steps=page.num(STEPS)),
+        alt=page.t(
+            "bars_alt",
+            steps=page.num(STEPS),
+            exact=page.sci(exact, 3),
+            master=page.sci(change32, 3),
+            fp16=page.sci(change16, 3),
+        ),
     )
 
 
 def illustration(update: float, w: float) -> None:
     """The seed's example: one weight, one small update, stored in FP16 or kept in an FP32 master copy."""
-    example = master_weight_example(w, update, STEPS, "fp16", TICKS_EACH_SIDE)
-    gap, stored = example.spacing, example.after_one
+    example = master_weight_example(w, update, STEPS, EXAMPLE_FORMAT, TICKS_EACH_SIDE)
+    gap = example.spacing
     exact, change32, change16 = example.exact_change, example.fp32_change, example.low_change
 
     charts = display.figure_area()
@@ -139,54 +198,7 @@ def illustration(update: float, w: float) -> None:
     outcomes = {f: update_outcome(w, update, f) for f in (*LOW_PRECISION, "fp32")}
     display.metric_row([(page.t(f"outcome_{f}"), outcome_words(outcomes[f])) for f in ("fp16", "bf16", "fp32")])
     with charts:
-        display.chart(
-            figures.number_line(
-                example.w_stored,
-                update,
-                stored,
-                example.grid,
-                gap,
-                {
-                    "w": page.t("mark_w"),
-                    "exact": page.t("mark_exact"),
-                    "stored": page.t("mark_stored"),
-                    "half": page.t("mark_half"),
-                },
-                page.t("axis_offset"),
-                page.lang,
-            ),
-            page.t("figure_title", spacing=page.sci(gap, 3)),
-            alt=page.t(
-                "alt",
-                w=page.decimal(w),
-                spacing=page.sci(gap, 3),
-                ratio=page.sci(example.ratio),
-                stored=i18n.full_precision(stored, page.lang),
-            ),
-        )
-        display.chart(
-            figures.labelled_bars(
-                [page.t("bar_exact"), page.t("bar_master"), page.t("bar_fp16")],
-                [exact, change32, change16],
-                [figures.NEUTRAL, figures.FORMAT_COLOURS["fp32"], figures.FORMAT_COLOURS["fp16"]],
-                [page.sci(exact, 3), page.sci(change32, 3), page.sci(change16, 3)],
-                lang=page.lang,
-                hovers=[
-                    f"{page.t('bar_exact')}: {i18n.full_precision(exact, page.lang)}",
-                    f"{page.t('bar_master')}: {i18n.full_precision(change32, page.lang)}",
-                    f"{page.t('bar_fp16')}: {i18n.full_precision(change16, page.lang)}",
-                ],
-                headroom=1.3,
-            ),
-            page.t("bars_title", steps=page.num(STEPS)),
-            alt=page.t(
-                "bars_alt",
-                steps=page.num(STEPS),
-                exact=page.sci(exact, 3),
-                master=page.sci(change32, 3),
-                fp16=page.sci(change16, 3),
-            ),
-        )
+        example_charts(example)
 
     master = outcomes["fp32"]
     values = {

@@ -3,15 +3,17 @@
 import streamlit as st
 
 from lensa.live import LiveError
-from lensa.memory import SEVEN_B, training_memory
+from lensa.memory import SEVEN_B, MemoryBreakdown
 from lensa.speed import (
     GPUS,
-    MEMORY_PRECISION,
+    Gpu,
+    StepTimes,
     days_to_train,
     gpu_days_to_train,
     measured_speedup,
     mixed_precision_mode,
     peak_speedup,
+    step_memories,
     step_times,
     tokens_per_second,
 )
@@ -30,8 +32,11 @@ MODE_STYLE = {  # peak key: (colour, pattern)
 }
 
 
-def lesson() -> None:
-    """The controls and what they change: step times, memory, throughput, and a measurement on this machine."""
+Controls = tuple[int, str, float, float, int]  # tokens, GPU key, MFU, token budget, GPUs in the cluster
+
+
+def controls() -> Controls:
+    """The step's controls: tokens per step, and the hardware expander (GPU, MFU, budget, cluster)."""
     tokens = int(widgets.slider(page, "tokens", page.t("tokens"), page.num, help=page.t("tokens_help")))
     customised = any(k in st.query_params for k in ("gpu", "mfu", "budget", "cluster"))
     with st.expander(page.t("hardware_title"), icon=":material/memory:", expanded=customised):
@@ -44,27 +49,89 @@ def lesson() -> None:
         with right:
             cluster = int(widgets.slider(page, "cluster", page.t("cluster"), page.num))
     layout.after_controls(page)
+    return tokens, gpu_key, mfu, budget, cluster
 
+
+def time_chart(gpu: Gpu, timing: StepTimes, mfu: float) -> None:
+    """Seconds a step takes in each of the chip's modes."""
+    modes, times = timing.modes, timing.seconds
+    names = [page.t(f"bar_{m}") for m in modes]
+    display.chart(
+        figures.step_time_bars(
+            names,
+            times,
+            [MODE_STYLE[m][0] for m in modes],
+            [page.seconds(t) for t in times],
+            axis_title=page.t("axis_time"),
+            patterns=[MODE_STYLE[m][1] for m in modes],
+            hovers=[
+                page.t("hover_time", mode=n, time=page.seconds(t), peak=teraflops(gpu.peak(m), page.lang))
+                for n, t, m in zip(names, times, modes, strict=True)
+            ],
+            lang=page.lang,
+        ),
+        page.t("time_title", gpu=gpu.name),
+        page.t("time_subtitle", mfu=page.pct(mfu)),
+        alt=page.t(
+            "time_alt",
+            gpu=gpu.name,
+            mfu=page.pct(mfu),
+            bars="; ".join(f"{n} {page.seconds(t)}" for n, t in zip(names, times, strict=True)),
+        ),
+    )
+
+
+def memory_chart(gpu: Gpu, memories: dict[str, MemoryBreakdown]) -> None:
+    """Training memory in each mode whose memory is modelled, against the chip's own memory."""
+    names = {m: page.t(f"bar_{m}") for m in memories}
+    display.chart(
+        figures.memory_total_bars(
+            list(names.values()),
+            [b.total for b in memories.values()],
+            [MODE_STYLE[m][0] for m in memories],
+            [page.gb(b.total) for b in memories.values()],
+            axis_title=page.t("axis_memory"),
+            patterns=[MODE_STYLE[m][1] for m in memories],
+            hovers=[
+                page.t(
+                    "hover_memory",
+                    mode=names[m],
+                    states=page.gb(b.model_states),
+                    act=page.gb(b.activations),
+                    total=page.gb(b.total),
+                )
+                for m, b in memories.items()
+            ],
+            gpu_line=(gpu.memory_gb, page.t("gpu_line", gb=page.num(gpu.memory_gb))),
+            lang=page.lang,
+        ),
+        page.t("memory_title"),
+        alt=page.t(
+            "memory_alt",
+            bars="; ".join(f"{names[m]} {page.gb(b.total)}" for m, b in memories.items()),
+            gpu=gpu.name,
+            gb=page.num(gpu.memory_gb),
+        ),
+    )
+
+
+def lesson() -> None:
+    """The controls and what they change: step times, memory, throughput, and a measurement on this machine."""
+    tokens, gpu_key, mfu, budget, cluster = controls()
     gpu = GPUS[gpu_key]
     mixed = mixed_precision_mode(gpu)  # BF16 where the chip has it, FP16 on the V100 and T4
     timing = step_times(gpu, SEVEN_B.params, tokens, mfu)
-    modes, times = timing.modes, timing.seconds
-    names = [page.t(f"bar_{m}") for m in modes]
-    colours = [MODE_STYLE[m][0] for m in modes]
-    patterns = [MODE_STYLE[m][1] for m in modes]
-    memory_modes = [m for m in modes if m != "fp8"]  # FP8 training memory is not modelled here
-    memories = [training_memory(SEVEN_B, tokens, MEMORY_PRECISION[m]) for m in memory_modes]
+    memories = step_memories(timing.modes, SEVEN_B, tokens)
 
     charts = display.figure_area()  # the two figures above the cards, sent after them
     fp32_time, mixed_time = timing.of("fp32"), timing.of(mixed)
-    mixed_memory = memories[memory_modes.index(mixed)]
     label = mixed.upper()
     display.metric_row(
         [
             (page.t("metric_fp32"), page.seconds(fp32_time)),
             (page.t("metric_mixed", mode=label), page.seconds(mixed_time)),
             (page.t("metric_speedup"), page.ratio(timing.speedup(mixed))),
-            (page.t("metric_memory", mode=label), page.gb(mixed_memory.total)),
+            (page.t("metric_memory", mode=label), page.gb(memories[mixed].total)),
         ]
     )
     fastest = timing.fastest
@@ -80,58 +147,8 @@ def lesson() -> None:
         ]
     )
     with charts:
-        display.chart(
-            figures.step_time_bars(
-                names,
-                times,
-                colours,
-                [page.seconds(t) for t in times],
-                axis_title=page.t("axis_time"),
-                patterns=patterns,
-                hovers=[
-                    page.t("hover_time", mode=n, time=page.seconds(t), peak=teraflops(gpu.peak(m), page.lang))
-                    for n, t, m in zip(names, times, modes, strict=True)
-                ],
-                lang=page.lang,
-            ),
-            page.t("time_title", gpu=gpu.name),
-            page.t("time_subtitle", mfu=page.pct(mfu)),
-            alt=page.t(
-                "time_alt",
-                gpu=gpu.name,
-                mfu=page.pct(mfu),
-                bars="; ".join(f"{n} {page.seconds(t)}" for n, t in zip(names, times, strict=True)),
-            ),
-        )
-        display.chart(
-            figures.memory_total_bars(
-                names[: len(memory_modes)],
-                [m.total for m in memories],
-                colours[: len(memory_modes)],
-                [page.gb(m.total) for m in memories],
-                axis_title=page.t("axis_memory"),
-                patterns=patterns[: len(memory_modes)],
-                hovers=[
-                    page.t(
-                        "hover_memory",
-                        mode=n,
-                        states=page.gb(m.model_states),
-                        act=page.gb(m.activations),
-                        total=page.gb(m.total),
-                    )
-                    for n, m in zip(names[: len(memory_modes)], memories, strict=True)
-                ],
-                gpu_line=(gpu.memory_gb, page.t("gpu_line", gb=page.num(gpu.memory_gb))),
-                lang=page.lang,
-            ),
-            page.t("memory_title"),
-            alt=page.t(
-                "memory_alt",
-                bars="; ".join(f"{n} {page.gb(m.total)}" for n, m in zip(names, memories, strict=False)),
-                gpu=gpu.name,
-                gb=page.num(gpu.memory_gb),
-            ),
-        )
+        time_chart(gpu, timing, mfu)
+        memory_chart(gpu, memories)
     paragraph = page.t(
         "explain",
         tokens=page.num(tokens),
@@ -139,8 +156,8 @@ def lesson() -> None:
         mixed=page.seconds(mixed_time),
         fp32=page.seconds(fp32_time),
         speedup=page.ratio(timing.speedup(mixed)),
-        act32=page.gb(memories[0].activations),
-        act16=page.gb(mixed_memory.activations),
+        act32=page.gb(memories["fp32"].activations),
+        act16=page.gb(memories[mixed].activations),
     )
     if gpu.peak("fp8") is not None:
         paragraph += " " + page.t(
@@ -157,7 +174,11 @@ def lesson() -> None:
         gpu_days=page.num(gpu_days_to_train(SEVEN_B.params, budget, gpu.peak(fastest), mfu)),
     )
     layout.explain(page, paragraph, page.t("try"))
+    measurement(gpu, mixed)
 
+
+def measurement(gpu: Gpu, mixed: str) -> None:
+    """A matmul benchmark on this machine, run in the lab's worker, beside the datasheet's ratio."""
     with st.expander(page.t("measure_title"), icon=":material/speed:", expanded=MEASURED in st.session_state):
         st.markdown(page.t("measure_intro"))
         if not live_view.torch_available():

@@ -172,3 +172,114 @@ def test_core_imports_no_view_or_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_step6_memory_is_drawn_for_every_mode_but_fp8_wherever_it_stands():
+    from lensa.speed import step_memories, step_times
+
+    tokens = 2048
+    # Korthikanti et al. eq. (1) with FlashAttention: 34 h bytes a token a layer at 16 bits, twice that in FP32;
+    # the model states are 16 bytes a parameter with Adam in either precision (ZeRO paper, Fig. 1).
+    act16 = 34 * SEVEN_B.d_model * SEVEN_B.layers * tokens
+    expected = {"fp32": 2 * act16, "tf32": 2 * act16, "bf16": act16, "fp16": act16}
+    for gpu in GPUS.values():
+        modes = step_times(gpu, SEVEN_B.params, tokens).modes
+        for order in (modes, modes[::-1]):  # FP8 first or last: left out either way, the rest keep their order
+            memories = step_memories(order, SEVEN_B, tokens)
+            assert list(memories) == [m for m in order if m != "fp8"]
+            for mode, memory in memories.items():
+                assert memory.activations == expected[mode]
+                assert memory.model_states == 16 * SEVEN_B.params
+    assert "fp8" in step_times(GPUS["h100"], SEVEN_B.params, tokens).modes  # so the case above was exercised
+
+
+def test_the_default_sample_is_step_2s_default_made_once_and_read_only():
+    from lensa.gradients import DEFAULT_TYPICAL, default_sample
+    from lensa.ui.site import PAGES_BY_KEY
+
+    assert PAGES_BY_KEY["fp16_range"].control("grad").default == DEFAULT_TYPICAL  # type: ignore[attr-defined]
+    shared = default_sample()
+    assert shared is default_sample() and not shared.flags.writeable
+    assert np.array_equal(shared, gradient_sample(DEFAULT_TYPICAL))
+    # The seed's counts in FP16 (lensa/gradients.py): 17 of 400 round to 0, 364 subnormal, 19 normal.
+    cats = F.classify(shared, "fp16")
+    assert [int(np.count_nonzero(cats == c)) for c in ("zero", "subnormal", "normal")] == [17, 364, 19]
+    with pytest.raises(ValueError):
+        shared[0] = 1.0
+
+
+def _float32_pairs() -> tuple[np.ndarray, np.ndarray]:
+    """Weights before and after of every kind: ordinary steps, neighbours, factor-of-two edges, opposite signs,
+    zeros, subnormals, the top of the range (an update that overflows) and raw bit patterns (inf and NaN too)."""
+    rng = np.random.default_rng(11)
+    n = 200_000
+    w = (rng.normal(0, 0.05, n)).astype(np.float32)
+    before = [w, w, w, w, -w, np.zeros(n, np.float32)]
+    after = [
+        (w + rng.normal(0, 1e-4, n)).astype(np.float32),  # an optimizer's step
+        np.nextafter(w, np.float32(np.inf)),  # one spacing up
+        (w * np.float32(2)).astype(np.float32),  # Sterbenz's edge
+        (w * rng.uniform(1.9, 2.1, n)).astype(np.float32),  # either side of it
+        w,  # opposite signs
+        (rng.normal(0, 1e-40, n)).astype(np.float32),  # from 0 to subnormals
+    ]
+    sub = (rng.integers(1, 2**23, n).astype(np.uint32)).view(np.float32)  # every subnormal magnitude
+    big = np.float32(3.4e38)
+    before += [sub, np.full(n, big), rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)]
+    after += [
+        sub[::-1].copy(),
+        np.full(n, -big),
+        rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32).view(np.float32),
+    ]
+    return np.concatenate(before), np.concatenate(after)
+
+
+def test_an_fp32_master_copy_loses_no_recorded_update():
+    from lensa import measured
+    from lensa.master import lost_updates, master_lost_count
+    from lensa.runstats import summarize_update
+
+    before, after = _float32_pairs()
+    with np.errstate(invalid="ignore", over="ignore"):
+        update = after - before
+    nonzero = int(np.count_nonzero(update != 0))
+    # The definition, in numpy's float32 arithmetic: the master holds w_before; the update is lost when adding it
+    # gives w_before again.
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert not np.any((update != 0) & (before + update == before))
+    assert lost_updates(before, after, "fp32") == 0 == master_lost_count(nonzero)
+    # The same definition loses updates in 16 bits, and counts what the run's record counts.
+    ordinary = slice(0, 200_000)
+    record = summarize_update(before[ordinary], after[ordinary])
+    for fmt in ("fp16", "bf16"):
+        lost = lost_updates(before[ordinary], after[ordinary], fmt)
+        assert lost == record.lost(fmt) > 0
+    assert measured.lost_share(record, "fp32") == 0.0
+    assert measured.lost_share(record, "fp16") == record.lost("fp16") / record.nonzero
+    with pytest.raises(ValueError):
+        master_lost_count(-1)
+
+
+@pytest.mark.parametrize("dtype", ["float8_e5m2", "float8_e4m3fn", "float16"])
+def test_no_format_loses_the_difference_of_two_of_its_own_values(dtype):
+    # master_lost_count's argument holds for any binary format with subnormals and round-to-nearest: every pair
+    # of a small format (and every half-precision b against a sample of a), each operation rounded once from
+    # its exact float64 value by ml_dtypes or numpy.
+    import ml_dtypes
+
+    dt = np.dtype(getattr(ml_dtypes, dtype, None) or dtype)
+    codes = np.arange(2 ** (8 * dt.itemsize), dtype=np.uint16 if dt.itemsize == 2 else np.uint8)
+    values = codes.view(dt).astype(np.float64)
+    values = values[np.isfinite(values)]
+    if dt.itemsize == 1:
+        b, a = np.meshgrid(values, values)
+    else:
+        b = np.repeat(values, 24)
+        a = np.random.default_rng(2).choice(values, b.size)
+        with np.errstate(over="ignore"):  # the largest value's neighbour is inf
+            a[::2] = np.nextafter(b[::2].astype(dt), dt.type(np.inf)).astype(np.float64)  # one spacing up
+    b, a = b.ravel(), a.ravel()
+    with np.errstate(invalid="ignore", over="ignore"):
+        u = (a - b).astype(dt).astype(np.float64)
+        again = (b + u).astype(dt).astype(np.float64)
+    assert not np.any((u != 0) & (again == b))

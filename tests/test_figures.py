@@ -112,3 +112,25 @@ def test_measured_builders_make_valid_figures():
     steps = list(range(1, 201))
     spec = validated(figures.scaler_run(steps, [16.0] * 200, [False] * 200, run_labels, max_frames=60))
     assert len(spec["frames"]) <= 61 and spec["frames"][-1]["name"] == "200"
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "fp8_e4m3"])
+def test_number_line_draws_and_names_the_format_it_is_given(fmt):
+    from lensa.formats import quantize, spacing
+
+    w, update = 1.0, 1e-3
+    gap = float(spacing(w, fmt))
+    grid = representable_between(w - 4 * gap, w + 4 * gap, fmt)
+    stored = float(quantize(w + update, fmt))
+    marks = {"w": "w", "exact": "e", "stored": "s", "half": "h"}
+    fig = figures.number_line(w, update, stored, grid, gap, marks, "d", "en", fmt=fmt)
+    spec = validated(fig)
+    ticks, label = spec["data"][0], FORMATS[fmt].label
+    assert ticks["name"] == label and ticks["marker"]["color"] == figures.FORMAT_COLOURS[fmt]
+    assert ticks["hovertemplate"].startswith(f"{label}: ")
+    # The ticks stand at the format's own values (as distances from w), and the table lists the same values.
+    np.testing.assert_array_equal(np.array(ticks["x"]) + w, grid)
+    assert [float(v) for name, v in fig.table.rows if name == label] == list(grid)
+    # Every other format's label is absent: nothing is named FP16 unless the grid is FP16's.
+    others = {f.label for key, f in FORMATS.items() if key != fmt and f.label not in label}
+    assert not any(o in json.dumps(spec) for o in others)

@@ -217,7 +217,6 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
         return {f"{name}.{v}" for v in values}
 
     precisions, optimizers = options("memory", "precision"), memory.OPTIMIZERS
-    model_keys = {k.replace("-", "_") for k in options("memory", "model")}
     parts = {c.key for p in precisions for o in optimizers for c in memory.state_components(p, o)}
     others = {r.key for p in PRESETS.values() for r in p.how_others_count(8).rows}
     others |= {r.key for r in estimators.how_others_count(PRESETS["gpt2"].shape(), 8).rows}
@@ -260,10 +259,6 @@ def _fstring_keys() -> dict[tuple[str, str], set[str]]:
         ("pages/lab.py", "lab.arm_{a}"): section("lab", (f"arm_{a}" for a in ARMS)),
         ("pages/loss_scaling.py", "loss_scaling_data.{key}"): section("loss_scaling_data", bounds),
         ("pages/memory.py", "precision_{v}"): section("memory", (f"precision_{v}" for v in precisions)),
-        ("pages/memory.py", "model_{k.replace('-', '_')}"): section("memory", (f"model_{k}" for k in model_keys)),
-        ("pages/memory.py", "model_{model_key.replace('-', '_')}"): section(
-            "memory", (f"model_{k}" for k in model_keys)
-        ),
         ("pages/memory.py", "optimizer_{v}"): section("memory", (f"optimizer_{v}" for v in optimizers)),
         ("pages/memory.py", "ckpt_{v}"): section("memory", (f"ckpt_{v}" for v in memory.CHECKPOINTING)),
         ("pages/memory.py", "attention_{v}"): section(

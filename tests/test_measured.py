@@ -130,3 +130,32 @@ def test_fp16_limits_are_where_the_histogram_splits():
     hist = measured.zone_histogram(summarize(x), "fp16")
     assert hist.counts["normal"].sum() == 2 and hist.counts["overflow"].sum() == 1
     assert FORMATS["fp16"].max == 65504
+
+
+def _overflows(x: np.ndarray, fmt: str, k: int) -> bool:
+    """Whether some value times 2**k leaves the format, by ml_dtypes' own cast (inf, or NaN where it has no inf)."""
+    cast = (x.astype(np.float64) * 2.0**k).astype(FORMATS[fmt].dtype_name)
+    return bool(np.any(~np.isfinite(cast.astype(np.float64))))
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
+def test_rescaled_formats_keep_the_scales_that_change_something(fmt):
+    top = FORMATS[fmt].max
+    # Largest magnitudes well inside a binade, so rounding at the top cannot decide the answer: amax at 0.7 of the
+    # format's top (safe k = 0), far below it (k > 0), above it (k < 0); then a tensor with inf (no safe k) and
+    # one of zeros (no non-zero value).
+    tensors = {
+        "at_top": np.array([1e-3, 0.7 * top], np.float32),
+        "small": np.array([1e-3, 0.7 * top / 2**9], np.float32),
+        "large": np.array([1.0, 0.7 * top * 2**3], np.float32),
+    }
+    for name, x in tensors.items():
+        got = measured.rescaled_formats(summarize(x), (fmt,))
+        # The safe k by brute force with ml_dtypes: the largest k at which nothing overflows.
+        safe = max(k for k in range(-20, 21) if not _overflows(x, fmt, k))
+        assert _overflows(x, fmt, safe + 1)
+        assert got == ({} if safe == 0 else {fmt: safe}), name
+    assert measured.rescaled_formats(summarize(tensors["small"]), (fmt,)) == {fmt: 9}
+    assert measured.rescaled_formats(summarize(tensors["large"]), (fmt,)) == {fmt: -3}
+    assert measured.rescaled_formats(summarize(np.array([1e-3, np.inf], np.float32)), (fmt,)) == {}
+    assert measured.rescaled_formats(summarize(np.zeros(4, np.float32)), (fmt,)) == {}

@@ -190,3 +190,18 @@ def test_models_import_no_view_or_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_every_model_choice_has_a_distinct_name_in_both_catalogues():
+    from lensa.models import model_text_key
+    from lensa.ui import i18n
+    from lensa.ui.site import PAGES_BY_KEY
+
+    choices = PAGES_BY_KEY["memory"].control("model").options  # type: ignore[attr-defined]
+    keys = [model_text_key(k) for k in choices]
+    assert len(set(keys)) == len(choices) and "custom" in choices
+    # Catalogue keys are snake_case words (lensa/text/README.md): letters, digits and underscores only.
+    assert all(k.startswith("model_") and k.replace("_", "").isalnum() and k == k.lower() for k in keys), keys
+    for lang in i18n.LANGUAGES:
+        names = [i18n.catalogue(lang).get(f"memory.{k}") for k in keys]
+        assert all(names) and len(set(names)) == len(names), (lang, dict(zip(keys, names, strict=True)))

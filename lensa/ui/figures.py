@@ -431,25 +431,76 @@ def scaler_run(
     several steps at a time (the last frame is always the whole run).
     ``lang`` is the language of the data table and the text alternative.
     """
-    steps = [int(s) for s in steps]
-    ys = _floats(log2_scales)
-    texts = [
-        (labels.hover_skipped if s else labels.hover_clean).format(step=st, scale=i18n.power_of_two(round(y)))
-        for st, y, s in zip(steps, ys, skipped, strict=True)
+    run = _Run.of([int(s) for s in steps], _floats(log2_scales), list(skipped), labels, colour)
+    data = run.traces(len(run.steps))
+    all_ys = list(run.ys)
+    headers = [labels.axis_step, f"{labels.clean}: S", labels.skipped]
+    rows = [
+        [st, _log2_scale(y), _words(lang, "yes" if s else "no")]
+        for st, y, s in zip(run.steps, run.ys, run.skipped, strict=True)
     ]
+    if overlay is not None:
+        name, other = overlay[0], _floats(overlay[1])
+        all_ys += other
+        headers.append(f"{name}: S")
+        for row, y in zip(rows, other, strict=False):  # a real run may stop short of the illustration
+            row.append(_log2_scale(y))
+        data.append(_overlay_trace(name, run.steps[: len(other)], other))
+    layout = _run_layout(run.steps, all_ys, labels)
+    frames = None
+    if animate:
+        frames = run.frames(max_frames)
+        layout["updatemenus"] = [_play_buttons(labels)]
+        layout["margin"] = {"l": 8, "r": 8, "t": 36, "b": 90}
+    alt = _words(
+        lang,
+        "alt_run",
+        name=labels.clean,
+        n=i18n.number(len(run.steps), lang),
+        start=_log2_scale(run.ys[0]) if run.ys else "",
+        end=_log2_scale(run.ys[-1]) if run.ys else "",
+        skipped=i18n.number(sum(bool(s) for s in run.skipped), lang),
+    )
+    return _figure(data, layout, frames, table=_table(lang, headers, rows), alt=alt)
 
-    def traces(n: int) -> list[Spec]:
-        xs, yv, sk = steps[:n], ys[:n], skipped[:n]
+
+def _log2_scale(y: float) -> str:
+    """A loss scale given as log2 S, written as the power of two it is."""
+    return i18n.power_of_two(round(y))
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One loss-scale run as :func:`scaler_run` draws it: the line of S and the crosses of skipped steps."""
+
+    steps: list[int]
+    ys: list[float]  # log2 S
+    skipped: list[bool]
+    labels: RunLabels
+    colour: str
+    hovers: list[str]
+
+    @classmethod
+    def of(cls, steps: list[int], ys: list[float], skipped: list[bool], labels: RunLabels, colour: str) -> _Run:
+        hovers = [
+            (labels.hover_skipped if s else labels.hover_clean).format(step=st, scale=_log2_scale(y))
+            for st, y, s in zip(steps, ys, skipped, strict=True)
+        ]
+        return cls(steps, ys, skipped, labels, colour, hovers)
+
+    def traces(self, n: int) -> list[Spec]:
+        """The line and the crosses of the first ``n`` steps."""
+        xs, yv, sk = self.steps[:n], self.ys[:n], self.skipped[:n]
         return [
             {
                 "type": "scatter",
                 "x": xs,
                 "y": yv,
                 "mode": "lines+markers",
-                "name": labels.clean,
-                "line": {"shape": "hv", "color": colour},
-                "marker": {"size": 6, "color": colour},
-                "hovertext": texts[:n],
+                "name": self.labels.clean,
+                "line": {"shape": "hv", "color": self.colour},
+                "marker": {"size": 6, "color": self.colour},
+                "hovertext": self.hovers[:n],
                 "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
             },
             {
@@ -457,7 +508,7 @@ def scaler_run(
                 "x": [x for x, s in zip(xs, sk, strict=True) if s],
                 "y": [y for y, s in zip(yv, sk, strict=True) if s],
                 "mode": "markers",
-                "name": labels.skipped,
+                "name": self.labels.skipped,
                 "marker": {
                     "symbol": "x-thin-open",
                     "size": 14,
@@ -468,34 +519,40 @@ def scaler_run(
             },
         ]
 
-    data = traces(len(steps))
-    all_ys = list(ys)
-
-    def scale(y: float) -> str:
-        return i18n.power_of_two(round(y))
-
-    headers = [labels.axis_step, f"{labels.clean}: S", labels.skipped]
-    rows = [[st, scale(y), _words(lang, "yes" if s else "no")] for st, y, s in zip(steps, ys, skipped, strict=True)]
-    if overlay is not None:
-        name, other = overlay
-        other = _floats(other)
-        all_ys += other
-        headers.append(f"{name}: S")
-        for row, y in zip(rows, other, strict=False):
-            row.append(scale(y))
-        data.append(
+    def frames(self, max_frames: int | None) -> list[Spec]:
+        """The animation's frames: the run so far, one step (or, past ``max_frames``, several) at a time."""
+        n = len(self.steps)
+        every = 1 if not max_frames or n <= max_frames else math.ceil(n / max_frames)
+        counts = sorted({*range(every, n + 1, every), n})
+        # A frame's traces are merged into the drawn ones, which keep the whole run's hover texts: frames
+        # leave them out (a recorded run of 300 steps would otherwise send each text once per frame).
+        return [
             {
-                "type": "scatter",
-                "x": steps[: len(other)],
-                "y": other,
-                "mode": "lines",
-                "name": name,
-                "line": {"shape": "hv", "color": NEUTRAL, "width": 3, "dash": "dash"},
-                "hovertemplate": f"{name}: %{{y}}" + HIDE_TRACE_NAME,
+                "data": [{k: v for k, v in t.items() if k != "hovertext"} for t in self.traces(c)],
+                "name": str(c),
+                "traces": [0, 1],
             }
-        )
+            for c in counts
+        ]
+
+
+def _overlay_trace(name: str, steps: list[int], log2_scales: list[float]) -> Spec:
+    """A second run drawn over the first, dashed and grey."""
+    return {
+        "type": "scatter",
+        "x": steps,
+        "y": log2_scales,
+        "mode": "lines",
+        "name": name,
+        "line": {"shape": "hv", "color": NEUTRAL, "width": 3, "dash": "dash"},
+        "hovertemplate": f"{name}: %{{y}}" + HIDE_TRACE_NAME,
+    }
+
+
+def _run_layout(steps: list[int], all_ys: list[float], labels: RunLabels) -> Spec:
+    """Steps across, log2 S up, one tick a power of two while the range is short enough to read them."""
     lo, hi = min(all_ys) - 1, max(all_ys) + 1
-    layout = _layout(
+    return _layout(
         340,
         xaxis={"title": {"text": labels.axis_step}, "range": [steps[0] - 0.5, steps[-1] + 0.5], "fixedrange": True},
         yaxis={
@@ -505,56 +562,33 @@ def scaler_run(
             "fixedrange": True,
         },
     )
-    frames = None
-    if animate:
-        every = 1 if not max_frames or len(steps) <= max_frames else math.ceil(len(steps) / max_frames)
-        counts = sorted({*range(every, len(steps) + 1, every), len(steps)})
-        # A frame's traces are merged into the drawn ones, which keep the whole run's hover texts: frames
-        # leave them out (a recorded run of 300 steps would otherwise send each text once per frame).
-        frames = [
+
+
+def _play_buttons(labels: RunLabels) -> Spec:
+    """Play and Pause under the chart: replay the frames from the start, or stop where they are."""
+    play_args = {
+        "frame": {"duration": 180, "redraw": True},
+        "fromcurrent": False,
+        "transition": {"duration": 0},
+        "mode": "immediate",
+    }
+    return {
+        "type": "buttons",
+        "direction": "left",
+        "x": 0,
+        "y": -0.3,
+        "xanchor": "left",
+        "yanchor": "top",
+        "showactive": False,
+        "buttons": [
+            {"label": labels.play, "method": "animate", "args": [None, play_args]},
             {
-                "data": [{k: v for k, v in t.items() if k != "hovertext"} for t in traces(n)],
-                "name": str(n),
-                "traces": [0, 1],
-            }
-            for n in counts
-        ]
-        play_args = {
-            "frame": {"duration": 180, "redraw": True},
-            "fromcurrent": False,
-            "transition": {"duration": 0},
-            "mode": "immediate",
-        }
-        layout["updatemenus"] = [
-            {
-                "type": "buttons",
-                "direction": "left",
-                "x": 0,
-                "y": -0.3,
-                "xanchor": "left",
-                "yanchor": "top",
-                "showactive": False,
-                "buttons": [
-                    {"label": labels.play, "method": "animate", "args": [None, play_args]},
-                    {
-                        "label": labels.pause,
-                        "method": "animate",
-                        "args": [[None], {"frame": {"duration": 0, "redraw": False}, "mode": "immediate"}],
-                    },
-                ],
-            }
-        ]
-        layout["margin"] = {"l": 8, "r": 8, "t": 36, "b": 90}
-    alt = _words(
-        lang,
-        "alt_run",
-        name=labels.clean,
-        n=i18n.number(len(steps), lang),
-        start=scale(ys[0]) if ys else "",
-        end=scale(ys[-1]) if ys else "",
-        skipped=i18n.number(sum(bool(s) for s in skipped), lang),
-    )
-    return _figure(data, layout, frames, table=_table(lang, headers, rows), alt=alt)
+                "label": labels.pause,
+                "method": "animate",
+                "args": [[None], {"frame": {"duration": 0, "redraw": False}, "mode": "immediate"}],
+            },
+        ],
+    }
 
 
 def loss_curves(
@@ -607,66 +641,45 @@ def number_line(
     labels: dict[str, str],
     axis_title: str,
     lang: str,
+    fmt: str = "fp16",
 ) -> go.Figure:
-    """FP16 values around w as ticks; marks for w, the exact w + update, and what FP16 stores.
+    """The values of ``fmt`` (a key of :data:`lensa.formats.FORMATS`) around w as ticks; marks for w, the exact
+    w + update, and what ``fmt`` stores.
 
-    The x axis is the distance from w, so the picture is the same at every w
-    and the hover text gives the exact values.
+    ``grid`` and ``spacing`` are ``fmt``'s values and spacing near w, and ``stored`` is w + update as ``fmt``
+    stores it. The x axis is the distance from w, so the picture is the same at every w and the hover text
+    gives the exact values.
     """
+    name, colour = FORMATS[fmt].label, FORMAT_COLOURS[fmt]
     offsets = np.asarray(grid) - w
-    data: list[Spec] = [
-        {
-            "type": "scatter",
-            "x": _floats(offsets),
-            "y": [0.0] * len(offsets),
-            "mode": "markers",
-            "name": "FP16",
-            "marker": {"symbol": "line-ns-open", "size": 26, "color": FORMAT_COLOURS["fp16"], "line": {"width": 2}},
-            "hovertext": [i18n.full_precision(float(v), lang) for v in grid],
-            "hovertemplate": "FP16: %{hovertext}" + HIDE_TRACE_NAME,
-        }
-    ]
-    shapes = [
-        {
-            "type": "rect",
-            "xref": "x",
-            "yref": "paper",
-            "x0": -spacing / 2,
-            "x1": spacing / 2,
-            "y0": 0,
-            "y1": 1,
-            "fillcolor": CATEGORY_COLOURS["zero"],
-            "opacity": 0.12,
-            "line": {"width": 0},
-            "layer": "below",
-        }
-    ]
-    marks = [
-        (0.0, w, labels["w"], NEUTRAL, "circle", 0.6, "middle left"),
-        (update, w + update, labels["exact"], FORMAT_COLOURS["fp32"], "diamond", 0.3, "middle right"),
-        (stored - w, stored, labels["stored"], FORMAT_COLOURS["fp16"], "star", -0.35, "middle right"),
-    ]
-    for x, value, label, colour, symbol, y, position in marks:
-        data.append(
-            {
-                "type": "scatter",
-                "x": [x],
-                "y": [y],
-                "mode": "markers+text",
-                "name": label,
-                "text": [label],
-                "textposition": position,
-                "marker": {"symbol": symbol, "size": 13, "color": colour},
-                "hovertext": [f"{label}: {i18n.full_precision(value, lang)}"],
-                "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
-                "showlegend": False,
-            }
-        )
-        shapes.append(
-            {"type": "line", "x0": x, "x1": x, "y0": 0, "y1": y, "line": {"color": colour, "width": 1, "dash": "dot"}}
-        )
+    marks = (
+        _Mark(0.0, w, labels["w"], NEUTRAL, "circle", 0.6, "middle left"),
+        _Mark(update, w + update, labels["exact"], FORMAT_COLOURS["fp32"], "diamond", 0.3, "middle right"),
+        _Mark(stored - w, stored, labels["stored"], colour, "star", -0.35, "middle right"),
+    )
+    data = [_grid_ticks(name, colour, offsets, grid, lang), *(m.point(lang) for m in marks)]
+    shapes = [_half_spacing_band(spacing), *(m.stem() for m in marks)]
     reach = max(float(np.abs(offsets).max()), abs(update), spacing) * 1.08
-    layout = _layout(
+    layout = _number_line_layout(shapes, reach, labels["half"], axis_title, lang)
+    rows = [(m.label, i18n.full_precision(m.value, lang)) for m in marks]
+    rows += [(name, i18n.full_precision(float(v), lang)) for v in grid]
+    table = _table(lang, (_words(lang, "col_point"), _words(lang, "col_value")), rows)
+    alt = _words(
+        lang,
+        "alt_number_line",
+        w=i18n.full_precision(w, lang),
+        exact_label=labels["exact"],
+        exact=i18n.full_precision(w + update, lang),
+        stored_label=labels["stored"],
+        stored=i18n.full_precision(stored, lang),
+        spacing=i18n.sci(spacing, lang, 3),
+    )
+    return _figure(data, layout, table=table, alt=alt)
+
+
+def _number_line_layout(shapes: list[Spec], reach: float, half_label: str, axis_title: str, lang: str) -> Spec:
+    """Distances from w across, from -``reach`` to ``reach``; no y axis; the half-spacing band's label below."""
+    return _layout(
         280,
         lang,
         showlegend=False,
@@ -675,7 +688,7 @@ def number_line(
             {
                 "x": 0,
                 "y": -0.8,
-                "text": labels["half"],
+                "text": half_label,
                 "showarrow": False,
                 "font": {"size": 11, "color": CATEGORY_COLOURS["zero"]},
             }
@@ -689,20 +702,76 @@ def number_line(
         },
         yaxis={"visible": False, "range": [-1, 1], "fixedrange": True},
     )
-    rows = [(label, i18n.full_precision(value, lang)) for _, value, label, *_ in marks]
-    rows += [("FP16", i18n.full_precision(float(v), lang)) for v in grid]
-    table = _table(lang, (_words(lang, "col_point"), _words(lang, "col_value")), rows)
-    alt = _words(
-        lang,
-        "alt_number_line",
-        w=i18n.full_precision(w, lang),
-        exact_label=labels["exact"],
-        exact=i18n.full_precision(w + update, lang),
-        stored_label=labels["stored"],
-        stored=i18n.full_precision(stored, lang),
-        spacing=i18n.sci(spacing, lang, 3),
-    )
-    return _figure(data, layout, table=table, alt=alt)
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """A labelled point of the number line: at ``x`` (the distance from w), standing for ``value``, drawn at
+    height ``y`` with a dotted stem down to the axis."""
+
+    x: float
+    value: float
+    label: str
+    colour: str
+    symbol: str
+    y: float
+    text_position: str
+
+    def point(self, lang: str) -> Spec:
+        return {
+            "type": "scatter",
+            "x": [self.x],
+            "y": [self.y],
+            "mode": "markers+text",
+            "name": self.label,
+            "text": [self.label],
+            "textposition": self.text_position,
+            "marker": {"symbol": self.symbol, "size": 13, "color": self.colour},
+            "hovertext": [f"{self.label}: {i18n.full_precision(self.value, lang)}"],
+            "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+            "showlegend": False,
+        }
+
+    def stem(self) -> Spec:
+        return {
+            "type": "line",
+            "x0": self.x,
+            "x1": self.x,
+            "y0": 0,
+            "y1": self.y,
+            "line": {"color": self.colour, "width": 1, "dash": "dot"},
+        }
+
+
+def _grid_ticks(name: str, colour: str, offsets: np.ndarray, grid: np.ndarray, lang: str) -> Spec:
+    """A format's values as upright ticks on the line, each with its exact value on hover."""
+    return {
+        "type": "scatter",
+        "x": _floats(offsets),
+        "y": [0.0] * len(offsets),
+        "mode": "markers",
+        "name": name,
+        "marker": {"symbol": "line-ns-open", "size": 26, "color": colour, "line": {"width": 2}},
+        "hovertext": [i18n.full_precision(float(v), lang) for v in grid],
+        "hovertemplate": f"{name}: %{{hovertext}}" + HIDE_TRACE_NAME,
+    }
+
+
+def _half_spacing_band(spacing: float) -> Spec:
+    """The band within half a spacing of w: an update that lands in it rounds back to w."""
+    return {
+        "type": "rect",
+        "xref": "x",
+        "yref": "paper",
+        "x0": -spacing / 2,
+        "x1": spacing / 2,
+        "y0": 0,
+        "y1": 1,
+        "fillcolor": CATEGORY_COLOURS["zero"],
+        "opacity": 0.12,
+        "line": {"width": 0},
+        "layer": "below",
+    }
 
 
 def labelled_bars(
@@ -919,6 +988,10 @@ def format_ranges(
     rows = [(r.label, *(i18n.sci(v, lang) for v in (r.smallest_subnormal, r.smallest_normal, r.max))) for r in ranges]
     headers = (_words(lang, "col_format"), *(_words(lang, k) for k in ("col_subnormal", "col_normal", "col_max")))
     alt = _words(lang, "alt_ranges", ranges="; ".join(f"{r[0]}: {r[1]} … {r[3]}" for r in rows))
+    if len(sample):  # the strip's extent: its smallest value under "smallest", its largest under "largest"
+        rows.append(
+            (labels["gradients"], i18n.sci(float(sample.min()), lang), "—", i18n.sci(float(sample.max()), lang))
+        )
     return _figure(data, layout, table=_table(lang, headers, rows), alt=alt)
 
 
@@ -1056,59 +1129,11 @@ def scale_sweep(
     them is shaded: every S in it keeps the gradients and overflows none.
     """
     xs = [int(k) for k in ks]
-    data: list[Spec] = []
-    for name, values, colour, dash in (
-        (labels.zero, zero, CATEGORY_COLOURS["zero"], "solid"),
-        (labels.overflow, overflow, CATEGORY_COLOURS["overflow"], "dash"),
-    ):
-        data.append(
-            {
-                "type": "scatter",
-                "x": xs,
-                "y": _floats(values),
-                "mode": "lines+markers",
-                "name": name,
-                "line": {"color": colour, "width": 2.5, "dash": dash},
-                "marker": {"size": 5, "color": colour},
-                "hovertext": [
-                    labels.hover.format(scale=i18n.power_of_two(k), share=i18n.percent(float(v), lang))
-                    for k, v in zip(xs, values, strict=True)
-                ],
-                "hovertemplate": f"{name}: %{{hovertext}}" + HIDE_TRACE_NAME,
-            }
-        )
-    shapes, annotations = [], []
-    if keep_k is not None and safe_k is not None and keep_k <= safe_k:
-        shapes.append(
-            {
-                "type": "rect",
-                "xref": "x",
-                "yref": "paper",
-                "x0": max(keep_k, xs[0]) - 0.5 if xs else keep_k,
-                "x1": min(safe_k, xs[-1]) + 0.5 if xs else safe_k,
-                "y0": 0,
-                "y1": 1,
-                "fillcolor": CATEGORY_COLOURS["normal"],
-                "opacity": 0.12,
-                "line": {"width": 0},
-                "layer": "below",
-            }
-        )
-    for k, label, y in ((keep_k, labels.keep, 1.0), (safe_k, labels.safe, 0.8), (current_k, labels.current, 0.6)):
-        if k is None or not xs or not xs[0] <= k <= xs[-1]:
-            continue
-        shapes.append(_vline(k, dash="dot" if label != labels.current else "solid", width=1.5))
-        annotations.append(
-            {
-                "x": k,
-                "y": y,
-                "yref": "paper",
-                "text": label,
-                "showarrow": False,
-                "xanchor": "left",
-                "font": {"size": 11},
-            }
-        )
+    data = [
+        _sweep_line(labels.zero, xs, zero, CATEGORY_COLOURS["zero"], "solid", labels.hover, lang),
+        _sweep_line(labels.overflow, xs, overflow, CATEGORY_COLOURS["overflow"], "dash", labels.hover, lang),
+    ]
+    shapes, annotations = _sweep_marks(xs, keep_k, safe_k, current_k, labels)
     tick_every = 2 if len(xs) <= 30 else 4
     layout = _layout(
         320,
@@ -1136,6 +1161,72 @@ def scale_sweep(
         for k, z, o in zip(xs, zero, overflow, strict=True)
     ]
     return _figure(data, layout, table=_table(lang, (labels.axis_scale, labels.zero, labels.overflow), rows))
+
+
+def _sweep_line(
+    name: str, xs: list[int], values: Sequence[float], colour: str, dash: str, hover: str, lang: str
+) -> Spec:
+    """One share (lost to 0, or to inf) at each k, with the scale and the share on hover."""
+    return {
+        "type": "scatter",
+        "x": xs,
+        "y": _floats(values),
+        "mode": "lines+markers",
+        "name": name,
+        "line": {"color": colour, "width": 2.5, "dash": dash},
+        "marker": {"size": 5, "color": colour},
+        "hovertext": [
+            hover.format(scale=i18n.power_of_two(k), share=i18n.percent(float(v), lang))
+            for k, v in zip(xs, values, strict=True)
+        ],
+        "hovertemplate": f"{name}: %{{hovertext}}" + HIDE_TRACE_NAME,
+    }
+
+
+def _sweep_marks(
+    xs: list[int], keep_k: int | None, safe_k: int | None, current_k: int, labels: SweepLabels
+) -> tuple[list[Spec], list[Spec]]:
+    """The shaded window between the keep and the safe scale (where keep <= safe), and a labelled line at each
+    of the keep, safe and current scales that lies on the axis (dotted, and solid for the current one)."""
+    shapes: list[Spec] = []
+    annotations: list[Spec] = []
+    if keep_k is not None and safe_k is not None and keep_k <= safe_k:
+        shapes.append(
+            {
+                "type": "rect",
+                "xref": "x",
+                "yref": "paper",
+                "x0": max(keep_k, xs[0]) - 0.5 if xs else keep_k,
+                "x1": min(safe_k, xs[-1]) + 0.5 if xs else safe_k,
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": CATEGORY_COLOURS["normal"],
+                "opacity": 0.12,
+                "line": {"width": 0},
+                "layer": "below",
+            }
+        )
+    lines = (
+        (keep_k, labels.keep, 1.0, "dot"),
+        (safe_k, labels.safe, 0.8, "dot"),
+        (current_k, labels.current, 0.6, "solid"),
+    )
+    for k, label, y, dash in lines:
+        if k is None or not xs or not xs[0] <= k <= xs[-1]:
+            continue
+        shapes.append(_vline(k, dash=dash, width=1.5))
+        annotations.append(
+            {
+                "x": k,
+                "y": y,
+                "yref": "paper",
+                "text": label,
+                "showarrow": False,
+                "xanchor": "left",
+                "font": {"size": 11},
+            }
+        )
+    return shapes, annotations
 
 
 def share_lines(
