@@ -1,10 +1,10 @@
-"""Lensa · Mixed Precision: the home page, an overview of the six steps."""
+"""Lensa · Mixed Precision: the home page, an overview of the steps (``lensa.ui.site.STEPS``), one idea each."""
 
 import streamlit as st
 
 from lensa.ui import layout
 from lensa.ui.frame import link_params, page_label, setup
-from lensa.ui.site import STEPS
+from lensa.ui.site import STEP_COUNT, STEPS
 
 page = setup("overview")
 layout.after_controls(page)
@@ -19,10 +19,10 @@ st.page_link(
     query_params=link_params(STEPS[0].key, page.lang),
 )
 
-st.subheader(page.t("ideas_title"))
-for i, step in enumerate(STEPS, start=1):
+st.subheader(page.t("ideas_title", steps=page.num(STEP_COUNT)))
+for step in STEPS:
     text_column, link_column = st.columns([5, 2], vertical_alignment="center")
-    text_column.markdown(page.t(f"idea_{i}"))
+    text_column.markdown(page.t(f"idea_{step.key}"))
     with link_column:
         st.page_link(step.file, label=page_label(page, step), query_params=link_params(step.key, page.lang))
 

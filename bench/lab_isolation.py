@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 
 from bench.common import publish, table
-from bench.loadgen import Report, drive, read_proc
+from bench.loadgen import LESSON_PAGES, Report, drive, read_proc
 from lensa import live
 from lensa.ui.site import PAGES_BY_KEY
 from tests.e2e.harness import Server, browser, chromium_missing_reason, wait_for_app
@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(["p95 during ÷ idle", "", f"{ratio:.2f}× (target ≤ 2×)"])
     body = "\n\n".join(
         [
-            f"{args.learners} protocol-level learners (`bench.loadgen`) on the six lesson pages, one slider move "
+            f"{args.learners} protocol-level learners (`bench.loadgen`) on the {len(LESSON_PAGES)} lesson pages, "
+            "one slider move "
             f"every {args.think:g} s each, {args.seconds:g} s per window. The lab run: "
             + ", ".join(f"{k} {v}" for k, v in config.items())
             + " on the CPU, the largest the page allows (estimate "

@@ -8,8 +8,9 @@ Each learner is what a browser tab does to the server, and no more: an HTTP
 GET of the page (which sets a balancer's affinity cookie, as a browser's
 would), a websocket on ``/_stcore/stream`` with that cookie, a first script
 run of its page, then, after a think time, a move of the page's first slider
-by one stop, again and again. The learners are spread over the six lesson
-pages (learner i opens page i mod 6) and arrive spread over ``--ramp``
+by one stop, again and again. The learners are spread over the lesson
+steps of ``lensa.ui.site.STEPS`` (learner i opens step i mod their number)
+and arrive spread over ``--ramp``
 seconds. The client keeps each learner's query string equal to the page's
 latest URL, as the browser does, so the app reads a move as a move and not
 as a new shared link.
@@ -57,8 +58,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import ROOT, median, percentile, publish, table
+from lensa.ui.site import PAGES, STEPS, PageInfo
 
-LESSON_PAGES = ("memory", "fp16_range", "loss_scaling", "master_weights", "bf16", "speed")
+
+def learner_page(info: PageInfo) -> str:
+    """The name a learner opens ``info`` by: its key, or "app" for the entry page (the server's default page)."""
+    return "app" if info.file == "app.py" else info.key
+
+
+LESSON_PAGES = tuple(learner_page(p) for p in STEPS)  # every step, in order: each draws a slider and metric cards
+ALL_PAGES = tuple(learner_page(p) for p in PAGES)
 SUBPROTOCOLS = ["streamlit", "PLACEHOLDER_AUTH_TOKEN"]
 MAX_RECONNECTS = 3
 MAX_LEARNERS = 1000

@@ -18,12 +18,13 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa.formats import classify, get_format
+from lensa.formats import get_format
 from lensa.master import MASTER_FORMAT, master_lost_count
-from lensa.runstats import RunStats, TensorStats, combine, significand_edges
+from lensa.runstats import RunStats, TensorStats, combine
+from lensa.runstats.binning import CELL_CLASSES, cell_classes
 
 ALL_LAYERS = "all"
-ZONES: tuple[str, ...] = ("zero", "subnormal", "normal", "overflow")
+ZONES: tuple[str, ...] = CELL_CLASSES  # zero, subnormal, normal, overflow: what a format does to a value
 KEEP_SHARE = 0.999  # the smallest useful loss scale keeps all but 0.1% of the non-zero gradients from rounding to 0
 # Loss scales searched for the two bounds: 2**-64 ... 2**64 reaches past every float32 gradient's need.
 SCALE_SEARCH = range(-64, 65)
@@ -120,10 +121,8 @@ def zone_histogram(stats: TensorStats, fmt: str = "fp16", scale_exp: int = 0) ->
     exponents = np.arange(table.shape[0], dtype=np.int64) + stats.binade_lo + int(scale_exp)
     if not table.size:
         return ZoneHistogram(exponents, {zone: np.zeros(0, np.int64) for zone in ZONES})
-    edges = np.array(significand_edges(), np.float64)
-    smallest = np.ldexp(1.0 + edges[None, :] / 2**23, exponents[:, None])  # each cell's smallest value, exact
-    zone = classify(smallest, fmt)
-    counts = {z: np.where(zone == z, table, 0).sum(axis=1).astype(np.int64) for z in ZONES}
+    zone = cell_classes(fmt, exponents)  # the class table the counts read: one definition of a cell's zone
+    counts = {z: np.where(zone == i, table, 0).sum(axis=1).astype(np.int64) for i, z in enumerate(ZONES)}
     return ZoneHistogram(exponents, counts)
 
 

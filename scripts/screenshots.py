@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lensa.ui.site import PAGES  # noqa: E402
+from lensa.ui.site import PAGES, PAGES_BY_KEY  # noqa: E402
 from tests.e2e.harness import Server, browser, chromium_missing_reason, full_page_screenshot, wait_for_app  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def main() -> int:
             page = context.new_page()
             for key in args.pages.split(","):
                 for lang in args.langs.split(","):
-                    path = "" if key == "overview" else key
+                    path = "" if PAGES_BY_KEY[key].file == "app.py" else key
                     page.goto(f"{server.url}/{path}?lang={lang}")
                     wait_for_app(page)
                     target = args.out / f"{key}-{lang}-{width}.png"

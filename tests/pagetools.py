@@ -6,6 +6,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from lensa.ui import site
 from lensa.ui.layout import LINK_NOTICE_ICON
 from lensa.ui.site import PAGES_BY_KEY
 
@@ -26,6 +27,14 @@ def open_page(key: str, timeout: float = 30, locale: str | None = None, **params
         at.query_params[name] = value
     at.run()
     return at
+
+
+def page_keys(*, steps: bool = False, control: str | None = None) -> tuple[str, ...]:
+    """The keys of ``lensa.ui.site.PAGES`` in navigation order (the tests' page lists): the lesson steps alone
+    with ``steps``, and only the pages that own a control named ``control`` with it (``"data"``: the steps that
+    can show a recorded run; ``"also"``: those that can show the narrower formats)."""
+    pages = site.STEPS if steps else site.PAGES
+    return tuple(p.key for p in (site.pages_with(control, pages) if control else pages))
 
 
 def metrics(at: AppTest) -> dict[str, str]:

@@ -7,7 +7,7 @@ import pytest
 
 from lensa import blockscale
 from lensa.ui import i18n
-from tests.pagetools import metrics, open_page
+from tests.pagetools import metrics, open_page, page_keys
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
 
@@ -109,7 +109,7 @@ def test_a_version_1_upload_says_it_predates_the_recipes(lang):
     assert i18n.text(lang, "recipes.predates", version="1") in [i.value for i in at.info]
 
 
-@pytest.mark.parametrize("key", ["fp16_range", "loss_scaling", "bf16"])
+@pytest.mark.parametrize("key", page_keys(control="also"))
 def test_steps_2_3_5_show_the_recipes_with_also_and_a_recorded_run(key):
     from lensa.ui import recorded_run
 

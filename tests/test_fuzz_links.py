@@ -184,15 +184,10 @@ def _fuzz_page(key: str):
     return run
 
 
-test_memory_links = _fuzz_page("memory")
-test_fp16_range_links = _fuzz_page("fp16_range")
-test_loss_scaling_links = _fuzz_page("loss_scaling")
-test_master_weights_links = _fuzz_page("master_weights")
-test_bf16_links = _fuzz_page("bf16")
-test_speed_links = _fuzz_page("speed")
-test_lab_links = _fuzz_page("lab")
-test_formats_links = _fuzz_page("formats")
-test_blocks_links = _fuzz_page("blocks")
+# A test per page of site.PAGES that has controls (test_memory_links, ...): a new page is fuzzed without an edit here.
+for _info in PAGES:
+    if _info.controls:
+        globals()[f"test_{_info.key}_links"] = _fuzz_page(_info.key)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
 import string
 from pathlib import Path
 
 import pytest
 
 from lensa.ui import i18n
+from tests import catalogue_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,32 +48,6 @@ def test_no_text_is_empty_or_left_untranslated_by_accident():
 
     same = [k for k in en if en[k] == id_[k] and words(en[k]) > 4 and not k.startswith("refs.")]
     assert same == [], same
-
-
-def _literal_keys_used_in_code() -> set[tuple[str, str]]:
-    """(section, key) pairs of every literal page.t("...") call, with the page's own section."""
-    found = set()
-    for path in [
-        ROOT / "app.py",
-        *sorted((ROOT / "pages").glob("*.py")),
-        *sorted((ROOT / "lensa" / "ui").glob("*.py")),
-    ]:
-        source = path.read_text()
-        section = re.search(r'setup\("(\w+)"\)', source)
-        for key in re.findall(r'\.t\(\s*"([\w.]+)"', source):
-            if "." in key:
-                found.add(("", key))
-            elif section:
-                found.add((section.group(1), key))
-    return found
-
-
-def test_every_literal_key_used_by_the_code_exists():
-    used = _literal_keys_used_in_code()
-    assert len(used) > 80  # the scan really found the pages' texts
-    for lang in i18n.LANGUAGES:
-        missing = [f"{s}.{k}" if s else k for s, k in used if not has_text(lang, f"{s}.{k}" if s else k)]
-        assert missing == [], f"{lang}: {missing}"
 
 
 @pytest.mark.parametrize(
@@ -187,158 +163,175 @@ def test_every_gpu_source_is_written_in_both_languages():
     assert i18n.text("en", "speed.source_a100") == GPUS["a100"].source
 
 
-# --- keys built with f-strings ------------------------------------------------------------------
+# --- the keys the code uses (tests/catalogue_keys.py reads them from the code's calls) -------------------
 
 
-def _tuple_after(path: str, template: str) -> tuple[str, ...]:
-    """The literal tuple a comprehension feeds into ``page.t(f"<template>")`` (read from the code, not copied)."""
-    source = (ROOT / path).read_text()
-    found = re.search(rf'f"{re.escape(template)}"[^\n]*? for \w+ in (\([^)]*\))', source)
-    assert found, f"{path}: no literal tuple feeds {template!r}"
-    return ast.literal_eval(found.group(1))
+def _literal_values(tp: object) -> set[str]:
+    """The strings of a ``Literal`` type, through ``Optional`` and unions."""
+    from typing import Literal, get_args, get_origin
+
+    if get_origin(tp) is Literal:
+        return {a for a in get_args(tp) if isinstance(a, str)}
+    return set().union(*(_literal_values(a) for a in get_args(tp))) if get_args(tp) else set()
 
 
-def _fstring_keys() -> dict[tuple[str, str], set[str]]:
-    """(file, template) -> every full catalogue key the template can build, from the values the code can pass."""
-    from typing import get_args
+def dynamic_keys() -> dict[str, set[str]]:
+    """Families of keys the code builds from data (a hole the code does not fill with literals), each from the
+    data that builds it: the site's pages, the core's registries and types. Every key here must be one that an
+    open key in the code can build (checked), and every open key must be able to build one of these."""
+    import inspect
+    from typing import get_args, get_type_hints
 
-    from lensa import blockscale, estimators, formats, inspector, master, memory
+    from lensa import blockscale, estimators, exact, formats, inspector, master, memory
     from lensa.live import ARMS
     from lensa.live.errors import ErrorKind
     from lensa.models import PRESETS
     from lensa.runstats import KINDS
     from lensa.speed import GPUS, mixed_precision_mode
-    from lensa.ui.site import DATA_SOURCES, PAGES, PAGES_BY_KEY, STEPS
+    from lensa.ui.site import ALSO, DATA_SOURCES, PAGES, PAGES_BY_KEY, STEPS
 
     def options(page: str, name: str) -> tuple[str, ...]:
         return PAGES_BY_KEY[page].control(name).options  # type: ignore[union-attr]
 
-    def section(name: str, values) -> set[str]:
-        return {f"{name}.{v}" for v in values}
+    def family(section: str, prefix: str, values) -> set[str]:
+        return {f"{section}.{prefix}{v}" for v in values}
 
     precisions, optimizers = options("memory", "precision"), memory.OPTIMIZERS
     parts = {c.key for p in precisions for o in optimizers for c in memory.state_components(p, o)}
     others = {r.key for p in PRESETS.values() for r in p.how_others_count(8).rows}
     others |= {r.key for r in estimators.how_others_count(PRESETS["gpt2"].shape(), 8).rows}
     modes = {m for g in GPUS.values() for m in ("fp32", "tf32", mixed_precision_mode(g), "fp8") if g.peak(m)}
-    fields = [f.name for f in inspector.field_bits(inspector.inspect("0.1", "fp16"))]
     verdicts = get_args(formats.Fp16AgainstBf16)
-    bounds = set(
-        re.findall(r'key = "(\w+)" if bounds.window else "(\w+)"', (ROOT / "pages/loss_scaling.py").read_text())[0]
-    )
-    regimes = ("zero", "subnormal", "normal")
-    sources = ("reference", "lab", "upload")  # measured.Source.key: every data source but the illustration
-    assert set(sources) == set(DATA_SOURCES) - {"illustration"}
-    quiz = {f"quiz.{q}_{letter}" for q in i18n.answers() for letter in "abc"}
-    shown = ast.literal_eval(re.search(r"^SHOWN = (\([^)]*\))", (ROOT / "pages/blocks.py").read_text(), re.M).group(1))
-    col = _tuple_after("lensa/ui/format_table.py", "common.col_{k}")
+    regimes = inspect.signature(formats.most_common_category).parameters["among"].default
+    sources = set(DATA_SOURCES) - {"illustration"}  # measured.Source.key: every data source but the illustration
     return {
-        ("app.py", "idea_{i}"): section("overview", (f"idea_{i}" for i in range(1, len(STEPS) + 1))),
-        ("app.py", "faq_q{i}"): section("overview", (f"faq_q{i}" for i in range(1, 7))),
-        ("app.py", "faq_a{i}"): section("overview", (f"faq_a{i}" for i in range(1, 7))),
-        ("lensa/ui/format_table.py", "also.option_{o}"): section(
-            "also",
-            (f"option_{o}" for o in PAGES_BY_KEY["bf16"].control("also").options),  # type: ignore[union-attr]
+        "an idea per step (site.STEPS)": family("overview", "idea_", (p.key for p in STEPS)),
+        "a navigation entry per page (site.PAGES)": family("nav", "", (p.key for p in PAGES)),
+        "the also choice": family("also", "option_", ALSO.options),
+        "BF16 against FP16": family("bf16", "explain_", verdicts) | family("bf16_data", "explain_", verdicts),
+        "step 2's regimes": family("fp16_range", "explain_", regimes) | family("fp16_range_data", "explain_", regimes),
+        "block outcomes": family("blocks", "outcome_", blockscale.OUTCOMES),
+        "typed values out of range": family(
+            "formats", "out_of_range_", _literal_values(get_type_hints(exact.Parsed)["out_of_range"])
         ),
-        ("pages/blocks.py", "recipe_{k}"): section("blocks", (f"recipe_{k}" for k in shown)),
-        ("pages/blocks.py", "outcome_{o}"): section("blocks", (f"outcome_{o}" for o in blockscale.OUTCOMES)),
-        ("pages/bf16.py", "bf16_data.explain_{verdict}"): section("bf16_data", (f"explain_{v}" for v in verdicts)),
-        ("pages/bf16.py", "explain_{verdict}"): section("bf16", (f"explain_{v}" for v in verdicts)),
-        ("pages/formats.py", "out_of_range_{parsed.out_of_range}"): section(
-            "formats", ("out_of_range_huge", "out_of_range_tiny")
+        "categories the inspector reports (a NaN is shown as NaN)": family(
+            "category", "", set(get_args(formats.Category)) - {"nan"}
         ),
-        ("pages/formats.py", "category.{report.category}"): section(
-            "category", set(get_args(formats.Category)) - {"nan"}
+        "bit fields": family(
+            "formats", "field_", (f.name for f in inspector.field_bits(inspector.inspect("0.1", "fp16")))
         ),
-        ("pages/formats.py", "field_{field.name}"): section("formats", (f"field_{f}" for f in fields)),
-        ("pages/fp16_range.py", "fp16_range_data.explain_{regime}"): section(
-            "fp16_range_data", (f"explain_{r}" for r in regimes)
-        ),
-        ("pages/fp16_range.py", "explain_{regime}"): section("fp16_range", (f"explain_{r}" for r in regimes)),
-        ("pages/lab.py", "device_{v}"): section("lab", (f"device_{v}" for v in options("lab", "device"))),
-        ("pages/lab.py", "lab.arm_{a}"): section("lab", (f"arm_{a}" for a in ARMS)),
-        ("pages/loss_scaling.py", "loss_scaling_data.{key}"): section("loss_scaling_data", bounds),
-        ("pages/memory.py", "precision_{v}"): section("memory", (f"precision_{v}" for v in precisions)),
-        ("pages/memory.py", "optimizer_{v}"): section("memory", (f"optimizer_{v}" for v in optimizers)),
-        ("pages/memory.py", "ckpt_{v}"): section("memory", (f"ckpt_{v}" for v in memory.CHECKPOINTING)),
-        ("pages/memory.py", "attention_{v}"): section(
-            "memory", (f"attention_{v}" for v in options("memory", "attention"))
-        ),
-        ("pages/memory.py", "part_{component.key}"): section("memory", (f"part_{k}" for k in parts)),
-        ("pages/memory.py", "part_{c.key}"): section("memory", (f"part_{k}" for k in parts)),
-        ("pages/memory.py", "explain_{precision}"): section("memory", (f"explain_{p}" for p in precisions)),
-        ("pages/memory.py", "opt_note_{optimizer}"): section("memory", (f"opt_note_{o}" for o in optimizers)),
-        ("pages/memory.py", "act_{precision}"): section("memory", (f"act_{p}" for p in precisions)),
+        "lab devices": family("lab", "device_", options("lab", "device")),
+        "lab arms": family("lab", "arm_", ARMS),
+        "live errors": family("live", "error_", get_args(ErrorKind)),
+        "master copy regimes": family("master_weights", "explain_fp32_", get_args(master.Regime)),
+        "update directions": family("master_weights", "outcome_", get_args(master.Direction)),
+        "precisions": family("memory", "precision_", precisions)
+        | family("memory", "explain_", precisions)
+        | family("memory", "act_", precisions),
+        "models": family("memory", "model_", (k.replace("-", "_") for k in options("memory", "model"))),
+        "optimizers": family("memory", "optimizer_", optimizers) | family("memory", "opt_note_", optimizers),
+        "checkpointing": family("memory", "ckpt_", memory.CHECKPOINTING)
+        | family("memory", "explain_ckpt_", (c for c in memory.CHECKPOINTING if c != "none")),
+        "attention": family("memory", "attention_", options("memory", "attention")),
+        "model states": family("memory", "part_", parts),
         # shown only with ZeRO on more than one GPU: stages 1 to 3
-        ("pages/memory.py", "explain_zero{zero}"): section(
-            "memory", (f"explain_zero{z}" for z in PAGES_BY_KEY["memory"].control("zero").stops if z > 0)
+        "ZeRO stages": family(
+            "memory", "explain_zero", (z for z in PAGES_BY_KEY["memory"].control("zero").stops if z > 0)
         ),
-        ("pages/memory.py", "explain_ckpt_{checkpointing}"): section(
-            "memory", (f"explain_ckpt_{c}" for c in memory.CHECKPOINTING if c != "none")
-        ),
-        ("pages/memory.py", "others_{row.key}"): section("memory", (f"others_{k}" for k in others)),
-        ("pages/speed.py", "bar_{m}"): section("speed", (f"bar_{m}" for m in modes)),
-        ("pages/speed.py", "source_{gpu_key}"): section("speed", (f"source_{k}" for k in GPUS)),
-        ("lensa/ui/format_table.py", "common.col_{k}"): section("common", (f"col_{k}" for k in col)),
-        ("lensa/ui/frame.py", "nav.{target.key}"): section("nav", (p.key for p in PAGES)),
-        ("lensa/ui/frame.py", "nav.{info.key}"): section("nav", (p.key for p in PAGES)),
-        ("lensa/ui/live_view.py", "live.error_{exc.kind}"): section(
-            "live", (f"error_{k}" for k in get_args(ErrorKind))
-        ),
-        ("lensa/ui/live_view.py", "lab.col_{k}"): section(
-            "lab", (f"col_{k}" for k in _tuple_after("lensa/ui/live_view.py", "lab.col_{k}"))
-        ),
-        ("lensa/ui/live_view.py", "lab.arm_{row['arm']}"): section("lab", (f"arm_{a}" for a in ARMS)),
-        ("lensa/ui/live_view.py", "lab.mem_{k}"): section(
-            "lab", (f"mem_{k}" for k in _tuple_after("lensa/ui/live_view.py", "lab.mem_{k}"))
-        ),
-        ("lensa/ui/live_view.py", "lab.arm_{name}"): section("lab", (f"arm_{a}" for a in ARMS)),
-        ("lensa/ui/live_view.py", "lab.arm_{arm}"): section("lab", ("arm_fp16", "arm_bf16")),
-        ("lensa/ui/live_view.py", "speed.measure_col_{k}"): section(
-            "speed", (f"measure_col_{k}" for k in _tuple_after("lensa/ui/live_view.py", "speed.measure_col_{k}"))
-        ),
-        ("lensa/ui/recorded_run.py", "data.source_{v}"): section("data", (f"source_{v}" for v in DATA_SOURCES)),
-        ("lensa/ui/recorded_run.py", "data.kind_{declared.default}"): section("data", (f"kind_{k}" for k in KINDS)),
-        ("lensa/ui/recorded_run.py", "data.kind_{v}"): section("data", (f"kind_{k}" for k in KINDS)),
-        ("lensa/ui/recorded_run.py", "data.kind_{kind}"): section("data", (f"kind_{k}" for k in KINDS)),
-        ("lensa/ui/recorded_run.py", "data.line_{sel.source.key}"): section("data", (f"line_{s}" for s in sources)),
-        ("lensa/ui/recorded_run.py", "data.scaler_{source.key}"): section("data", (f"scaler_{s}" for s in sources)),
-        ("lensa/ui/recorded_run.py", "common.col_{k}"): section("common", (f"col_{k}" for k in col)),
-        ("lensa/ui/widgets.py", "common.{v}"): section("common", ("off", "on")),
-        ("lensa/ui/quiz.py", "{base}_{letter}"): quiz,
-        ("pages/master_weights.py", "outcome_{f}"): section(
-            "master_weights", (f"outcome_{f}" for f in _tuple_after("pages/master_weights.py", "outcome_{f}"))
-        ),
-        ("pages/master_weights.py", "outcome_{outcome.direction}"): section(
-            "master_weights", (f"outcome_{d}" for d in get_args(master.Direction))
-        ),
-        ("pages/master_weights.py", "explain_fp32_{master.regime}"): section(
-            "master_weights", (f"explain_fp32_{r}" for r in get_args(master.Regime))
-        ),
+        "how others count": family("memory", "others_", others),
+        "speed modes": family("speed", "bar_", modes),
+        "GPU sources": family("speed", "source_", GPUS),
+        "tensor kinds": family("data", "kind_", KINDS),
+        "data sources": family("data", "source_", DATA_SOURCES)
+        | family("data", "line_", sources)
+        | family("data", "scaler_", sources),
+        "questions (answers.toml)": {
+            f"quiz.{q}{part}" for q in i18n.answers() for part in ("", "_a", "_b", "_c", "_why")
+        },
     }
 
 
-def _fstring_templates_in_code() -> set[tuple[str, str]]:
-    found = set()
-    for path in [
-        ROOT / "app.py",
-        *sorted((ROOT / "pages").glob("*.py")),
-        *sorted((ROOT / "lensa" / "ui").glob("*.py")),
-    ]:
-        for m in re.finditer(r"""\.t\(\s*f(["'])(.*?)\1""", path.read_text()):
-            found.add((str(path.relative_to(ROOT)), m.group(2)))
-    return found
+def _catalogues() -> dict[str, dict[str, str]]:
+    return {lang: i18n.catalogue(lang) for lang in i18n.LANGUAGES}
 
 
-def test_every_fstring_key_template_in_the_code_is_enumerated_below():
-    # A new page.t(f"...") must get its values listed in _fstring_keys, or this fails.
-    assert _fstring_templates_in_code() == set(_fstring_keys())
+def _problems(root: Path = ROOT, catalogues: dict[str, dict[str, str]] | None = None) -> dict[str, list[str]]:
+    catalogues = catalogues or _catalogues()
+    sections = {k.split(".")[0] for c in catalogues.values() for k in c}
+    found = catalogue_keys.check(catalogue_keys.scan(root, sections), catalogues, dynamic_keys())
+    return {what: items for what, items in found.items() if items}
 
 
-def test_every_key_an_fstring_can_build_exists_in_both_catalogues():
-    keys = _fstring_keys()
-    assert all(keys.values()), [t for t, v in keys.items() if not v]  # every template has values to check
-    assert sum(len(v) for v in keys.values()) > 150
-    for lang in i18n.LANGUAGES:
-        missing = {t: sorted(k for k in v if not has_text(lang, k)) for t, v in keys.items()}
-        assert {t: m for t, m in missing.items() if m} == {}, lang
+def test_every_key_the_code_uses_is_in_both_catalogues_and_every_catalogue_key_is_used():
+    usage = catalogue_keys.scan(ROOT, {k.split(".")[0] for k in i18n.catalogue("en")})
+    assert len(usage.exact) > 400 and len(usage.patterns) > 40  # the scan really read the pages' calls
+    assert sum(len(v) for v in dynamic_keys().values()) > 150
+    assert _problems() == {}
+
+
+def test_the_key_check_fails_on_a_missing_or_an_unused_key():
+    catalogues = _catalogues()
+    broken = {lang: dict(c) for lang, c in catalogues.items()}
+    del broken["id"]["memory.title"]  # used literally: page.t("title") in pages/memory.py via step_header
+    del broken["en"]["speed.source_h100"]  # built from data: f"source_{...}" over lensa.speed.GPUS
+    broken["en"]["speed.not_shown_anywhere"] = broken["id"]["speed.not_shown_anywhere"] = "Nothing uses this."
+    problems = _problems(catalogues=broken)
+    assert any(p.startswith("memory.title ") for p in problems["missing in id"]), problems
+    assert "speed.source_h100 (built from data)" in problems["missing in en"], problems
+    assert problems["unused in en"] == problems["unused in id"] == ["speed.not_shown_anywhere"]
+    assert set(problems) == {"missing in id", "missing in en", "unused in en", "unused in id"}
+
+
+def _copy_of_the_code(tmp_path: Path) -> Path:
+    for name in ("app.py",):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for name in ("pages", "lensa"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__", "data", "*.npz"))
+    return tmp_path
+
+
+def test_the_key_check_reads_calls_not_source_text(tmp_path):
+    """Renaming variables changes nothing; a new key built from data nobody listed, or a listed family the code no
+    longer builds, fails."""
+    root = _copy_of_the_code(tmp_path)
+    memory_page = root / "pages" / "memory.py"
+    source = memory_page.read_text()
+    renamed = _renamed(source, {"model_key": "chosen_model", "precision": "mode_now", "k": "key_of_model"})
+    assert renamed.count("chosen_model") > 3 and 'page.t("precision")' in source
+    memory_page.write_text(renamed)
+    assert _problems(root) == {}
+
+    speed_page = root / "pages" / "speed.py"
+    source = speed_page.read_text()
+    assert source.count("page.t(f'source_{") == 1
+    speed_page.write_text(source.replace("page.t(f'source_{", "page.t(f'origin_{"))
+    problems = _problems(root)
+    assert any(": origin_{…}" in p for p in problems["patterns nothing fills"]), problems
+    assert any(p.startswith("GPU sources: speed.source_") for p in problems["families no code builds"]), problems
+
+
+def test_a_literal_key_the_code_adds_must_be_in_the_catalogues(tmp_path):
+    root = _copy_of_the_code(tmp_path)
+    page_file = root / "pages" / "bf16.py"
+    page_file.write_text(page_file.read_text() + '\nst.caption(page.t("a_new_caption"))\n')
+    problems = _problems(root)
+    assert (
+        problems["missing in en"]
+        == problems["missing in id"]
+        == [f"bf16.a_new_caption (pages/bf16.py:{_lines(page_file)})"]
+    )
+
+
+def _renamed(source: str, names: dict[str, str]) -> str:
+    """``source`` with its variables renamed (names only: strings and attributes stay as they are)."""
+
+    class Rename(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.Name:
+            node.id = names.get(node.id, node.id)
+            return node
+
+    return ast.unparse(Rename().visit(ast.parse(source)))
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines())

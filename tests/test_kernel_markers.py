@@ -91,11 +91,12 @@ def _computes_with(module: str) -> frozenset[str]:
         path = _module_file(current)
         if path is None or current.startswith("lensa.ui"):
             continue
+        package = path.name == "__init__.py"  # a package computes with what its modules do (lensa.runstats)
         for name in _imports(path):
             top = name.split(".")[0]
             if top in ("numpy", "ml_dtypes", "torch"):
                 found.add(top)
-            elif top == "lensa" and name != current and not name.startswith(current + "."):
+            elif top == "lensa" and name != current and (package or not name.startswith(current + ".")):
                 todo.append(name)
     return frozenset(found)
 

@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from bench import hostile
-from bench.loadgen import LESSON_PAGES, Learner, read_proc
+from bench.loadgen import ALL_PAGES, LESSON_PAGES, Learner, read_proc
 from lensa import runstats
 from lensa.ui import i18n, limits
 from tests.e2e.harness import Server
+from tests.pagetools import page_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024
@@ -149,15 +150,12 @@ def test_budgets_come_from_the_environment_and_a_bad_value_keeps_the_default():
     assert limits.Limits() == limits.Limits(512 * MB, 1024 * MB, 256 * MB)
 
 
-# Every page, as a learner opens it and (on a lesson page) moves its first slider; steps 2-5 also with the
-# reference run, the largest data a page shows.
+# Every page of site.PAGES, as a learner opens it and (on a lesson page) moves its first slider; the steps that
+# can show a recorded run also with the reference run, the largest data a page shows.
 PAGES = (
     *((page, "") for page in LESSON_PAGES),
-    *((page, "data=reference") for page in LESSON_PAGES[1:5]),
-    ("formats", ""),
-    ("blocks", ""),
-    ("lab", ""),
-    ("app", ""),
+    *((page, "data=reference") for page in page_keys(steps=True, control="data")),
+    *((page, "") for page in ALL_PAGES if page not in LESSON_PAGES),
 )
 
 

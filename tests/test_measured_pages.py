@@ -21,13 +21,13 @@ from lensa import measured
 from lensa.reference import load_reference
 from lensa.ui import i18n, recorded_run
 from lensa.ui.site import MEASURED_ONLY, PAGES_BY_KEY
-from tests.pagetools import APP, metrics, notices, open_page
+from tests.pagetools import APP, metrics, notices, open_page, page_keys
 from tests.runfixtures import reference_arms, upload_bytes
 from tests.test_fuzz_links import _last, _plain_number, link_value
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
 
-DATA_STEPS = ("fp16_range", "loss_scaling", "master_weights", "bf16")
+DATA_STEPS = page_keys(steps=True, control="data")  # the steps that can show a recorded run
 SOURCES = ("illustration", "reference", "lab", "upload")
 
 

@@ -11,7 +11,7 @@ import pytest
 from lensa.ui import i18n
 from lensa.ui.controls import TextControl  # the inspector reads nan, inf, -1 as numbers: tested on its own
 from lensa.ui.site import MEASURED_ONLY, PAGES, STEPS
-from tests.pagetools import ROOT, metrics, notices, open_page, sidebar_links
+from tests.pagetools import ROOT, metrics, notices, open_page, page_keys, sidebar_links
 
 PAGE_KEYS = [p.key for p in PAGES]
 
@@ -35,7 +35,7 @@ def test_page_renders_with_our_navigation_in_its_language(key, lang):
     step = next(p.step for p in PAGES if p.key == key)
     if step is not None:
         assert at.title[0].value == i18n.text(lang, f"{key}.title")
-        assert at.caption[0].value == i18n.text(lang, "nav.step_of", n=step, total=6)
+        assert at.caption[0].value == i18n.text(lang, "nav.step_of", n=step, total=len(STEPS))
 
 
 # --- the reference figures at the defaults ----------------------------------------------
@@ -287,7 +287,7 @@ def also_choice(at, key: str):
     return next(b for b in at.button_group if b.key == f"w.{key}.also")
 
 
-@pytest.mark.parametrize("key", ["fp16_range", "loss_scaling", "bf16"])
+@pytest.mark.parametrize("key", page_keys(control="also"))
 def test_fp8_is_off_by_default_and_on_by_link(key):
     at = open_page(key, lang="en")
     assert not at.dataframe and also_choice(at, key).value == "none"
@@ -298,7 +298,7 @@ def test_fp8_is_off_by_default_and_on_by_link(key):
     assert metrics(at) == metrics(open_page(key, lang="en"))  # the lesson's cards are unchanged
 
 
-@pytest.mark.parametrize("key", ["fp16_range", "loss_scaling", "bf16"])
+@pytest.mark.parametrize("key", page_keys(control="also"))
 def test_old_fp8_links_keep_working(key):
     at = open_page(key, lang="en", fp8="on")
     assert not at.exception and also_choice(at, key).value == "fp8"
@@ -310,7 +310,7 @@ def test_old_fp8_links_keep_working(key):
     assert also_choice(bad, key).value == "none" and notices(bad)
 
 
-@pytest.mark.parametrize("key", ["fp16_range", "loss_scaling", "bf16"])
+@pytest.mark.parametrize("key", page_keys(control="also"))
 @pytest.mark.parametrize("also", ["narrow", "all"])
 def test_fp6_and_fp4_appear_wherever_fp8_does(key, also):
     at = open_page(key, lang="en", also=also)

@@ -1,7 +1,8 @@
-"""How a :class:`lensa.live.capture.Recorder` summarises tensors, and where: inside the step, or in a process.
+"""Where a :class:`lensa.live.capture.Recorder` summarises tensors: inside the step, or in a process of its own.
 
-:func:`summarize_tensor` and :func:`summarize_update_tensors` are :func:`lensa.runstats.summarize` and
-:func:`lensa.runstats.summarize_update` with the per-value work done by torch, equal bit for bit. The recorder's
+The summaries themselves are :mod:`lensa.live.torch_binning`'s (:func:`summarize_tensor` and
+:func:`summarize_update_tensors`, re-exported here: :func:`lensa.runstats.summarize` and
+:func:`lensa.runstats.summarize_update` with the per-value work done by torch, equal bit for bit). The recorder's
 records also keep what every block recipe loses (:meth:`lensa.runstats.TensorStats.with_recipes`, numpy, from
 the tensor as it is shaped): the summary process is told each copy's shape.
 
@@ -37,190 +38,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from numpy.typing import NDArray
 
-from lensa.formats import FORMATS
-from lensa.live.summary_worker import HEADER, read_message, write_message
-from lensa.runstats import (
-    BINADE_MIN,
-    N_BINADES,
-    SUMMARY_FORMATS,
-    RunStats,
-    TensorStats,
-    exact_fractions,
-    from_histograms,
-    load,
-)
+from lensa.live.summary_worker import HEADER, Item, read_message, write_message
+from lensa.live.torch_binning import summarize_tensor as summarize_tensor
+from lensa.live.torch_binning import summarize_update_tensors as summarize_update_tensors
+from lensa.runstats import RunStats, TensorStats, load
 
-# --- the summaries, binned with torch ------------------------------------------------------------------------
-
-_FINE = 1 << (23 - 12)  # fine bins per binade: the top 11 fraction bits
-_EXP_SPECIAL = 255  # exponent field of inf and NaN
-_PACK = 2.0**32  # a value's weight is 2**32 + its low 12 bits: a bin's sum is count * 2**32 + sum of low bits
-_CHUNK = 1 << 20  # values per bincount: keeps each packed sum below 2**53
-
-
-def _frac_mask(fractions: tuple[int, ...]) -> int:
-    """Fraction bits that are 0 in every one of ``fractions``: a value with any of them set is none of those F."""
-    either = 0
-    for f in fractions:
-        either |= f
-    return ((1 << 23) - 1) & ~either
-
-
-_EXACT = exact_fractions()
-_CANDIDATE_MASK = _frac_mask(_EXACT)
-
-
-_SUB_ROWS = -126 - BINADE_MIN  # binades of float32 subnormals: -149 ... -127, the grid's first 23 rows
-_NORMAL_OFFSET = (_SUB_ROWS - 1) * _FINE  # grid bin of a normal value = its key (exponent field, top 11 bits) + this
-
-
-def _exact_counts(frac: np.ndarray, row: np.ndarray) -> np.ndarray:
-    """(len(_EXACT), 277): per grid row, how many of the values (fraction bits ``frac``, row ``row``) have each F."""
-    return np.stack([np.bincount(row[frac == f], minlength=N_BINADES) for f in _EXACT]).astype(np.int64)
-
-
-def _summarize_bits(bits: torch.Tensor, lost_counts: tuple[int, ...] | None = None) -> TensorStats:
-    """:func:`lensa.runstats.summarize` of float32 values given as their int32 bit patterns (1-D, CPU), in torch.
-
-    The per-value work is integer work in torch (the key, exponent field and top 11 fraction bits; one
-    ``bincount`` per 2**20 values whose weight packs the count and the low 12 bits; a masked test for the
-    few values :func:`lensa.runstats.exact_fractions` names). What is left is per non-empty bin and is done by
-    :func:`lensa.runstats.from_histograms`, which :func:`~lensa.runstats.summarize` ends with too, so the
-    record equals ``summarize`` of those values bit for bit (tests/test_capture.py checks it).
-    """
-    n = bits.numel()
-    keys, counts, lows = [], [], []
-    for start in range(0, n, _CHUNK):
-        b = bits[start : start + _CHUNK]
-        chunk_key = torch.bitwise_right_shift(b, 12).bitwise_and_(0x7FFFF)
-        lo = int(chunk_key.min())
-        weight = torch.bitwise_and(b, 0xFFF).to(torch.float64).add_(_PACK)
-        packed = torch.bincount(chunk_key.sub_(lo), weights=weight).numpy()
-        nz = np.flatnonzero(packed)
-        p = packed[nz]
-        # count * 2**32 + low sum, the low sum below 2**32 (at most 2**20 values of at most 4095): floor is the count
-        c = np.floor(p * (1 / _PACK))
-        keys.append(nz + lo)
-        counts.append(c)
-        lows.append(p - c * _PACK)
-    key: NDArray[Any]
-    count: NDArray[Any]
-    low: NDArray[Any]
-    if len(keys) > 1:
-        key, where = np.unique(np.concatenate(keys), return_inverse=True)
-        count = np.bincount(where, weights=np.concatenate(counts))  # exact: integers below 2**53
-        low = np.bincount(where, weights=np.concatenate(lows))
-    elif keys:
-        key, count, low = keys[0], counts[0], lows[0]
-    else:
-        key, count, low = np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
-    count = count.astype(np.int64)
-    i_normal, i_special = np.searchsorted(key, [_FINE, _EXP_SPECIAL * _FINE])
-
-    mag: torch.Tensor | None = None
-
-    def magnitudes() -> torch.Tensor:
-        nonlocal mag
-        if mag is None:
-            mag = torch.bitwise_and(bits, 0x7FFFFFFF)
-        return mag
-
-    # Key 0 holds |bits| < 2**12 and key 255 * 2**11 holds [inf, inf + 2**12): when their low bits add up to 0
-    # they hold only zeros, only infinities; otherwise count those exactly (tiny subnormals, NaNs).
-    zeros = 0
-    if key.size and key[0] == 0:
-        zeros = int(count[0]) if low[0] == 0 else int(torch.count_nonzero(magnitudes() == 0))
-    infs = 0
-    if i_special < key.size and key[i_special] == _EXP_SPECIAL * _FINE:
-        infs = int(count[i_special]) if low[i_special] == 0 else int(torch.count_nonzero(magnitudes() == 0x7F800000))
-    nan = int(count[i_special:].sum()) - infs
-    subnormals = int(count[:i_normal].sum()) - zeros
-
-    bins = key[i_normal:i_special] + _NORMAL_OFFSET
-    count, low = count[i_normal:i_special], low[i_normal:i_special]
-    exact = np.zeros((len(_EXACT), N_BINADES), np.int64)
-    # The values whose F is one of _EXACT: a cheap test lets through those (and zeros, and a few more).
-    if int(torch.count_nonzero(torch.bitwise_and(bits, _CANDIDATE_MASK) == 0)) > zeros:
-        m = magnitudes()[torch.bitwise_and(bits, _CANDIDATE_MASK) == 0].numpy()
-        m = m[(m >= 0x00800000) & (m < 0x7F800000)]  # normal values; subnormals are counted below
-        exact += _exact_counts(m & 0x7FFFFF, (m >> 23).astype(np.int64) + _SUB_ROWS - 1)
-    if subnormals:
-        mags = magnitudes()
-        sub = mags[(mags < 0x00800000) & (mags != 0)].numpy()
-        # Times 2**64 is exact for a float32 subnormal and makes it normal: its exponent is then its binade + 64.
-        norm = (sub.view(np.float32) * np.float32(2.0**64)).view(np.int32)
-        row = (norm >> 23).astype(np.int64) - 127 - 64 - BINADE_MIN
-        frac = norm & 0x7FFFFF
-        sub_bins, where = np.unique(row * _FINE + (frac >> 12), return_inverse=True)
-        bins = np.concatenate([sub_bins, bins])  # subnormal rows come first on the grid
-        count = np.concatenate([np.bincount(where).astype(np.int64), count])
-        low = np.concatenate([np.bincount(where, weights=frac & 0xFFF), low])
-        exact += _exact_counts(frac, row)
-    return from_histograms(
-        size=n,
-        exact_zero=zeros,
-        inf=infs,
-        nan=nan,
-        bins=bins,
-        fine_count=count,
-        fine_low_sum=low,
-        exact_at=exact,
-        lost_counts=lost_counts,
-    )
-
-
-def _as_bits(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's values as float32 on the CPU, their bit patterns as a 1-D int32 tensor (no copy if possible)."""
-    return t.detach().float().cpu().contiguous().view(-1).view(torch.int32)
-
-
-def summarize_tensor(t: torch.Tensor) -> TensorStats:
-    """:func:`lensa.runstats.summarize` of a torch tensor's values read as float32, computed with torch.
-
-    Equal to ``summarize(t.detach().float().cpu().numpy())`` bit for bit, counts and relative error sums
-    alike (FP16 and BF16 tensors are read exactly; float64 ones are rounded to float32 first). About 1 to 2
-    ns of CPU per value on one core, against about 13 for the numpy binning.
-    """
-    return _summarize_bits(_as_bits(t))
-
-
-# SUMMARY_FORMATS: torch's type, and the saturation bound of a format without inf (E4M3 saturates, as
-# lensa.formats: clamp first; torch would give NaN past 464).
-_CASTS: tuple[tuple[torch.dtype, float | None], ...] = tuple(
-    (getattr(torch, FORMATS[k].dtype_name or ""), None if FORMATS[k].has_inf else FORMATS[k].max)
-    for k in SUMMARY_FORMATS
-)
-
-
-def _stored(x: torch.Tensor, dtype: torch.dtype, bound: float | None) -> torch.Tensor:
-    """``x`` (float32) stored in the format and read back as float32, as :func:`lensa.formats.cast` stores it."""
-    if bound is not None:
-        x = x.clamp(-bound, bound)  # NaN stays NaN
-    return x.to(dtype).to(torch.float32)
-
-
-def summarize_update_tensors(w_before: torch.Tensor, w_after: torch.Tensor, recipes: bool = False) -> TensorStats:
-    """:func:`lensa.runstats.summarize_update` of two torch tensors, computed with torch; equal bit for bit
-    (``recipes`` as there).
-
-    Both are read as float32 and must have the same shape (ValueError otherwise). The update is
-    ``w_after - w_before`` in float32; the lost counts use torch's casts (round to nearest, ties to even,
-    FP8 E4M3 saturating at ±448 like :func:`lensa.formats.cast`).
-    """
-    if w_before.shape != w_after.shape:
-        raise ValueError(f"w_before has shape {tuple(w_before.shape)} but w_after has {tuple(w_after.shape)}")
-    before = w_before.detach().float().cpu().reshape(-1)
-    update = w_after.detach().float().cpu().reshape(-1) - before
-    moved = update != 0
-    lost = []
-    for dtype, bound in _CASTS:
-        stored = _stored(before, dtype, bound)
-        again = _stored(stored + update, dtype, bound)
-        lost.append(int(torch.count_nonzero(moved & (again == stored))))
-    stats = _summarize_bits(update.view(torch.int32), lost_counts=tuple(lost))
-    return stats.with_recipes(update.view(w_before.shape).numpy()) if recipes else stats
+# --- summarising in the hook ---------------------------------------------------------------------------------
 
 
 def _summarize_here(t: torch.Tensor, scale: float | None, recipes: bool = False) -> TensorStats:
@@ -272,7 +96,7 @@ class Held:
 
     tensor: torch.Tensor | None  # the copy (inline), or None
     offset: int = -1  # byte offset in the ring (process)
-    mark: int = -1  # the ring's fill mark where it starts
+    held_from: int = -1  # the ring's fill mark where its copy starts: the ring is not freed past it while held
 
 
 class InlineSummaries:
@@ -343,8 +167,9 @@ class ProcessSummaries:
         self._ring = torch.frombuffer(self._shared, dtype=torch.float32, offset=HEADER, count=self._capacity // 4)
         self._ring_np = self._ring.numpy()  # the same memory: numpy slices and copies with less overhead per call
         self._filled = 0  # bytes ever taken from the ring (a mark; the ring position is this modulo capacity)
-        self._open: dict[int, int] = {}  # id(Held) -> its mark: copies whose summary is not queued yet
-        self._queued: list[list[Any]] = []
+        # id(Held) -> its held_from, for the copies in the ring whose update is not queued yet
+        self._open: dict[int, int] = {}
+        self._queued: list[tuple[Any, ...]] = []  # Items, as the plain tuples they are sent as
         self._local: dict[int, tuple[str, str, int, TensorStats]] = {}  # seq -> too large for the ring
         self._seq = 0
         self._closed = False
@@ -417,14 +242,15 @@ class ProcessSummaries:
 
     def _queue_release(self) -> None:
         """An item with nothing to summarise that lets the child free the ring up to the current mark."""
-        self._queue([0, "release", "", "", 0, -1, 0, -1, None, []])
+        self._queue(Item(0, "release", "", "", 0, -1, 0, [], self._mark()))
 
-    def _queue(self, item: list[Any], mark: int | None = None) -> None:
-        """Queue ``item`` for the child; once it is summarised, the child frees the ring up to ``mark``.
+    def _queue(self, item: Item) -> None:
+        """Queue ``item`` for the child; once it is summarised, the child frees the ring up to ``item.release``.
 
-        By default, :meth:`_mark`: everything taken so far but the weights still held for their updates.
+        That is :meth:`_mark` but for a block of copies made together: everything taken so far but the weights
+        still held for their updates.
         """
-        self._queued.append([*item, self._mark() if mark is None else mark])
+        self._queued.append(tuple(item))  # marshal takes no tuple subclass
         if len(self._queued) >= _FLUSH_EVERY:
             self.flush()
 
@@ -434,10 +260,12 @@ class ProcessSummaries:
         self._seq += 1
         offset = self._put(t)
         if offset is None:
-            self._local[self._seq] = (kind, name, step, _summarize_here(t, scale))
+            self._local[self._seq] = (kind, name, step, _summarize_here(t, scale, self._recipes))
             return
-        fn = "tensor" if scale is None else "unscaled"
-        self._queue([self._seq, fn, kind, name, step, offset, t.numel(), -1, scale, list(t.shape)])
+        what = "tensor" if scale is None else "unscaled"
+        self._queue(
+            Item(self._seq, what, kind, name, step, offset, t.numel(), list(t.shape), self._mark(), scale=scale)
+        )
 
     def tensors(self, kind: str, names: Sequence[str], step: int, ts: Sequence[torch.Tensor]) -> None:
         """:meth:`tensor` of each of ``ts`` (named ``names``), their copies made together (:meth:`_put_all`)."""
@@ -454,8 +282,8 @@ class ProcessSummaries:
             self._seq += 1
             n = t.numel()
             end += 4 * n
-            item = [self._seq, "tensor", kind, name, step, offset, n, -1, None, list(t.shape)]
-            self._queue(item, None if i == last else min(end, self._mark()))
+            release = self._mark() if i == last else min(end, self._mark())
+            self._queue(Item(self._seq, "tensor", kind, name, step, offset, n, list(t.shape), release))
             offset += 4 * n
 
     def hold(self, ts: Sequence[torch.Tensor]) -> list[Held]:
@@ -469,8 +297,8 @@ class ProcessSummaries:
             return [self._hold_one(t) for t in ts]
         held = []
         for t in ts:
-            h = Held(None, offset, mark)
-            self._open[id(h)] = mark
+            h = Held(None, offset, held_from=mark)
+            self._open[id(h)] = h.held_from
             held.append(h)
             offset += 4 * t.numel()
         return held
@@ -480,8 +308,8 @@ class ProcessSummaries:
         offset = self._put(t)
         if offset is None:
             return Held(_copy(t))
-        held = Held(None, offset, mark)
-        self._open[id(held)] = mark
+        held = Held(None, offset, held_from=mark)
+        self._open[id(held)] = held.held_from
         return held
 
     def updates(
@@ -496,7 +324,9 @@ class ProcessSummaries:
                     n = after.numel()
                     self._open.pop(id(before))
                     shape = list(after.shape)
-                    self._queue([self._seq, "update", kind, name, step, before.offset, n, offset, None, shape])
+                    self._queue(
+                        Item(self._seq, "update", kind, name, step, before.offset, n, shape, self._mark(), offset)
+                    )
                     offset += 4 * n
                 return
         for name, before, after in zip(names, befores, afters, strict=True):
@@ -508,8 +338,8 @@ class ProcessSummaries:
             offset = self._put(after)
             if offset is not None:
                 self._open.pop(id(before))
-                shape = list(after.shape)
-                self._queue([self._seq, "update", kind, name, step, before.offset, after.numel(), offset, None, shape])
+                n, shape = after.numel(), list(after.shape)
+                self._queue(Item(self._seq, "update", kind, name, step, before.offset, n, shape, self._mark(), offset))
                 return
             previous = self._ring_values(before, after)
             self._open.pop(id(before))

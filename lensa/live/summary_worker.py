@@ -1,20 +1,19 @@
 """The recorder's summary process: numpy only, started by :class:`lensa.live.summaries.ProcessSummaries`.
 
-    python -m lensa.live.summary_worker FD SIZE
+    python -m lensa.live.summary_worker FD SIZE [RECIPES]
 
 ``FD`` is a shared memory file of ``SIZE`` bytes that the parent passed down: 64 bytes of header (the first
 eight, an int64, are written here: how far the parent may reuse its ring), then the ring of float32 values
-the parent copied its tensors into. On standard input come messages (a 4-byte big-endian length, then a
-:mod:`marshal` dump of a dict of lists, strings and numbers: this pipe joins two processes of one program,
-one Python, and marshal encodes a recorded step's few hundred items several times faster than JSON):
+the parent copied its tensors into. ``RECIPES`` "1": each summary also keeps what every block recipe loses.
+On standard input come messages (a 4-byte big-endian length, then a :mod:`marshal` dump of a dict of lists,
+tuples, strings and numbers: this pipe joins two processes of one program, one Python, and marshal encodes a
+recorded step's few hundred items several times faster than JSON):
 
-- ``{"op": "items", "items": [[seq, fn, kind, name, step, offset, n, offset2, scale, shape, release], ...]}``:
-  summarise ``n`` float32 values at byte ``offset`` of the ring, viewed as ``shape`` (a list of ints whose
-  product is ``n``), with :func:`lensa.runstats.summarize` and what every block recipe loses
-  (``fn`` "tensor"), of those values divided by ``scale`` (``fn`` "unscaled": a GradScaler's true
-  gradients) or, with the ``n`` values at ``offset2`` as the weight after the step, with
-  :func:`lensa.runstats.summarize_update` (``fn`` "update"); then write ``release`` to the header. An item
-  whose ``fn`` is "release" only does the latter.
+- ``{"op": "items", "items": [item, ...]}``, each item an :class:`Item` sent as a plain tuple (marshal takes
+  no tuple subclass; :func:`read_message` hands them back as tuples, :meth:`Item.of` names their fields):
+  summarise the item's ``n`` float32 values at byte ``offset`` of the ring, viewed as ``shape``, as its
+  ``what`` says; then write its ``release`` mark to the header. An item whose ``what`` is "release" only does
+  the latter.
 - ``{"op": "drain"}``: answer with every summary made since the last drain, in order, then ``{"done": True}``;
   or ``{"error": "..."}`` for the first item that failed (the rest of them are dropped).
 - ``{"op": "stop"}``, or the end of standard input: exit.
@@ -31,7 +30,7 @@ import marshal
 import mmap
 import struct
 import sys
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 
@@ -39,10 +38,34 @@ from lensa.runstats import RunStats, summarize, summarize_update
 
 HEADER = 64  # bytes before the ring; the first eight hold the release mark
 BATCH = 500  # summaries per answer, well inside lensa.runstats.load's limits
+SUMMARIES = ("tensor", "unscaled", "update", "release")  # what an item asks for
+
+
+class Item(NamedTuple):
+    """One item of work for the summary process, as the parent queues it (sent as a plain tuple)."""
+
+    seq: int  # the parent's order of the summaries: answers are sorted by it (0 for "release")
+    what: str  # one of SUMMARIES: "tensor" (the values), "unscaled" (the values / scale: a GradScaler's true
+    # gradients), "update" (the values as the weight before the step, those at after_offset as after it),
+    # "release" (nothing: only lets the ring be freed up to ``release``)
+    kind: str  # the record's label: kind, name, step
+    name: str
+    step: int
+    offset: int  # byte offset of the values in the ring
+    n: int  # number of float32 values
+    shape: list[int]  # the tensor's shape (its product is n): blocks of the recipes need it
+    release: int  # the ring's fill mark up to which the parent may reuse it once this item is done
+    after_offset: int = -1  # "update": byte offset of the weight after the step
+    scale: float | None = None  # "unscaled": the loss scale
+
+    @classmethod
+    def of(cls, fields: tuple[Any, ...] | list[Any]) -> Item:
+        """An item from the plain tuple (or list) it was sent as."""
+        return cls._make(fields)
 
 
 def read_message(stream: IO[bytes]) -> dict[str, Any] | None:
-    """The next framed JSON message, or None at the end of the stream."""
+    """The next framed message (a :mod:`marshal` dump), or None at the end of the stream."""
     head = stream.read(4)
     if len(head) < 4:
         return None
@@ -61,25 +84,19 @@ def write_message(stream: IO[bytes], message: dict[str, Any], payload: bytes = b
     stream.flush()
 
 
-def _summary(
-    ring: np.ndarray,
-    fn: str,
-    offset: int,
-    n: int,
-    offset2: int,
-    scale: float | None,
-    shape: list[int],
-    recipes: bool = False,
-) -> Any:
-    values = ring[offset // 4 : offset // 4 + n].reshape(shape)
-    if fn == "tensor":
+def _summary(ring: np.ndarray, item: Item, recipes: bool = False) -> Any:
+    """The record ``item`` asks for, of its values in ``ring`` (float32)."""
+    start = item.offset // 4
+    values = ring[start : start + item.n].reshape(item.shape)
+    if item.what == "tensor":
         return summarize(values, recipes=recipes)
-    if fn == "unscaled":
+    if item.what == "unscaled":
         # np.float32(scale) is exact for GradScaler's powers of two; each quotient is rounded once
-        return summarize(values / np.float32(scale), recipes=recipes)
-    if fn == "update":
-        return summarize_update(values, ring[offset2 // 4 : offset2 // 4 + n].reshape(shape), recipes=recipes)
-    raise ValueError(f"unknown summary {fn!r}")
+        return summarize(values / np.float32(item.scale), recipes=recipes)
+    if item.what == "update":
+        after = ring[item.after_offset // 4 : item.after_offset // 4 + item.n].reshape(item.shape)
+        return summarize_update(values, after, recipes=recipes)
+    raise ValueError(f"unknown summary {item.what!r}; an item asks for one of {SUMMARIES}")
 
 
 def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes], recipes: bool = False) -> None:
@@ -93,37 +110,41 @@ def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes], recipes: bool = Fa
         while (message := read_message(inp)) is not None:
             op = message.get("op")
             if op == "items":
-                for seq, fn, kind, name, step, offset, n, offset2, scale, shape, mark in message["items"]:
-                    if error is None and fn != "release":
+                for item in map(Item.of, message["items"]):
+                    if error is None and item.what != "release":
                         try:
-                            summary = _summary(ring, fn, offset, n, offset2, scale, shape, recipes)
-                            done.append((seq, kind, name, step, summary))
+                            done.append((item.seq, item.kind, item.name, item.step, _summary(ring, item, recipes)))
                         except Exception as e:  # reported at the next drain
-                            error = f"{kind} {name!r} at step {step}: {type(e).__name__}: {e}"
-                    release[0] = mark
+                            error = f"{item.kind} {item.name!r} at step {item.step}: {type(e).__name__}: {e}"
+                    release[0] = item.release
             elif op == "drain":
-                answers = []
-                try:
-                    for start in range(0, len(done), BATCH) if error is None else ():
-                        part = done[start : start + BATCH]
-                        run = RunStats()
-                        for _, kind, name, step, stats in part:
-                            run.add(kind, name, step, stats)
-                        answers.append(([p[0] for p in part], run.to_bytes()))
-                except ValueError as e:  # a label recorded twice
-                    error = str(e)
-                if error is not None:
-                    write_message(out, {"error": error})
-                else:
-                    for seqs, data in answers:
-                        write_message(out, {"seqs": seqs, "size": len(data)}, data)
-                    write_message(out, {"done": True})
+                _answer_drain(out, done, error)
                 done, error = [], None
             else:
                 return
     finally:
         del release, ring
         shared.close()
+
+
+def _answer_drain(out: IO[bytes], done: list[tuple[int, str, str, int, Any]], error: str | None) -> None:
+    """Send the summaries ``done`` since the last drain, :data:`BATCH` a message, then "done"; or the error."""
+    answers = []
+    try:
+        for start in range(0, len(done), BATCH) if error is None else ():
+            part = done[start : start + BATCH]
+            run = RunStats()
+            for _, kind, name, step, stats in part:
+                run.add(kind, name, step, stats)
+            answers.append(([p[0] for p in part], run.to_bytes()))
+    except ValueError as e:  # a label recorded twice
+        error = str(e)
+    if error is not None:
+        write_message(out, {"error": error})
+        return
+    for seqs, data in answers:
+        write_message(out, {"seqs": seqs, "size": len(data)}, data)
+    write_message(out, {"done": True})
 
 
 def main() -> None:

@@ -1,4 +1,9 @@
-"""The pages of the app, in navigation order, with the URL parameters each one owns."""
+"""The pages of the app, in navigation order, with the URL parameters each one owns.
+
+:data:`PAGES` is the one list of pages: the navigation, the overview's list of steps, "step n of N", the count
+of steps the text says, the load generator's learners and the tests' page lists all derive from it. Adding a
+step is a page file, a core module, its catalogue entries, and one entry here (README.md, "Adding a step").
+"""
 
 from __future__ import annotations
 
@@ -21,14 +26,12 @@ from lensa.ui.controls import (
     power_of_two_stops,
 )
 
-STEP_COUNT = 6
-
 
 @dataclass(frozen=True)
 class PageInfo:
     key: str  # also the catalogue section and the URL path
     file: str  # relative to the app root
-    step: int | None  # 1..6 for lesson steps
+    step: int | None  # the lesson steps are numbered 1, 2, ... in the order of PAGES; None for the other pages
     controls: tuple[Control, ...] = ()
 
     def control(self, name: str) -> Control:
@@ -161,3 +164,26 @@ PAGES: tuple[PageInfo, ...] = (
 
 PAGES_BY_KEY = {p.key: p for p in PAGES}
 STEPS = tuple(p for p in PAGES if p.step is not None)
+STEP_COUNT = len(STEPS)  # the N of "step n of N" and the count of steps the text says
+
+
+def pages_with(control: str, pages: tuple[PageInfo, ...] | None = None) -> tuple[PageInfo, ...]:
+    """The pages (of ``pages``, else :data:`PAGES`) that own a control named ``control``, in navigation order.
+
+    ``pages_with("data")`` are the pages that can show a recorded run; ``pages_with("also")`` the steps
+    that can show the narrower formats.
+    """
+    return tuple(p for p in (PAGES if pages is None else pages) if any(c.name == control for c in p.controls))
+
+
+def _check(pages: tuple[PageInfo, ...]) -> None:
+    """The list's own rules: unique keys and files, steps numbered 1..N in navigation order."""
+    keys, files = [p.key for p in pages], [p.file for p in pages]
+    if len(set(keys)) != len(keys) or len(set(files)) != len(files):
+        raise ValueError(f"site.PAGES: a key or a file twice in {keys}")
+    numbers = [p.step for p in pages if p.step is not None]
+    if numbers != list(range(1, len(numbers) + 1)):
+        raise ValueError(f"site.PAGES: the steps must be numbered 1 to {len(numbers)} in order, not {numbers}")
+
+
+_check(PAGES)
