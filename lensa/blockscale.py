@@ -55,7 +55,8 @@ per value).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -180,9 +181,16 @@ def _as_float32(values: ArrayLike) -> NDArray[np.float32]:
 
 
 def _exponent_floor(amax: NDArray[np.float32]) -> NDArray[np.int32]:
-    """floor(log2(amax)) for finite amax > 0, exactly (frexp, not a rounded log)."""
-    _, e = np.frexp(amax)
-    return (e - 1).astype(np.int32)
+    """floor(log2(amax)) for finite amax > 0, exactly: the biased exponent field, less the bias, for normal
+    numbers (several times faster than frexp); frexp for float32 subnormals, whose field is 0."""
+    a = np.ascontiguousarray(amax, dtype=np.float32)
+    field = (a.view(np.uint32) >> np.uint32(23)).astype(np.int32)
+    e = field - np.int32(127)
+    tiny = field == 0
+    if tiny.any():
+        _, sub = np.frexp(a[tiny])
+        e[tiny] = sub - 1
+    return e
 
 
 def _mx_exponent(amax: NDArray[np.float32], f: FloatFormat, rule: ScaleRule) -> NDArray[np.int32]:
@@ -191,6 +199,12 @@ def _mx_exponent(amax: NDArray[np.float32], f: FloatFormat, rule: ScaleRule) -> 
     safe = np.where(positive, amax, np.float32(1.0))
     if rule == "mx_floor":
         e = _exponent_floor(safe) - f.emax
+    elif bool(np.all(safe >= np.float32(2.0**-126))):
+        # amax = m * 2**E and max = M * 2**emax (m, M in [1, 2)): amax <= max * 2**e first holds at e = E - emax
+        # when m <= M, else one step up; m and M compared as significand bits
+        top = np.float32(f.max).view(np.uint32) & np.uint32(0x7FFFFF)
+        above = (np.ascontiguousarray(safe, np.float32).view(np.uint32) & np.uint32(0x7FFFFF)) > top
+        e = _exponent_floor(safe) - f.emax + above.astype(np.int32)
     else:
         # Smallest e with amax <= max_elem * 2**e: start from floor(log2(amax / max)), step up where short.
         _, ex = np.frexp(np.float64(f.max))
@@ -308,7 +322,10 @@ def _encode(values: ArrayLike, recipe: str | Recipe, details: bool) -> Encoded:
 
 def quantize(values: ArrayLike, recipe: str | Recipe) -> NDArray[np.float64]:
     """The values ``recipe`` stores for ``values`` (float64, same shape), in blocks over the last axis."""
-    return _encode(values, recipe, details=False).stored
+    r = get_recipe(recipe)
+    x = _as_float32(values)
+    stored = _stored_in_pieces(x, r) if x.size else None
+    return _encode(x, r, details=False).stored if stored is None else stored
 
 
 def encode(values: ArrayLike, recipe: str | Recipe) -> Encoded:
@@ -374,96 +391,412 @@ def _block_scales(r: Recipe, amax: NDArray[np.float32], tensor_amax: np.float32)
             return np.where(amax > 0, amax / np.float32(f.max), np.float32(1.0)).astype(np.float32)
         if r.rule == "nvfp4":
             ts = tensor_amax / _NVFP4_TENSOR_DIVISOR if tensor_amax > 0 else np.float32(1.0)
-            block = (amax / np.float32(f.max)) / ts
+            block = np.ascontiguousarray(amax / np.float32(f.max), np.float32)
+            block /= ts
             e4m3 = FORMATS["fp8_e4m3"]
-            block = np.clip(block, np.float32(e4m3.smallest_normal), np.float32(e4m3.max))
-            scales: NDArray[np.float32] = (ts * block.astype(e4m3.dtype).astype(np.float32)).astype(np.float32)
+            np.clip(block, np.float32(e4m3.smallest_normal), np.float32(e4m3.max), out=block)
+            # E4M3's rounding in float32 arithmetic (lensa.formats.round_float32: the same values as ml_dtypes'
+            # cast, checked code by code in tests/test_formats.py), several times faster; the clip keeps every
+            # value within E4M3's normal range, so nothing saturates
+            scales: NDArray[np.float32] = round_float32(block, e4m3, inplace=True)
+            scales *= ts
             return scales
         e = _mx_exponent(amax, f, r.rule)
         powers: NDArray[np.float32] = np.ldexp(np.float32(1.0), e).astype(np.float32)
         return powers
 
 
-class _Sums:
-    """Per recipe: values saturated, non-zero values stored as 0, and the sum of squared errors (float64)."""
-
-    def __init__(self) -> None:
-        self.saturated = 0
-        self.zero_elements = 0
-        self.noise = 0.0
+_MAGNITUDE = np.uint32(0x7FFFFFFF)
+_EXPONENT = np.uint32(0x7F800000)
+_AMAX_WIDTH = 16  # lost_all reads each row's maxima in blocks of 16 once; wider blocks are maxima of these
 
 
-def _piece(
-    c: NDArray[np.float32], s: NDArray[np.float32] | np.float32, f: FloatFormat, top: tuple[float, bool], acc: _Sums
-) -> None:
-    """One piece of a tensor's values ``c`` and their scales ``s`` (broadcast): add to ``acc``."""
-    scaled = np.divide(c, s, dtype=np.float32)
-    threshold, tie_goes_up = top
-    if tie_goes_up:
-        acc.saturated += int(np.count_nonzero(scaled >= threshold)) + int(np.count_nonzero(scaled <= -threshold))
+@dataclass(frozen=True)
+class _Rounding:
+    """What :func:`lost_all`'s pass needs of one recipe: its element format as constants, and each block's scale."""
+
+    key: str
+    scale: NDArray[np.float32]  # (rows of the tensor, blocks, 1); or one number for the whole tensor
+    limit: np.float32  # the element's largest value
+    threshold: np.float32  # past it (or at it, when the tie goes up), a value saturates
+    tie_goes_up: bool
+    low: np.uint32  # the bits of the element's smallest normal exponent: the floor of the rounding exponent
+    shift: np.uint32  # (23 - fraction bits) << 23: the magic number's distance above the value's binade
+    power_of_two: bool  # MX: value minus stored value is exact in float32
+    saturates: bool  # False where the rule keeps amax within the element's range (the rounded-up MX scale)
+
+
+def _rounding(r: Recipe, scale: NDArray[np.float32]) -> _Rounding:
+    f = r.element_format
+    threshold = f.overflow_threshold
+    return _Rounding(
+        key=r.key,
+        scale=scale,
+        limit=np.float32(f.max),
+        threshold=np.float32(threshold),
+        tie_goes_up=str(classify(threshold, f)) == "overflow",
+        low=np.uint32((f.emin + 127) << 23),
+        shift=np.uint32((23 - f.significand_bits) << 23),
+        power_of_two=r.rule in ("mx_floor", "mx_ceil"),
+        saturates=r.rule != "mx_ceil",
+    )
+
+
+class _Scratch:
+    """One thread's buffers for a piece: the magnitudes, the scaled values, their exponents, the squared errors.
+
+    numpy's maximum and minimum against a scalar take several times as long as against an array here, so the
+    bounds are kept as arrays of the piece's size (:meth:`full`), made once per thread.
+    """
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.a = np.zeros(shape, np.float32)  # zero-padded columns stay 0
+        self.y = np.empty(shape, np.float32)
+        self.s = np.empty(shape, np.float32)
+        self.e = np.empty(shape, np.uint32)
+        self.e2 = np.empty(shape, np.uint32)
+        self.sq = np.empty(shape, np.float64)
+        self.s64 = np.empty(shape, np.float64)
+        self.flags = np.empty(shape, bool)
+        self._full: dict[tuple[str, float], NDArray[Any]] = {}
+
+    def full(self, value: np.generic) -> NDArray[Any]:
+        key = (value.dtype.str, float(value))
+        if key not in self._full:
+            self._full[key] = np.full(self.a.shape, value)
+        return self._full[key]
+
+
+def _round_piece(a: NDArray[np.float32], s: Any, rd: _Rounding, sc: _Scratch, k: int) -> tuple[int, int, float]:
+    """One piece of magnitudes ``a`` (the first ``k`` rows of ``sc``'s buffers, shaped as ``a``) and their
+    scales ``s`` (broadcast) under one recipe: (values saturated, elements not 0, the sum of squared errors).
+
+    The element is ``round_float32(|x| / s, limit=max)`` as :func:`encode` computes it, in fewer passes: the
+    magic-number rounding on the magnitude (the sign changes neither counts nor squares), clamped only where
+    something saturated (rounding is monotone and the largest value is on the grid, so clamping before or after
+    rounding agree for every finite value; an infinite quotient only occurs where something saturated).
+    """
+    shape = a.shape
+    y = sc.y[:k].reshape(shape)
+    if np.ndim(s) == 3 and shape[-1] > 1:
+        # a block scale spread over its values once (numpy's broadcast over a short last axis is slow), for the
+        # division and again for the error below
+        full = sc.s[:k].reshape(shape)
+        np.copyto(full, s)
+        s = full
+    np.divide(a, s, out=y)
+    saturated = 0
+    if rd.saturates:
+        flags = sc.flags[:k].reshape(shape)
+        (np.greater_equal if rd.tie_goes_up else np.greater)(y, rd.threshold, out=flags)
+        saturated = int(np.count_nonzero(flags))
+        if saturated:
+            np.minimum(y, sc.full(rd.limit)[:k].reshape(shape), out=y)
+    magic = sc.e[:k].reshape(shape)
+    np.bitwise_and(y.view(np.uint32), _EXPONENT, out=magic)
+    np.maximum(magic, sc.full(rd.low)[:k].reshape(shape), out=magic)
+    magic += rd.shift
+    y += magic.view(np.float32)
+    y -= magic.view(np.float32)
+    flags = sc.flags[:k].reshape(shape)
+    np.not_equal(y, 0, out=flags)
+    kept = int(np.count_nonzero(flags))
+    sq = sc.sq[:k].reshape(shape)
+    if rd.power_of_two:
+        # element * 2**k is exact in float32 and so is |x| minus it (within a factor 2 of each other, or 0): the
+        # same difference as encode()'s float64 one; its square is exact in float64 (24 bits squared)
+        np.multiply(y, s, out=y)
+        np.subtract(a, y, out=y)
+        np.square(y, out=sq, dtype=np.float64)
     else:
-        acc.saturated += int(np.count_nonzero(scaled > threshold)) + int(np.count_nonzero(scaled < -threshold))
-    element = round_float32(np.ascontiguousarray(scaled), f, limit=f.max, inplace=True)
-    acc.zero_elements += int(np.count_nonzero(element == 0))
-    # element * scale is exact in float64; so is x minus it (the two lie within a factor 2 of each other, or
-    # the stored value is 0), and so the error terms are those of encode()'s stored values
-    err = np.multiply(element, s, dtype=np.float64)
-    np.subtract(c, err, out=err)
-    np.multiply(err, err, out=err)
-    acc.noise += float(np.sum(err))
+        # element * scale is exact in float64, and so is |x| minus it (the two lie within a factor 2 of each other,
+        # or the element is 0): the same terms as encode()'s stored values give
+        np.copyto(sq, y)
+        if np.ndim(s) == 0:
+            np.multiply(sq, np.float64(s), out=sq)
+        else:  # widened first, as numpy's mixed float32 -> float64 multiply is slow
+            wide = sc.s64[:k].reshape(shape)
+            np.copyto(wide, s)
+            np.multiply(sq, wide, out=sq)
+        np.subtract(a, sq, out=sq)
+        np.multiply(sq, sq, out=sq)
+    return saturated, kept, float(np.sum(sq))
 
 
-def lost_all(values: ArrayLike, recipes: Iterable[str | Recipe] | None = None) -> dict[str, Lost]:
+def _ranges(count: int, workers: int) -> list[tuple[int, int]]:
+    parts = max(1, min(workers, count))
+    cuts = [count * i // parts for i in range(parts + 1)]
+    return [(cuts[i], cuts[i + 1]) for i in range(parts) if cuts[i + 1] > cuts[i]]
+
+
+def _on_threads(fn: Callable[[int, int], Any], count: int, workers: int) -> list[Any]:
+    """``fn(start, stop)`` over contiguous ranges of ``range(count)``, on ``workers`` threads when more than one;
+    the results in range order. numpy releases the GIL in its passes."""
+    ranges = _ranges(count, workers)
+
+    def run(bounds: tuple[int, int]) -> Any:
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
+            return fn(*bounds)
+
+    if len(ranges) <= 1:
+        return [run(r) for r in ranges]
+    with ThreadPoolExecutor(max_workers=len(ranges), thread_name_prefix="lensa-blockscale") as pool:
+        return list(pool.map(run, ranges))
+
+
+def _amax16(m_bits: NDArray[np.uint32], workers: int) -> NDArray[np.uint32]:
+    """Each row's maxima of |x| (as bits) in blocks of 16 columns (a last partial block included), in pieces."""
+    n_rows, cols = m_bits.shape
+    nb = -(-cols // _AMAX_WIDTH)
+    out = np.empty((n_rows, nb), np.uint32)
+    step = max(1, _PIECE // (nb * _AMAX_WIDTH))
+
+    def part(lo: int, hi: int) -> None:
+        buf = np.zeros((step, nb * _AMAX_WIDTH), np.uint32)
+        halves = [np.empty((step, nb * _AMAX_WIDTH >> j), np.uint32) for j in (1, 2, 3)]
+        for i in range(lo * step, min(hi * step, n_rows), step):
+            k = min(step, n_rows - i)
+            np.bitwise_and(m_bits[i : i + k], _MAGNITUDE, out=buf[:k, :cols])
+            # numpy reduces a short last axis slowly (16 values per inner loop): instead, the maxima of
+            # neighbouring columns, halving the row four times, each an elementwise pass over whole rows
+            src = buf[:k]
+            for half in halves:
+                np.maximum(src[:, 0::2], src[:, 1::2], out=half[:k])
+                src = half[:k]
+            np.maximum(src[:, 0::2], src[:, 1::2], out=out[i : i + k])
+
+    _on_threads(part, -(-n_rows // step), workers)
+    return out
+
+
+def _amax_of(
+    block: tuple[int | None, int | None], a16: NDArray[np.uint32], bits: NDArray[np.uint32], lead: int, rows: int
+) -> NDArray[np.float32]:
+    """The block maxima :func:`_block_amax` gives for ``block``, shaped (matrices, row blocks, column blocks, 1),
+    from the 16-wide row maxima (every recipe's block width is the whole row or a multiple of 16); ``bits`` are
+    the magnitudes' bits, (rows of the tensor, columns)."""
+    cols = bits.shape[1]
+    bc = cols if block[1] is None or block[1] > cols else block[1]
+    br = rows if block[0] is None or block[0] > rows else block[0]
+    if bc != cols and bc % _AMAX_WIDTH:  # a block shape of one's own making: read the maxima again
+        m = np.zeros((a16.shape[0], -(-cols // bc) * bc), np.uint32)
+        m[:, :cols] = bits
+        return _block_amax(m.view(np.float32).reshape(lead, rows, -1, bc), br)[0]
+    if bc == cols:
+        per = a16.max(axis=1, keepdims=True)
+    else:
+        group = bc // _AMAX_WIDTH
+        nb = -(-cols // bc)
+        if group == 1:
+            per = a16
+        else:
+            padded = np.zeros((a16.shape[0], nb * group), np.uint32)
+            padded[:, : a16.shape[1]] = a16
+            blocks = padded.reshape(a16.shape[0], nb, group)
+            per = blocks[:, :, 0].copy()  # the maximum over a short last axis, as elementwise maxima over long rows
+            for j in range(1, group):
+                np.maximum(per, blocks[:, :, j], out=per)
+    per = per.reshape(lead, rows, per.shape[1], 1)
+    if br > 1:
+        per = np.maximum.reduceat(per, np.arange(0, rows, br), axis=1)
+    return np.ascontiguousarray(per).view(np.float32)
+
+
+def _stored_in_pieces(x: NDArray[np.float32], r: Recipe) -> NDArray[np.float64] | None:
+    """:func:`encode`'s stored values for a finite tensor, the same numbers, in pieces that stay in cache (see
+    :func:`lost_all`); None for a tensor with an infinity or a NaN (their blocks take :func:`encode`'s path).
+
+    Per piece: the values divided by their scales in float32, clamped to the element's largest value, rounded
+    to its grid by the magic-number addition (``round_float32``'s arithmetic, with the bounds held as arrays),
+    and multiplied back by the scale in float64."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    n = flat.size
+    rows = 1 if x.ndim < 2 else x.shape[-2]
+    cols = 1 if x.ndim == 0 else x.shape[-1]
+    lead = n // (rows * cols)
+    m_bits = flat.view(np.uint32).reshape(lead * rows, cols)
+    a16 = _amax16(m_bits, 1)
+    top = a16.max()
+    if top >= _EXPONENT:
+        return None
+    tensor_amax = np.uint32(top).view(np.float32)
+    f = r.element_format
+    limit = np.float32(f.max)
+    low = np.uint32((f.emin + 127) << 23)
+    shift = np.uint32((23 - f.significand_bits) << 23)
+    power_of_two = r.rule in ("mx_floor", "mx_ceil")
+    out = np.empty(n, np.float64)
+
+    def piece(xs: NDArray[np.float32], s: Any, sc: _Scratch, k: int, dst: NDArray[np.float64]) -> None:
+        shape = xs.shape
+        if np.ndim(s) == 3 and shape[-1] > 1:  # the block scale spread over its values once (see _round_piece)
+            full = sc.s[:k].reshape(shape)
+            np.copyto(full, s)
+            s = full
+        y = sc.y[:k].reshape(shape)
+        np.divide(xs, s, out=y)
+        bits = y.view(np.uint32)
+        sign = sc.e[:k].reshape(shape)
+        np.bitwise_and(bits, np.uint32(0x80000000), out=sign)
+        bits &= _MAGNITUDE
+        np.minimum(y, limits[:k].reshape(shape), out=y)  # saturation; a NaN cannot occur here
+        magic = sc.e2[:k].reshape(shape)
+        np.bitwise_and(bits, _EXPONENT, out=magic)
+        np.maximum(magic, lows[:k].reshape(shape), out=magic)
+        magic += shift
+        y += magic.view(np.float32)
+        y -= magic.view(np.float32)
+        bits |= sign
+        if power_of_two:  # element * 2**k is exact in float32 (see _round_piece): multiply, then widen
+            np.multiply(y, s, out=y)
+            np.copyto(dst, y)
+        else:  # exact in float64; widened first, as numpy's mixed float32 -> float64 multiply is slow
+            np.copyto(dst, y)
+            wide = sc.s64[:k].reshape(shape) if np.ndim(s) == 3 else None
+            if wide is None:
+                np.multiply(dst, np.float64(s), out=dst)
+            else:
+                np.copyto(wide, s)
+                np.multiply(dst, wide, out=dst)
+
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
+        if r.block is None:
+            scale = _block_scales(r, np.array([tensor_amax]), tensor_amax)[0]
+            sc = _Scratch((_PIECE,))
+            limits, lows = sc.full(limit), sc.full(low)
+            for i in range(0, n, _PIECE):
+                k = min(_PIECE, n - i)
+                piece(flat[i : i + k], scale, sc, k, out[i : i + k])
+            return out.reshape(x.shape)
+        bc = cols if r.block[1] is None or r.block[1] > cols else r.block[1]
+        br = rows if r.block[0] is None or r.block[0] > rows else r.block[0]
+        nb = -(-cols // bc)
+        width = nb * bc
+        amax = _amax_of(r.block, a16, m_bits, lead, rows)
+        scale = np.ascontiguousarray(_per_row(_block_scales(r, amax, tensor_amax), br, rows)).reshape(-1, nb, 1)
+        n_rows = lead * rows
+        step = max(1, _PIECE // width)
+        sc = _Scratch((step, width))
+        limits, lows = sc.full(limit), sc.full(low)
+        values = flat.reshape(n_rows, cols)
+        rows_out = out.reshape(n_rows, cols)
+        padded = np.empty((step, width), np.float64) if width != cols else None
+        for i in range(0, n_rows, step):
+            k = min(step, n_rows - i)
+            if padded is None:  # the rows tile into whole blocks: read them where they are
+                xs = values[i : i + k].reshape(k, nb, bc)
+                piece(xs, scale[i : i + k], sc, k, rows_out[i : i + k].reshape(k, nb, bc))
+                continue
+            sc.a[:k, :cols] = values[i : i + k]  # the padding columns stay 0
+            piece(sc.a[:k].reshape(k, nb, bc), scale[i : i + k], sc, k, padded[:k].reshape(k, nb, bc))
+            rows_out[i : i + k] = padded[:k, :cols]
+    return out.reshape(x.shape)
+
+
+def lost_all(values: ArrayLike, recipes: Iterable[str | Recipe] | None = None, workers: int = 1) -> dict[str, Lost]:
     """:func:`lost` for several recipes at once (default: every one of :data:`RECIPES`), keyed by recipe.
 
-    The shared work (the values as float32, each block shape's maxima, the signal power) is done once, and
-    each recipe takes one pass over the values in pieces that stay in cache. :func:`lost` is this function
-    with one recipe, so the two agree exactly, whatever the recipes asked together. The shares are exact
-    counts; the SQNR's sums are float64 sums of exact squared errors, added in a fixed order (piece by
-    piece along the tensor). A tensor with a NaN or an infinity takes the slower path through
-    :func:`encode` (the blocks holding them are left out of both powers).
+    The shared work is done once: the values as float32, each row's maxima in blocks of 16 (from which every
+    block shape's maxima follow), and the signal power. Then the values are read in pieces that stay in
+    cache, and every recipe whose blocks tile the rows the same way (MX's 32, 1×128 and 128×128 all pad a row
+    alike) takes its pass over the piece while it is there. With ``workers`` > 1 the pieces are spread over
+    that many threads; the result does not depend on it. :func:`lost` is this function with one recipe, so
+    the two agree exactly, whatever the recipes asked together. The shares are exact counts; the SQNR's
+    sums are float64 sums of exact squared errors, numpy's pairwise sum over each piece (not BLAS: the same
+    on every CPU), the pieces added in order. A tensor with a NaN or an infinity takes the slower path
+    through :func:`encode` (the blocks holding them are left out of both powers).
     """
     chosen = [get_recipe(r) for r in (RECIPES.values() if recipes is None else recipes)]
     x = _as_float32(values)
-    if x.size == 0 or not bool(np.isfinite(x).all()):
+    if x.size == 0:
         return {r.key: _lost_from_encoding(x, r) for r in chosen}
     flat = np.ascontiguousarray(x).reshape(-1)
     n = flat.size
-    zeros = n - int(np.count_nonzero(flat))
-    nonzero = n - zeros
-    signal = 0.0
-    for i in range(0, n, _PIECE):
-        piece = flat[i : i + _PIECE].astype(np.float64)
-        np.multiply(piece, piece, out=piece)
-        signal += float(np.sum(piece))  # numpy's own pairwise sum, not BLAS: the same on every CPU
-    tensor_amax = np.float32(np.max(np.abs(flat)))
-    out: dict[str, Lost] = {}
-    blocked: dict[Any, tuple[NDArray[np.float32], Any, NDArray[np.float32]]] = {}
+    rows = 1 if x.ndim < 2 else x.shape[-2]
+    cols = 1 if x.ndim == 0 else x.shape[-1]
+    lead = n // (rows * cols)
+    m_bits = flat.view(np.uint32).reshape(lead * rows, cols)
+    a16 = _amax16(m_bits, workers)
+    top = a16.max()
+    if top >= _EXPONENT:  # an infinity or a NaN
+        return {r.key: _lost_from_encoding(x, r) for r in chosen}
+    tensor_amax = np.uint32(top).view(np.float32)
+
+    # Recipes by how their pieces lie: "flat" (the whole tensor) or the padded row width.
+    layouts: dict[Any, list[_Rounding]] = {"flat": []}
     for r in chosen:
-        f = r.element_format
-        top = (float(f.overflow_threshold), str(classify(f.overflow_threshold, f)) == "overflow")
-        acc = _Sums()
         if r.block is None:
-            s = _block_scales(r, np.array([tensor_amax], np.float32), tensor_amax)[0]
-            for i in range(0, n, _PIECE):
-                _piece(flat[i : i + _PIECE], s, f, top, acc)
-        else:
-            if r.block not in blocked:
-                b, how = _blocked(x, r.block)
-                amax, _ = _block_amax(b, how[5])
-                blocked[r.block] = (b, how, amax)
-            b, how, amax = blocked[r.block]
-            br, rows = how[5], how[2]
-            scale = _per_row(_block_scales(r, amax, tensor_amax), br, rows)
-            lead, _, nb, bc = b.shape
-            v = b.reshape(lead * rows, nb, bc)
-            sc = np.ascontiguousarray(scale).reshape(lead * rows, nb, 1)
-            step = max(1, _PIECE // max(nb * bc, 1))
-            for i in range(0, v.shape[0], step):
-                _piece(v[i : i + step], sc[i : i + step], f, top, acc)
-            acc.zero_elements -= b.size - n  # the padding's zeros
-        flushed = (acc.zero_elements - zeros) / nonzero if nonzero else 0.0
-        out[r.key] = Lost(float(flushed), acc.saturated / n, _db(signal, acc.noise))
+            layouts["flat"].append(_rounding(r, _block_scales(r, np.array([tensor_amax]), tensor_amax)[:1]))
+            continue
+        bc = cols if r.block[1] is None or r.block[1] > cols else r.block[1]
+        br = rows if r.block[0] is None or r.block[0] > rows else r.block[0]
+        nb = -(-cols // bc)
+        amax = _amax_of(r.block, a16, m_bits, lead, rows)
+        scale = _per_row(_block_scales(r, amax, tensor_amax), br, rows)
+        layouts.setdefault(nb * bc, []).append(_rounding(r, np.ascontiguousarray(scale).reshape(lead * rows, nb, 1)))
+
+    sums = {r.key: [0, 0, 0.0] for r in chosen}  # saturated, elements not 0, noise
+    signal, nonzero = 0.0, 0
+    n_rows = lead * rows
+    for layout, group in layouts.items():
+        if layout == "flat":
+            count = -(-n // _PIECE)
+
+            def flat_part(lo: int, hi: int, group: list[_Rounding] = group) -> list[tuple[float, int, list[Any]]]:
+                sc = _Scratch((_PIECE,))
+                got = []
+                for p in range(lo, hi):
+                    i = p * _PIECE
+                    k = min(_PIECE, n - i)
+                    a = sc.a[:k]
+                    np.bitwise_and(flat.view(np.uint32)[i : i + k], _MAGNITUDE, out=a.view(np.uint32))
+                    sq = sc.sq[:k]
+                    np.square(a, out=sq, dtype=np.float64)
+                    power, kept = float(np.sum(sq)), int(np.count_nonzero(a))
+                    got.append((power, kept, [_round_piece(a, rd.scale[0], rd, sc, k) for rd in group]))
+                return got
+
+            for part in _on_threads(flat_part, count, workers):
+                for power, kept, per in part:
+                    signal += power
+                    nonzero += kept
+                    for rd, (sat, kept, noise) in zip(group, per, strict=True):
+                        acc = sums[rd.key]
+                        acc[0] += sat
+                        acc[1] += kept
+                        acc[2] += noise
+            continue
+        width = int(layout)
+        step = max(1, _PIECE // width)
+
+        def row_part(lo: int, hi: int, group: list[_Rounding] = group, width: int = width, step: int = step) -> Any:
+            sc = _Scratch((step, width))
+            got = []
+            for p in range(lo, hi):
+                i = p * step
+                k = min(step, n_rows - i)
+                np.bitwise_and(m_bits[i : i + k], _MAGNITUDE, out=sc.a.view(np.uint32)[:k, :cols])
+                per = []
+                for rd in group:
+                    nb = rd.scale.shape[1]
+                    a = sc.a[:k].reshape(k, nb, width // nb)
+                    per.append(_round_piece(a, rd.scale[i : i + k], rd, sc, k))
+                got.append(per)
+            return got
+
+        for part in _on_threads(row_part, -(-n_rows // step), workers):
+            for per in part:
+                for rd, (sat, kept, noise) in zip(group, per, strict=True):
+                    acc = sums[rd.key]
+                    acc[0] += sat
+                    acc[1] += kept
+                    acc[2] += noise
+
+    out: dict[str, Lost] = {}
+    for r in chosen:
+        saturated, kept, noise = sums[r.key]
+        flushed = (nonzero - int(kept)) / nonzero if nonzero else 0.0
+        out[r.key] = Lost(float(flushed), int(saturated) / n, _db(signal, float(noise)))
     return out
 
 

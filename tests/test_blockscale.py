@@ -183,6 +183,60 @@ def test_blocks_run_over_the_last_axis_and_partial_blocks_are_padded():
         assert same(q[row], gfloat_blocks(padded, "mxfp4_e2m1")[:70])
 
 
+def lost_from_encode(x: np.ndarray, key: str) -> tuple[float, float, float]:
+    """A recipe's shares and SQNR counted from :func:`encode`'s stored values, one array op each."""
+    x64 = x.astype(np.float64)
+    enc = B.encode(x, key)
+    nonzero = x64 != 0
+    flushed = np.count_nonzero(nonzero & (enc.stored == 0)) / max(np.count_nonzero(nonzero), 1)
+    signal, noise = np.sum(x64**2), np.sum((x64 - enc.stored) ** 2)
+    sqnr = math.inf if noise == 0 else 10 * math.log10(signal / noise)
+    return flushed, np.count_nonzero(enc.saturated) / x.size, sqnr
+
+
+# Gradient-like rows over many decades, widths that tile no block (1000: MX's 32 and 1x128 pad, 16 does not),
+# more rows than a 128x128 block, a 3-D stack, tiny and huge magnitudes, and the bench's log-uniform values.
+LOST_ALL_CASES = {
+    "rows 300 x 1000": lambda rng: rng.standard_normal((300, 1000)) * 10.0 ** rng.uniform(-8, 2, (300, 1)),
+    "stack 3 x 130 x 70": lambda rng: rng.standard_normal((3, 130, 70)) * 1e-3,
+    "log-uniform 40 x 257": lambda rng: np.exp2(rng.uniform(-40, 10, (40, 257))) * rng.choice([-1.0, 1.0], (40, 257)),
+    "tiny": lambda rng: rng.standard_normal((20, 64)) * 1e-41,
+    "huge": lambda rng: rng.standard_normal((20, 64)) * 1e36,
+    "one row": lambda rng: rng.standard_normal(5000) * 1e-5,
+    # each MX element's overflow threshold (E4M3 464 = 1.8125 * 2**8, E5M2 1.875 * 2**15, E3M2 1.875 * 2**4,
+    # E2M3 1.9375 * 2**2, E2M1 1.75 * 2**2) as a block's largest value: the tie that saturates or not
+    "ties at the top": lambda rng: (
+        rng.choice([1.75, 1.8125, 1.875, 1.9375, 1.0, 0.01], (64, 96)) * np.exp2(rng.integers(-5, 5, (64, 1)))
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(LOST_ALL_CASES))
+def test_lost_all_counts_what_encode_stores_on_any_number_of_threads(case):
+    rng = np.random.default_rng(11)
+    x = LOST_ALL_CASES[case](rng).astype(np.float32)
+    x[rng.random(x.shape) < 0.03] = 0.0
+    one = B.lost_all(x)
+    for workers in (2, 3):
+        assert B.lost_all(x, workers=workers) == one  # the same numbers, bit for bit
+    for key in B.RECIPES:
+        flushed, saturated, sqnr = lost_from_encode(x, key)
+        got = one[key]
+        assert (got.flushed, got.saturated) == (flushed, saturated), key
+        assert got.sqnr_db == pytest.approx(sqnr, rel=1e-12), key  # the same squared errors, summed in another order
+        assert B.lost(x, key) == got  # one recipe alone: the same pass
+
+
+@pytest.mark.parametrize("case", list(LOST_ALL_CASES))
+def test_quantize_in_pieces_stores_what_encode_stores(case):
+    """quantize's cache-sized pieces against encode's whole-array arithmetic, signs of zero included."""
+    rng = np.random.default_rng(12)
+    x = LOST_ALL_CASES[case](rng).astype(np.float32)
+    x[rng.random(x.shape) < 0.03] = -0.0
+    for key in B.RECIPES:
+        assert same(B.quantize(x, key), B.encode(x, key).stored), key
+
+
 def test_outcomes_name_what_happened():
     x = np.array([1.0, 0.3, 1e-9, 7.5] + [0.5] * 12, np.float32)
     enc = B.encode(x, "nvfp4")

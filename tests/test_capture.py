@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -552,3 +553,38 @@ def test_summary_worker_needs_no_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "clean"
+
+
+def test_amax_every_step_is_the_largest_magnitude_also_for_nan_negative_and_bfloat16_tensors():
+    """The per-step amax, read as max and -min of each tensor in one batch a step: a NaN is kept as inf (the
+    file's "no scale holds it"), a tensor whose largest magnitude is negative gives that magnitude, and
+    tensors of different dtypes (a BF16 layer's output beside FP32 weights) are read together."""
+    import torch
+
+    from lensa.live.capture import Recorder
+
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    x = torch.randn(5, 4)
+    with torch.no_grad():
+        model[0].weight.fill_(0.25)
+        model[0].weight[2, 1] = -7.5  # |min| > max
+    seen: dict[int, dict[str, float]] = {}
+    with Recorder(model, steps=[], amax=True, kinds=("weight", "activation")) as rec:
+        for step in (1, 2):
+            inp = x.clone()
+            if step == 2:
+                inp[0, 0] = float("nan")
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=step == 1):
+                h = model[0](inp)
+                out = model[1](h)
+            seen[step] = {"0": float(h.detach().float().abs().max()), "1": float(out.detach().float().abs().max())}
+            out.float().sum().backward()
+            rec.step()
+    run = rec.stats()
+    assert run.amax("weight", "0.weight")[1].tolist() == [7.5, 7.5]
+    for name in ("0", "1"):
+        steps, got = run.amax("activation", name)
+        assert steps.tolist() == [1, 2]
+        assert got[0] == seen[1][name] and seen[1][name] > 0  # the BF16 output's own largest magnitude
+        assert got[1] == math.inf  # a NaN propagated through the layer

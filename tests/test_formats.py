@@ -388,3 +388,26 @@ def test_threads_round_exactly_as_one_thread(name):
     for workers in (2, 5):
         assert same(F.quantize(x, name, workers=workers), F.quantize(x, name))
         assert same(F.cast(x, name, workers=workers).astype(np.float64), F.cast(x, name).astype(np.float64))
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "fp8_e4m3", "fp4_e2m1", "e8m0", "tf32", "fp32"])
+def test_quantize_into_out_writes_what_it_would_return(name):
+    """``out=``: the same values as a fresh result, in the caller's array, on one or more threads; float64
+    inputs (the direct path) included. What ``out`` held before plays no part."""
+    rng = np.random.default_rng(21)
+    x32 = (rng.standard_normal((3, (1 << 20) + 5)) * 10.0 ** rng.integers(-9, 6, (3, 1))).astype(np.float32)
+    x32[0, ::997] = -0.0
+    x32[1, ::1001] = np.nan
+    for x in (x32, x32[:, :1000].astype(np.float64) * (1 + 2.0**-30)):
+        for workers in (1, 3):
+            out = np.full(x.shape, 12345.0)
+            got = F.quantize(x, name, workers=workers, out=out)
+            assert got is out
+            assert same(out, F.quantize(x, name))
+
+
+def test_quantize_out_of_the_wrong_kind_is_a_clear_error():
+    x = np.ones((4, 5), np.float32)
+    for bad in (np.empty((5, 4)), np.empty((4, 5), np.float32), np.empty((5, 4)).T, np.empty(20)):
+        with pytest.raises(ValueError, match="out must be a writable C-contiguous float64 array of shape"):
+            F.quantize(x, "fp16", out=bad)

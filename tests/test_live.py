@@ -113,6 +113,24 @@ def test_the_estimate_adds_up_the_clocks_terms():
     assert cfg.estimate_seconds("cpu", ("bf16",), CLOCK) < cfg.estimate_seconds("cpu", ("fp16",), CLOCK)
 
 
+def test_the_matmul_rate_follows_the_widths_measured_and_levels_off_past_them():
+    # Made-up rates per width (an emulated product three times slower at 1024 than at 256): between two measured
+    # widths the rate is interpolated in log-log, so 512 (the geometric middle of 256 and 1024) gets the
+    # geometric mean; outside them the nearest width's rate holds (beyond the caches the rate levels off).
+    table = {"fp16": ((64, 4e9), (256, 6e9), (1024, 2e9))}
+    clock = replace(CLOCK, rate_by_width=table)
+    assert clock.rate("fp16", 256) == pytest.approx(6e9)
+    assert clock.rate("fp16", 512) == pytest.approx(math.sqrt(6e9 * 2e9))
+    assert clock.rate("fp16", 128) == pytest.approx(math.sqrt(4e9 * 6e9))
+    assert clock.rate("fp16", 8) == clock.rate("fp16", 64) == pytest.approx(4e9)
+    assert clock.rate("fp16", 4096) == pytest.approx(2e9)
+    assert clock.rate("fp32", 512) == CLOCK.flop_per_s["fp32"]  # no widths measured: the one rate
+    # The estimate uses the rate at the run's width: a 1024-wide FP16 run costs its matmuls at 2e9.
+    cfg = live.RunConfig(width=1024, depth=2, batch_size=64, features=10, steps=7, warmup_steps=3)
+    matmul = 10 * 6.0 * cfg.matmul_macs_per_sample() * 64
+    assert cfg.arm_seconds(clock, "fp16") - cfg.arm_seconds(CLOCK, "fp16") == pytest.approx(matmul / 2e9 - matmul / 5e9)
+
+
 def test_time_limit_refuses_a_run_too_long_for_this_clock_with_the_numbers():
     big = live.RunConfig(width=4096, depth=8, batch_size=16384, steps=1000)
     with pytest.raises(live.LiveError) as info:
@@ -173,11 +191,29 @@ def test_the_defaults_shrink_where_the_clock_is_slow():
 def test_calibration_times_each_arm_here_within_its_budget():
     import torch
 
-    clock = live.calibrate("cpu")
+    from lensa.live.worker import worker_threads
+
+    # The lab calibrates in its worker, with the worker's threads: the same here (two threads on two cores that
+    # other work shares wait on each other at every product, and a probe can take ten times as long).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(worker_threads())
+    try:
+        clock = live.calibrate("cpu")
+    finally:
+        torch.set_num_threads(threads)
     for table in (clock.flop_per_s, clock.param_step_s, clock.layer_step_s):
         assert set(table) == set(live.ARMS) and all(math.isfinite(v) and v > 0 for v in table.values())
     assert clock.slowdown["fp32"] == 1.0
     assert clock.slowdown["fp16"] == pytest.approx(clock.flop_per_s["fp32"] / clock.flop_per_s["fp16"])
+    # Every arm measured its rate at the narrowest width at least, in order, and the headline rate is one of them.
+    for arm, rates in clock.rate_by_width.items():
+        widths = [w for w, _r in rates]
+        assert widths == list(live.clock.RATE_WIDTHS[: len(widths)]) and widths
+        assert all(math.isfinite(r) and r > 0 for _w, r in rates)
+        assert clock.flop_per_s[arm] in [r for _w, r in rates]
+    # Each 16-bit arm's recorded step against fp32's: measured where the arm is fast, else the other's (or 1).
+    assert set(clock.record_scale) == {"fp16", "bf16"}
+    assert all(math.isfinite(v) and v > 0 for v in clock.record_scale.values())
     assert clock.capability == torch.backends.cpu.get_cpu_capability()
     # The budget is 2 s on a machine of its own; a shared CI core can stretch every probe, so allow 5x.
     assert clock.calibration_s < 5 * live.clock.CALIBRATION_BUDGET_S

@@ -643,6 +643,7 @@ def test_recipe_records_equal_blockscale_lost(shape):
     rec = R.summarize(x, recipes=True)
     for key in B.RECIPES:
         assert rec.recipe(key) == B.lost(x, key), key
+    assert R.summarize(x, workers=3, recipes=True) == rec  # the recipes on three threads: the same record
 
 
 def test_recipe_records_with_nan_and_inf_and_in_a_file():

@@ -175,6 +175,34 @@ def test_the_estimate_is_near_the_runs_own_time(worker):
 
 
 @pytest.mark.serial  # a clock: timed alone, after the parallel tests (Makefile)
+def test_the_estimate_holds_for_a_wide_run_as_for_the_defaults(worker):
+    """The same loose band for the widest, longest run of the page's slider stops that the clock puts within
+    10 s: a model wider than the defaults, costed at the rate the calibration measured at that width (where
+    FP16 is emulated, a 1024-wide product is several times slower per FLOP than a 256-wide one, and one rate
+    for every size was off by 1.8x). ``make bench`` runs the largest run the 30 s limit allows.
+    """
+    from lensa.ui.site import PAGES_BY_KEY
+
+    clock = worker.clock("cpu")
+    stops = {name: [int(v) for v in PAGES_BY_KEY["lab"].control(name).stops] for name in ("width", "batch", "steps")}
+    runs = [
+        live.RunConfig(width=w, batch_size=b, steps=s, device="cpu", record=True)
+        for w in stops["width"]
+        for b in stops["batch"]
+        for s in stops["steps"]
+    ]
+    fits = [cfg for cfg in runs if cfg.estimate_seconds("cpu", clock=clock) <= 10.0]
+    # The widest that fits (512 or 1024 here, under every kernel setting), then the longest of that width.
+    cfg = max(fits, key=lambda c: (c.width, c.estimate_seconds("cpu", clock=clock)))
+    job = worker.submit("compare", config=cfg)
+    _wait(job, 120)
+    assert job.error is None and not job.result.cancelled
+    for arm, result in job.result.arms.items():
+        ratio = result.wall_s / cfg.arm_seconds(clock, arm)
+        assert 0.4 <= ratio <= 2.5, (cfg, arm, result.wall_s, cfg.arm_seconds(clock, arm))
+
+
+@pytest.mark.serial  # a clock: timed alone, after the parallel tests (Makefile)
 def test_stop_ends_a_run_within_a_second_even_when_one_step_is_long():
     w = LabWorker()
     try:

@@ -64,19 +64,24 @@ below the one the step used (GradScaler backs off only after an inf or NaN). The
 few dozen bytes each.
 
 Cost: at steps that are not recorded, each hooked module and each optimizer step runs one Python call that
-returns at once; with ``amax=True``, also one ``abs().amax()`` per tensor (and a hook on each module output for
-its gradient's): about 3 ms on the reference model's 12 ms step (120 tensors; thread CPU time, median of 3 runs
-of 40 steps), read back once per step. At recorded steps, by default (``background=True``), a hook only copies
-its tensor as float32 into a ring of shared memory (128 MiB, made when the recorder is), and a numpy-only
-process (:mod:`lensa.live.summaries`) summarises the copies beside the training loop, on another core; the
-records come back when the run is read (:meth:`Recorder.stats`, :meth:`Recorder.save`, :meth:`Recorder.close`).
+returns at once; with ``amax=True``, also each tensor's largest and smallest value (one fused ``abs`` and ``max``
+over all weights, and again over all weight gradients; ``amax()`` and ``amin()`` of each module output and its
+gradient, which allocate nothing, and a hook on each module output for its gradient), read back once per step
+with one ``stack``: about 12% of the reference model's 14 ms step (120 tensors; thread CPU time, median of 3
+interleaved runs of 55 steps, where ``abs().amax()`` per tensor cost 25%). At recorded steps, by default
+(``background=True``), a hook only copies its tensor as float32 into a ring of shared memory (128 MiB, made when the
+recorder is), and a numpy-only process (:mod:`lensa.live.summaries`) summarises the copies beside the training loop,
+on another core; the records come back when the run is read (:meth:`Recorder.stats`, :meth:`Recorder.save`,
+:meth:`Recorder.close`).
 On the small reference model (:mod:`lensa.live.reference`, 120 tensors, 5.1 M values a recorded step) a
 recorded step then costs the training thread about 1.2 times a bare one; summarised inside the step
 (``background=False``), about 5 times: about 1 to 2 ns per value of torch integer work plus 100 to 300
 microseconds per tensor (``make bench``, docs/performance.md). With ``recipes=True`` the summary process also
-computes what every block recipe loses, about 10 ns per value and recipe (about 1 s a recorded step of the
-reference model): it falls behind, the ring fills and the training thread waits (1.5 times a bare step at the
-median recorded step, far more at the slowest; inside the step, about 30 times). When the ring is full, a hook
+computes what every block recipe loses, about 2 to 3 ns per value and recipe (about a quarter of a second a
+recorded step of the reference model, where it was 1 s): it keeps up better, and the training thread waits
+less for room in the ring (with ``amax=True`` too, about 1.35 times a bare step at the median recorded step
+and 1.6 at the slowest on a shared machine, where the slowest was 11 times before; inside the step, about 20
+times). When the ring is full, a hook
 waits for the process (:attr:`Recorder.waited_seconds` says how long), so memory stays bounded; a tensor larger
 than the ring is summarised in the hook. Fewer ``kinds`` or ``modules`` cost less either way.
 """
@@ -85,7 +90,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -125,10 +130,11 @@ class Recorder:
     history, the skipped steps and true activation gradients. ``kinds`` limits what is recorded (a subset
     of :data:`lensa.runstats.KINDS`); ``modules`` names the modules whose outputs are recorded (default:
     every leaf module). ``meta`` (JSON values) is stored with the run. ``amax`` (default False) keeps each
-    tensor's largest magnitude at every step, recorded or not (one ``abs().amax()`` per tensor per step: about
-    a quarter more time per step of the reference model on a CPU). ``recipes`` (default False) keeps, at each
-    recorded step, what every block recipe loses on each tensor (file version 2's recipe records: about 1 s of
-    the summary process's time per recorded step of the reference model, see docs/performance.md).
+    tensor's largest magnitude at every step, recorded or not (a max and a min per tensor per step: about
+    12% more time per step of the reference model on a CPU). ``recipes`` (default False) keeps, at each
+    recorded step, what every block recipe loses on each tensor (file version 2's recipe records: about a
+    quarter of a second of the summary process's time per recorded step of the reference model, see
+    docs/performance.md).
     ``background`` (default True): the summaries are made by a process of their own from copies of the
     tensors (see the module's text); False makes them inside the step, with torch (the same records, bit for
     bit).
@@ -165,7 +171,7 @@ class Recorder:
             if any(s < 1 for s in self._steps):
                 raise ValueError("steps count from 1")
         self._amax_kinds = frozenset(k for k in self._kinds if k != "update") if amax else frozenset()
-        self._pending_amax: list[tuple[str, str, torch.Tensor, float | None]] = []
+        self._pending_amax: list[tuple[str, str, torch.Tensor, torch.Tensor | None, float | None]] = []
         self._model = model
         self._optimizer = optimizer
         self._scaler = scaler
@@ -236,28 +242,47 @@ class Recorder:
         self._summaries.tensor(kind, name, self.current_step, values)
 
     def _keep_amax(self, kind: str, name: str, t: torch.Tensor, scale: float | None = None) -> None:
-        """Queue the amax of ``t`` (divided by ``scale``) for this step; read at :meth:`step`, all at once."""
+        """Queue the amax of ``t`` (divided by ``scale``) for this step; read at :meth:`step`, all at once.
+
+        Kept as the tensor's largest and smallest value (two reductions that allocate nothing, where ``abs()``
+        would write a copy of the tensor first); |x|'s largest is the larger of max and -min, taken for all the
+        step's tensors at once in :meth:`_flush_amax`. A NaN propagates through both."""
         if kind in self._amax_kinds and t.numel():
-            with torch.no_grad():
-                # abs().amax(): a NaN propagates; several times faster on the CPU than vector_norm(t, inf)
-                self._pending_amax.append((kind, name, t.detach().abs().amax(), scale))
+            d = t.detach()
+            self._pending_amax.append((kind, name, d.amax(), d.amin(), scale))
+
+    def _keep_amaxes(self, kind: str, names: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
+        """:meth:`_keep_amax` for a list of parameters or gradients, with one fused ``abs`` and ``max`` over them."""
+        if kind not in self._amax_kinds:
+            return
+        kept = [(n, t.detach()) for n, t in zip(names, tensors, strict=True) if t.numel()]
+        if not kept:
+            return
+        with torch.no_grad():
+            tops = torch._foreach_max(torch._foreach_abs([t for _, t in kept]))
+        for (name, _), top in zip(kept, tops, strict=True):
+            self._pending_amax.append((kind, name, top, None, None))
 
     def _flush_amax(self) -> None:
         pending, self._pending_amax = self._pending_amax, []
         if not pending:
             return
         device = pending[0][2].device
-        values = torch.stack([p[2].to(device, torch.float32) for p in pending]).tolist()
-        for (kind, name, _, scale), v in zip(pending, values, strict=True):
+        tops = torch.stack([p[2].to(device) for p in pending]).float()
+        lows = [(i, p[3]) for i, p in enumerate(pending) if p[3] is not None]
+        if lows:
+            index = torch.tensor([i for i, _ in lows], device=device)
+            below = torch.stack([low.to(device) for _, low in lows]).float().neg_()
+            tops[index] = torch.maximum(tops[index], below)
+        values = tops.tolist()
+        for (kind, name, _, _, scale), v in zip(pending, values, strict=True):
             self._run.record_amax(kind, name, self.current_step, v if scale is None else v / scale)
 
     def _on_model_forward(self, module: torch.nn.Module, args: Any) -> None:
         if self._started or not torch.is_grad_enabled():
             return
         self._started = True
-        if "weight" in self._amax_kinds:
-            for name, w in self._params:
-                self._keep_amax("weight", name, w)
+        self._keep_amaxes("weight", self._names, self._weights)
         if self._want("weight"):
             self._summaries.tensors("weight", self._names, self.current_step, self._weights)
 
@@ -304,7 +329,7 @@ class Recorder:
             if p.grad is not None:
                 names.append(name)
                 grads.append(p.grad)
-                self._keep_amax("weight_grad", name, p.grad)
+        self._keep_amaxes("weight_grad", names, grads)
         if self._want("weight_grad"):
             self._summaries.tensors("weight_grad", names, self.current_step, grads)
 

@@ -13,12 +13,18 @@ models, and :class:`CostModel` holds what it measured:
   launches, per-tensor optimizer calls), from a tiny model;
 - ``param_step_s``: per parameter per step, the memory-bound work (Adam,
   clipping, zeroing, and for 16-bit arms autocast's weight copies), from the
-  optimizer part of a step of a 1024-wide model;
-- ``flop_per_s``: the matmul rate, from the step time of a model grown (batch,
-  then width) until one step takes about :data:`PROBE_STEP_S`;
+  optimizer part of a step of the widest rate probe's model;
+- ``rate_by_width``: the matmul rate at each of :data:`RATE_WIDTHS`, from the step time of a model of that
+  width whose batch is grown until one step takes about :data:`PROBE_STEP_S`. An emulated 16-bit product
+  is a plain loop whose speed depends on whether the weights fit the caches, so it can be several times
+  slower at width 1024 than at 256; a native one is about as fast at every width. Between the widths the
+  rate is interpolated, past them it stays at the nearest one's (beyond the caches it levels off);
+  ``flop_per_s`` is the rate at the widest width every arm measured;
 - ``arm_s``: an arm's set-up; ``data_value_s`` per generated training value;
 - ``record_value_s`` and ``record_tensor_s``: what the lab's Recorder costs
-  at a recorded step, per value and per tensor summarised (fp32 arm).
+  at a recorded step, per value and per tensor summarised (fp32 arm), and
+  ``record_scale``: each other arm's recorded step over fp32's (16-bit tensors
+  cost more to summarise).
 
 The whole calibration takes at most about :data:`CALIBRATION_BUDGET_S`; the
 lab's worker process runs it once when it starts and keeps the result for
@@ -29,6 +35,7 @@ its life (:mod:`lensa.live.worker`). Torch is imported inside the functions;
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import statistics
 import time
@@ -42,13 +49,25 @@ if TYPE_CHECKING:
 ARMS_TIMED: tuple[str, ...] = ("fp32", "fp16", "bf16")
 CALIBRATION_BUDGET_S = 2.0
 """The calibration's time budget (seconds); the probes shrink to fit it on a slow machine."""
-PROBE_STEP_S = 0.06
-"""The rate probe grows until one step takes about this long: long enough for the clock, short enough to repeat."""
+PROBE_STEP_S = 0.03
+"""Each rate probe's batch grows until one step takes about this long: long enough for the clock, short enough
+to repeat."""
 PROBE_REPEATS = 3
 """Timed steps per probe (the shortest is kept), after one untimed step."""
 PROBE_FEATURES = 64
-_RATE_WIDTHS = (256, 512, 1024)
-_RATE_BATCHES = (32, 64, 128, 256, 512, 1024)
+RATE_WIDTHS = (64, 256, 1024)
+"""Widths the matmul rate is measured at: the lab's narrowest, a middle one, and one whose FP16 weights (2 MB a
+layer) outgrow a core's L2 cache, where an emulated product slows down."""
+_LAB_BATCH = 256
+"""Every width but the widest is probed at this batch at least: the lab's runs use 256 and more (its defaults
+512-1024), and where FP16 is emulated a smaller batch's products can fit the caches and run much faster (1.6x
+at width 256 without vector kernels). The widest is probed at :data:`_MIN_BATCH` and up: its weights alone
+outgrow the caches, so its rate hardly depends on the batch, and a larger one would cost seconds."""
+_RECORD_PROBE_STEP_S = 0.01
+"""An arm's recording is timed on its own only when its matmuls at the recording probe's size would take at most
+this long per step (a native arm); an emulated arm's steps would take the budget."""
+_MIN_BATCH = 16
+_MAX_BATCH = 2048
 NATIVE_FLAGS: dict[str, tuple[str, ...]] = {
     "fp16": ("amx_fp16", "avx512_fp16"),
     "bf16": ("amx_bf16", "avx512_bf16"),
@@ -63,13 +82,14 @@ class CostModel:
     """Per-arm time model of one lab comparison on one device, measured here by :func:`calibrate`.
 
     Per step of an arm: ``layer_step_s[arm]`` per Linear layer, plus
-    ``param_step_s[arm]`` per parameter, plus matmul FLOP / :meth:`rate` (``flop_per_s[arm]``, falling past
-    the probe's size by ``rate_falloff[arm]``).
+    ``param_step_s[arm]`` per parameter, plus matmul FLOP / :meth:`rate` (``rate_by_width[arm]``, measured
+    at :data:`RATE_WIDTHS`; ``flop_per_s[arm]`` at the widest width every arm measured).
     Per arm: ``arm_s`` of set-up and an FP32 evaluation pass. Per run:
     ``data_value_s`` per training value generated. Per recorded step of an
     arm: ``record_value_s`` per value and ``record_tensor_s`` per tensor the
-    Recorder summarises. ``slowdown[arm]``: the arm's matmul time over FP32's (the rates' ratio)
-    at the rate probe (> 1: slower than FP32). ``capability``: torch's CPU
+    Recorder summarises (the fp32 arm's), times ``record_scale[arm]`` (1 where absent).
+    ``slowdown[arm]``: the arm's matmul time over FP32's (the rates' ratio)
+    at the widest width every arm measured (> 1: slower than FP32). ``capability``: torch's CPU
     kernel level (``torch.backends.cpu.get_cpu_capability()``; the GPU's
     name on CUDA); ``cpu_flags``: the 16-bit flags the CPU has.
     ``calibration_s``: how long the calibration took; ``threads``: torch's
@@ -84,25 +104,30 @@ class CostModel:
     data_value_s: float = 0.0
     record_value_s: float = 0.0
     record_tensor_s: float = 0.0
-    rate_falloff: dict[str, float] = field(default_factory=dict)
-    probe_size: dict[str, int] = field(default_factory=dict)
+    rate_by_width: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    record_scale: dict[str, float] = field(default_factory=dict)
     slowdown: dict[str, float] = field(default_factory=dict)
     capability: str = ""
     cpu_flags: tuple[str, ...] = ()
     calibration_s: float = 0.0
     threads: int = 0
 
-    def rate(self, arm: str, size: int) -> float:
-        """``arm``'s matmul rate (FLOP/s) for layers whose activations are ``size`` = batch x width values.
+    def rate(self, arm: str, width: int) -> float:
+        """``arm``'s matmul rate (FLOP/s) in a model of this ``width``.
 
-        ``flop_per_s[arm]`` was measured at ``probe_size[arm]``; past it the rate falls as
-        ``(size / probe_size[arm]) ** -rate_falloff[arm]`` (an emulated 16-bit product that no longer fits the
-        caches loses speed; a native one keeps it, falloff 0). Never above the probe's rate.
+        From ``rate_by_width[arm]`` (width, rate) pairs: interpolated in log-log between the measured widths, the
+        nearest one's rate outside them; ``flop_per_s[arm]`` where no widths were measured.
         """
-        falloff, probe = self.rate_falloff.get(arm, 0.0), self.probe_size.get(arm, 0)
-        if falloff <= 0 or probe <= 0 or size <= probe:
+        table = self.rate_by_width.get(arm, ())
+        if not table:
             return self.flop_per_s[arm]
-        return float(self.flop_per_s[arm] * (size / probe) ** -falloff)
+        if width <= table[0][0]:
+            return table[0][1]
+        for (w0, r0), (w1, r1) in itertools.pairwise(table):
+            if width <= w1:
+                f = math.log(width / w0) / math.log(w1 / w0)
+                return float(math.exp((1 - f) * math.log(r0) + f * math.log(r1)))
+        return table[-1][1]
 
     def emulated(self, arm: str) -> bool:
         """True when this arm's 16-bit matmuls have no native path here: measured slower than FP32.
@@ -227,9 +252,8 @@ def _params(width: int, depth: int) -> int:
 def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> CostModel:
     """Time the lab's training step for each arm on ``device`` and return the :class:`CostModel` it gives.
 
-    About ``budget_s`` at most (the rate probe stops growing when the
-    budget runs low). Holds no run slot: the worker calls it before it takes
-    any run.
+    About ``budget_s`` at most (a rate probe the time left cannot pay for is left out, and the widths
+    measured stand for it). Holds no run slot: the worker calls it before it takes any run.
     """
     import torch
 
@@ -240,27 +264,46 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
     start = time.perf_counter()
     deadline = start + budget_s
-    per_arm_budget = budget_s * 0.7 / len(ARMS_TIMED)
-    flop: dict[str, float] = {}
+    per_arm_budget = budget_s * 0.75 / len(ARMS_TIMED)
     param: dict[str, float] = {}
     layer: dict[str, float] = {}
-    falloff: dict[str, float] = {}
-    sizes: dict[str, int] = {}
+    by_width: dict[str, tuple[tuple[int, float], ...]] = {}
     set_up: list[float] = []
+    depth = 2
     with _fp32_matmul_precision(device, "highest"):
         for i, arm in enumerate(ARMS_TIMED):
             arm_deadline = min(deadline, start + per_arm_budget * (i + 1))
             # Fixed work per layer: a model whose matmuls and parameters are negligible.
-            depth = 2
             _m, _o, tiny, _p = _probe(arm, device, 16, depth, 8)
             tiny()
-            layer[arm] = _best_time(tiny, device) / (depth + 1)
-            # Per-parameter work: the optimizer part of a step (Adam, clipping, scaler) on a wider model.
-            wide = 1024
-            t0 = time.perf_counter()
-            model, _o, whole, opt_part = _probe(arm, device, wide, depth, 8)
-            whole()
-            set_up.append(time.perf_counter() - t0)
+            layer[arm] = _best_time(tiny, device, repeats=5) / (depth + 1)
+            # The step at each width, at a batch whose products take about PROBE_STEP_S (as the step at the
+            # previous width predicts); a width the time left cannot pay for is left out.
+            steps: list[tuple[int, int, float]] = []
+            widest: tuple[torch.nn.Module, Callable[[], None]] | None = None
+            for width in RATE_WIDTHS:
+                flop_per_sample = 6.0 * _macs(width, depth)
+                if steps:
+                    w0, b0, t0 = steps[-1]
+                    raw = 6.0 * _macs(w0, depth) * b0 / t0  # the previous step's FLOP/s, overheads included
+                    want = PROBE_STEP_S * raw / flop_per_sample
+                    least = _MIN_BATCH if width == RATE_WIDTHS[-1] else _LAB_BATCH
+                    batch = min(_MAX_BATCH, max(least, 2 ** round(math.log2(max(want, 1.0)))))
+                    if time.perf_counter() + 3 * flop_per_sample * batch / raw > arm_deadline:
+                        break
+                else:
+                    batch = _LAB_BATCH
+                t_step, one_off, model, opt_part = _time_step(arm, device, width, depth, batch)
+                if not steps and t_step < 0.5 * PROBE_STEP_S and batch < _MAX_BATCH:
+                    # The first width: a step too short to time well; once more, larger.
+                    batch = min(_MAX_BATCH, 2 ** round(math.log2(batch * PROBE_STEP_S / t_step)))
+                    t_step, one_off, model, opt_part = _time_step(arm, device, width, depth, batch)
+                steps.append((width, batch, t_step))
+                set_up.append(one_off)
+                widest = (model, opt_part)
+            assert widest is not None  # the first width is always measured
+            # Per-parameter work: the optimizer part of a step (Adam, clipping, scaler) on the widest model.
+            model, opt_part = widest
             n_params = sum(p.numel() for p in model.parameters())
             opt_s = _best_time(opt_part, device)
             cast_s = 0.0
@@ -275,24 +318,20 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
 
                 cast_s = _best_time(cast, device)
             param[arm] = (opt_s + cast_s) / n_params
-            # The matmul rate: grow the batch, then the width, until a step takes about PROBE_STEP_S.
-            width, batch = _grow_rate_probe(arm, device, arm_deadline)
-            # The rate at the probe, and how it changes from a quarter of its batch to all of it: an emulated
-            # product loses speed as it outgrows the caches, so a larger run is costed at a lower rate.
-            fixed = layer[arm] * (depth + 1) + param[arm] * _params(width, depth)
+            del model, opt_part, widest
             rates = []
-            for b in (max(8, batch // 4), batch):
-                _m, _o, step, _p = _probe(arm, device, width, depth, b)
-                step()
-                t_b = _best_time(step, device, repeats=2)
+            for width, batch, t_step in steps:
+                fixed = layer[arm] * (depth + 1) + param[arm] * _params(width, depth)
                 # A floor of a quarter of the step keeps a noisy, overhead-bound probe from an endless rate.
-                rates.append(6.0 * _macs(width, depth) * b / max(t_b - fixed, 0.25 * t_b))
-            flop[arm] = rates[1]
-            ratio = rates[0] / rates[1]
-            falloff[arm] = min(max(math.log(ratio) / math.log(4.0), 0.0), 0.7) if ratio > 1.15 else 0.0
-            sizes[arm] = width * batch
+                rates.append((width, 6.0 * _macs(width, depth) * batch / max(t_step - fixed, 0.25 * t_step)))
+            by_width[arm] = tuple(rates)
         data_value_s = _time_data(device)
-        record_value_s, record_tensor_s = _time_recording(device, layer["fp32"], param["fp32"], flop["fp32"])
+        record_value_s, record_tensor_s, record_scale = _time_recording(
+            device, {arm: min(r for _w, r in rates) for arm, rates in by_width.items()}
+        )
+    # The headline rate and FP32 against each arm: at the widest width every arm measured.
+    common = max(set.intersection(*(set(dict(rates)) for rates in by_width.values())))
+    flop = {arm: dict(rates)[common] for arm, rates in by_width.items()}
     slowdown = {arm: flop["fp32"] / flop[arm] for arm in ARMS_TIMED}
     flags: tuple[str, ...] = ()
     if device == "cuda":
@@ -311,8 +350,8 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
         data_value_s=data_value_s,
         record_value_s=record_value_s,
         record_tensor_s=record_tensor_s,
-        rate_falloff=falloff,
-        probe_size=sizes,
+        record_scale=record_scale,
+        rate_by_width=by_width,
         slowdown=slowdown,
         capability=capability,
         cpu_flags=flags,
@@ -321,23 +360,23 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
     )
 
 
-def _grow_rate_probe(arm: str, device: str, deadline: float) -> tuple[int, int]:
-    """The (width, batch) whose step takes about :data:`PROBE_STEP_S`, or the largest the time left allows."""
-    best = (_RATE_WIDTHS[0], _RATE_BATCHES[0])
-    for width in _RATE_WIDTHS:
-        for batch in _RATE_BATCHES:
-            if width > _RATE_WIDTHS[0] and batch < _RATE_BATCHES[-1]:
-                continue  # the wider model only at the largest batch: width grows once the batch is spent
-            _m, _o, step, _p = _probe(arm, device, width, 2, batch)
-            step()  # the first step at a shape pays one-off kernel set-up
-            t0 = time.perf_counter()
-            step()
-            one = time.perf_counter() - t0
-            best = (width, batch)
-            # Stop at the target, or when the repeats of the next, about twice as long, would pass the deadline.
-            if one >= PROBE_STEP_S or time.perf_counter() + 2 * one * (PROBE_REPEATS + 2) > deadline:
-                return best
-    return best
+def _time_step(
+    arm: str, device: str, width: int, depth: int, batch: int
+) -> tuple[float, float, torch.nn.Module, Callable[[], None]]:
+    """(steady step seconds, one-off seconds, model, optimizer part) of ``arm``'s lab step at this shape.
+
+    The step: the shortest of a few timed after a first (a long step is timed once: its own length keeps the
+    noise small). The one-off seconds: building the model, and its first step past a steady one (what an
+    arm of the lab pays once).
+    """
+    t0 = time.perf_counter()
+    model, _o, step, opt_part = _probe(arm, device, width, depth, batch)
+    t1 = time.perf_counter()
+    step()  # the first step at a shape pays one-off kernel set-up
+    once = time.perf_counter() - t1
+    repeats = 1 if once > 3 * PROBE_STEP_S else 2 if once > PROBE_STEP_S else PROBE_REPEATS
+    t_step = _best_time(step, device, repeats=repeats)
+    return t_step, t1 - t0 + max(once - t_step, 0.0), model, opt_part
 
 
 def _time_data(device: str) -> float:
@@ -352,39 +391,57 @@ def _time_data(device: str) -> float:
     return t / (n * (PROBE_FEATURES + 1))
 
 
-def _time_recording(device: str, layer_s: float, param_s: float, flop_s: float) -> tuple[float, float]:
-    """(seconds per value, seconds per tensor) the lab's Recorder adds to a recorded step (fp32 arm).
+def _time_recording(device: str, arms: dict[str, float]) -> tuple[float, float, dict[str, float]]:
+    """(seconds per value, seconds per tensor) the lab's Recorder adds to a recorded step of the fp32 arm, and
+    per arm the time of a recorded step over the fp32 arm's.
 
-    Two models: a tiny one, whose cost is mostly per tensor, and a wider one, mostly per value; the two
-    equations give both.
+    Two fp32 models: a tiny one, whose cost is mostly per tensor, and a wider one, mostly per value; each timed
+    with and without the Recorder, and the two equations give both. Then the wider one again for each other arm
+    in ``arms`` (arm -> its matmul FLOP/s): a 16-bit arm's tensors cost more to summarise (a third more for
+    BF16 here). An arm whose steps are too slow to time it in the budget (an emulated one) takes the other
+    16-bit arm's factor, or 1.
     """
-    from lensa.live.capture import Recorder
-
     rows = []
     for width, batch in ((16, 8), (256, 512)):
-        depth = 2
-        model, opt, step, _p = _probe("fp32", device, width, depth, batch)
-        step()
-
-        # A recorder's whole life, as an arm of the lab lives it: made, recorded steps, read, closed (its one-off
-        # cost shared by three steps; the lab records about ten, so this errs on the long side).
-        def recorded(model: torch.nn.Module = model, opt: Any = opt, step: Callable[[], None] = step) -> None:
-            recorder = Recorder(model, opt, steps=(1, 2, 3), background=False)
-            try:
-                for _ in range(3):
-                    step()
-                    recorder.step()
-                recorder.stats()
-            finally:
-                recorder.close()
-
-        t = _best_time(recorded, device, repeats=2) / 3
-        bare = layer_s * (depth + 1) + param_s * _params(width, depth) + 6.0 * _macs(width, depth) * batch / flop_s
-        values = 3 * _params(width, depth) + 2 * batch * (2 * depth * width + 1)
-        tensors = 3 * 2 * (depth + 1) + 2 * (2 * depth + 1)
-        rows.append((max(t - bare, 0.0), values, tensors))
+        t, values, tensors = _recorded_step("fp32", device, width, batch)
+        rows.append((t, values, tensors))
     (t_small, v_small, n_small), (t_big, v_big, n_big) = rows
     det = v_big * n_small - v_small * n_big
     per_value = max((t_big * n_small - t_small * n_big) / det, 0.0) if det else 0.0
     per_tensor = max((t_small - per_value * v_small) / n_small, 0.0)
-    return per_value, per_tensor
+    scale: dict[str, float] = {}
+    for arm, flop_per_s in arms.items():
+        if arm == "fp32" or 6.0 * _macs(256, 2) * 512 / flop_per_s > _RECORD_PROBE_STEP_S or t_big <= 0:
+            continue
+        scale[arm] = _recorded_step(arm, device, 256, 512)[0] / t_big
+    for arm in arms:
+        if arm != "fp32" and arm not in scale:
+            scale[arm] = next((v for a, v in scale.items() if a != "fp32"), 1.0)
+    return per_value, per_tensor, scale
+
+
+def _recorded_step(arm: str, device: str, width: int, batch: int) -> tuple[float, int, int]:
+    """(seconds the Recorder adds to one recorded step, values summarised, tensors summarised) for ``arm``."""
+    from lensa.live.capture import Recorder
+
+    depth = 2
+    model, opt, step, _p = _probe(arm, device, width, depth, batch)
+    step()
+    bare = _best_time(step, device)
+
+    # A recorder's whole life, as an arm of the lab lives it: made, recorded steps, read, closed (its one-off
+    # cost shared by three steps; the lab records about ten, so this errs on the long side).
+    def recorded() -> None:
+        recorder = Recorder(model, opt, steps=(1, 2, 3), background=False)
+        try:
+            for _ in range(3):
+                step()
+                recorder.step()
+            recorder.stats()
+        finally:
+            recorder.close()
+
+    t = _best_time(recorded, device, repeats=2) / 3
+    values = 3 * _params(width, depth) + 2 * batch * (2 * depth * width + 1)
+    tensors = 3 * 2 * (depth + 1) + 2 * (2 * depth + 1)
+    return max(t - bare, 0.0), values, tensors

@@ -132,10 +132,10 @@ class RunConfig:
         per_step = (
             clock.layer_step_s[arm] * (self.depth + 1)
             + clock.param_step_s[arm] * self.parameters()
-            + 6.0 * self.matmul_macs_per_sample() * self.batch_size / clock.rate(arm, self.batch_size * self.width)
+            + 6.0 * self.matmul_macs_per_sample() * self.batch_size / clock.rate(arm, self.width)
         )
         eval_s = 2.0 * self.matmul_macs_per_sample() * self.eval_size / clock.flop_per_s["fp32"]
-        per_recorded_step = (
+        per_recorded_step = clock.record_scale.get(arm, 1.0) * (
             self.recorded_values() * clock.record_value_s + self.recorded_tensors() * clock.record_tensor_s
         )
         record_s = len(self.recorded_steps()) * per_recorded_step

@@ -233,7 +233,7 @@ def summarize(x: ArrayLike, workers: int = 1, recipes: bool = False) -> TensorSt
     ``x`` as it is shaped (:meth:`TensorStats.recipe`; see :mod:`lensa.runstats.record`).
     """
     stats = _summarize(x, workers)
-    return stats.with_recipes(x) if recipes else stats
+    return stats.with_recipes(x, workers) if recipes else stats
 
 
 def _summarize(x: ArrayLike, workers: int) -> TensorStats:

@@ -129,9 +129,10 @@ class TensorStats:
             raise ValueError("this record predates block recipes (file version 1): record the run again")
         return Lost(*self.recipes[RECIPE_KEYS.index(key)])
 
-    def with_recipes(self, values: ArrayLike) -> TensorStats:
-        """This record with what every block recipe loses on ``values`` (the tensor it summarises, shaped)."""
-        return _replace_recipes(self, recipe_records(values))
+    def with_recipes(self, values: ArrayLike, workers: int = 1) -> TensorStats:
+        """This record with what every block recipe loses on ``values`` (the tensor it summarises, shaped),
+        worked out on ``workers`` threads."""
+        return _replace_recipes(self, recipe_records(values, workers))
 
     @property
     def finite_nonzero(self) -> int:
@@ -232,9 +233,10 @@ def _check_tensor_stats(s: TensorStats) -> None:
                 raise ValueError(f"the SQNR under {key} is NaN for a tensor with numbers in it")
 
 
-def recipe_records(values: ArrayLike) -> tuple[tuple[float, float, float], ...]:
-    """Per recipe of :data:`RECIPE_KEYS`: (flushed, saturated, sqnr_db) of :func:`lensa.blockscale.lost`."""
-    got = lost_all(values, RECIPE_KEYS)
+def recipe_records(values: ArrayLike, workers: int = 1) -> tuple[tuple[float, float, float], ...]:
+    """Per recipe of :data:`RECIPE_KEYS`: (flushed, saturated, sqnr_db) of :func:`lensa.blockscale.lost`, on
+    ``workers`` threads (the same numbers on any count)."""
+    got = lost_all(values, RECIPE_KEYS, workers=workers)
     return tuple((got[k].flushed, got[k].saturated, got[k].sqnr_db) for k in RECIPE_KEYS)
 
 
