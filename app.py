@@ -2,12 +2,12 @@
 
 import streamlit as st
 
-from lensa.ui import widgets
+from lensa.ui import layout
 from lensa.ui.frame import link_params, page_label, setup
 from lensa.ui.site import STEP_COUNT, STEPS
 
 page = setup("overview")
-widgets.after_controls(page)
+layout.after_controls(page)
 st.title(page.t("title"))
 st.markdown(f"#### {page.t('headline')}")
 st.markdown(page.t("intro_1"))

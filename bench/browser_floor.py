@@ -13,9 +13,9 @@ computed), with the rest of a real step around it (step 2's title, notes,
 questions, footer and navigation), in two forms:
 
 - *frame, whole-page reruns*: every move reruns the page, as the steps did
-  before ``widgets.lesson``;
+  before ``layout.lesson``;
 - *frame, lesson fragment*: the bare app's part is the step's lesson fragment
-  (``widgets.lesson``), as the steps are drawn now: a move reruns that part.
+  (``layout.lesson``), as the steps are drawn now: a move reruns that part.
 
 Each is timed as ``bench/browser_roundtrip.py`` times a step (key press to
 the metric changing, chromium, one session), beside the bare app, in turns,
@@ -38,22 +38,22 @@ FRAME_APP = '''"""Step 2's frame around the bare app's slider and metric (writte
 import os
 import runpy
 
-from lensa.ui import widgets
+from lensa.ui import layout
 from lensa.ui.frame import setup
 
 
 def lesson() -> None:
     runpy.run_path(os.environ["LENSA_FLOOR_BARE"], run_name="__main__")
-    widgets.after_controls(page)
+    layout.after_controls(page)
 
 
 page = setup("fp16_range")
-widgets.step_header(page)
+layout.step_header(page)
 if os.environ.get("LENSA_FLOOR_FRAGMENT") == "1":
-    widgets.lesson(page, lesson)
+    layout.lesson(page, lesson)
 else:
     lesson()
-widgets.step_end(page, page.t("notes"), [page.t("refs.ieee754"), page.t("refs.micikevicius2017")])
+layout.step_end(page, page.t("notes"), [page.t("refs.ieee754"), page.t("refs.micikevicius2017")])
 '''
 
 

@@ -60,7 +60,7 @@ def scaler_arm(arms: Mapping[str, RunStats]) -> str | None:
     return next((arm for arm, run in arms.items() if run.loss_scales()), None)
 
 
-def select(run: RunStats, kind: str, layer: str, step: int) -> TensorStats:
+def tensor_stats(run: RunStats, kind: str, layer: str, step: int) -> TensorStats:
     """The statistics of one tensor, or of every tensor of ``kind`` recorded at ``step`` together (``layer="all"``).
 
     KeyError when ``layer`` was not recorded at ``step``; an empty record when nothing of ``kind`` was.
@@ -269,7 +269,7 @@ def lost_over_training(run: RunStats, layer: str, fmts: Sequence[str]) -> tuple[
     shares: dict[str, list[float]] = {f: [] for f in fmts}
     for step in run.steps("update"):
         try:
-            stats = select(run, "update", layer, step)
+            stats = tensor_stats(run, "update", layer, step)
         except KeyError:
             continue
         if stats.lost_counts is None or not stats.nonzero:

@@ -82,13 +82,13 @@ def _kind(run: RunStats, kind: str, step: int) -> dict[str, Any]:
     return {
         "step": step,
         "steps": run.steps(kind),
-        "all": _tensor(measured.select(run, kind, measured.ALL_LAYERS, step)),
+        "all": _tensor(measured.tensor_stats(run, kind, measured.ALL_LAYERS, step)),
         "layers": [{"name": name, **_tensor(s)} for name, s in layers.items()],
     }
 
 
 def _loss_scale(run: RunStats, kind: str, step: int) -> dict[str, Any]:
-    stats = measured.select(run, kind, measured.ALL_LAYERS, step)
+    stats = measured.tensor_stats(run, kind, measured.ALL_LAYERS, step)
     bounds = measured.scale_bounds(stats, "fp16")
     return {
         "step": step,
@@ -114,7 +114,7 @@ def _history(run: RunStats | None) -> dict[str, Any] | None:
 
 
 def _updates(run: RunStats, step: int) -> dict[str, Any]:
-    stats = measured.select(run, "update", measured.ALL_LAYERS, step)
+    stats = measured.tensor_stats(run, "update", measured.ALL_LAYERS, step)
     rows = measured.lost_by_layer(run, step, REPORT_FORMATS)
     all_lost = {f: _num(measured.lost_share(stats, f)) for f in REPORT_FORMATS} if stats.lost_counts else {}
     return {
@@ -129,7 +129,7 @@ def _updates(run: RunStats, step: int) -> dict[str, Any]:
 
 
 def _verdict(run: RunStats, kind: str, step: int) -> str:
-    stats = measured.select(run, kind, measured.ALL_LAYERS, step)
+    stats = measured.tensor_stats(run, kind, measured.ALL_LAYERS, step)
     errors = measured.mean_relative_errors(stats, ("fp16", "bf16"))
     return fp16_against_bf16(measured.zone_shares(stats, "fp16")["overflow"], errors["fp16"], errors["bf16"])
 
@@ -248,7 +248,7 @@ def check(
         at = steps[-1] if steps and step is None else step
         if at is None or at not in steps:
             continue
-        stats = measured.select(run, kind, measured.ALL_LAYERS, at)
+        stats = measured.tensor_stats(run, kind, measured.ALL_LAYERS, at)
         k = 0
         if kind == "update":
             share = measured.lost_share(stats, fmt) if stats.lost_counts is not None else math.nan

@@ -5,34 +5,33 @@ import streamlit as st
 from lensa import measured
 from lensa.formats import FORMATS, category_shares, fp16_against_bf16, mean_relative_error, representable_between
 from lensa.gradients import gradient_sample
-from lensa.ui import compare, figures, widgets
-from lensa.ui import measured as data
+from lensa.ui import display, figures, format_table, layout, recorded_run, widgets
 from lensa.ui.frame import setup
 
-LESSON_FORMATS = ("fp32", *compare.SIXTEEN_BIT_KEYS)
+LESSON_FORMATS = ("fp32", *format_table.SIXTEEN_BIT_KEYS)
 
 
-def show_measured(sel: data.Selection, also: str) -> None:
+def show_measured(sel: recorded_run.Selection, also: str) -> None:
     """The recorded values instead of the illustration: FP16 against BF16 (and FP8) on what to 0 and the error."""
     stats = sel.stats
-    keys = (*compare.SIXTEEN_BIT_KEYS, *(compare.FP8_KEYS if compare.shows(also, "fp8") else ()))
+    keys = (*format_table.SIXTEEN_BIT_KEYS, *(format_table.FP8_KEYS if format_table.shows(also, "fp8") else ()))
     zero = {f: measured.zone_shares(stats, f)["zero"] for f in keys}
     errors = measured.mean_relative_errors(stats, keys)
     over16 = measured.zone_shares(stats, "fp16")["overflow"]
-    kind = data.kind_words(page, sel.kind)
-    source = data.source_line(page, sel)
+    kind = recorded_run.kind_words(page, sel.kind)
+    source = recorded_run.source_line(page, sel)
     names = [FORMATS[f].label for f in keys]
     colours = [figures.FORMAT_COLOURS[f] for f in keys]
     values = {
         "kind": kind,
-        "z16": data.pct(page, zero["fp16"]),
-        "zbf": data.pct(page, zero["bf16"]),
-        "e16": data.pct(page, errors["fp16"]),
-        "ebf": data.pct(page, errors["bf16"]),
-        "over": data.pct(page, over16),
+        "z16": recorded_run.pct(page, zero["fp16"]),
+        "zbf": recorded_run.pct(page, zero["bf16"]),
+        "e16": recorded_run.pct(page, errors["fp16"]),
+        "ebf": recorded_run.pct(page, errors["bf16"]),
+        "over": recorded_run.pct(page, over16),
     }
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_fp16_zero"), values["z16"]),
             (page.t("metric_bf16_zero"), values["zbf"]),
@@ -41,28 +40,28 @@ def show_measured(sel: data.Selection, also: str) -> None:
         ]
     )
     with charts:
-        widgets.chart(
+        display.chart(
             figures.labelled_bars(
                 names,
                 [zero[f] for f in keys],
                 colours,
-                [data.pct(page, zero[f]) for f in keys],
+                [recorded_run.pct(page, zero[f]) for f in keys],
                 axis_title=page.t("bf16_data.axis_zero"),
-                x_max=data.bar_top([zero[f] for f in keys], floor=0.01),
+                x_max=recorded_run.bar_top([zero[f] for f in keys], floor=0.01),
                 lang=page.lang,
                 percent=True,
             ),
             page.t("bf16_data.zero_title", kind=kind),
-            " ".join([data.shares_note(page, stats), source]),
+            " ".join([recorded_run.shares_note(page, stats), source]),
             alt=page.t("bf16_data.alt_zero", **values),
         )
-        shown, top = data.finite_bars([errors[f] for f in keys])
-        widgets.chart(
+        shown, top = recorded_run.finite_bars([errors[f] for f in keys])
+        display.chart(
             figures.labelled_bars(
                 names,
                 shown,
                 colours,
-                [data.pct(page, errors[f]) for f in keys],
+                [recorded_run.pct(page, errors[f]) for f in keys],
                 axis_title=page.t("bf16_data.axis_error"),
                 x_max=top,
                 lang=page.lang,
@@ -72,7 +71,7 @@ def show_measured(sel: data.Selection, also: str) -> None:
             page.t("bf16_data.error_caption") + " " + source,
             alt=page.t("bf16_data.alt_error", **values),
         )
-        widgets.chart(
+        display.chart(
             figures.precision_ticks(
                 [(key, FORMATS[key].label, representable_between(1.0, 1.0625, key)) for key in ("fp16", "bf16")],
                 page.lang,
@@ -81,7 +80,7 @@ def show_measured(sel: data.Selection, also: str) -> None:
             page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3)),
         )
     verdict = fp16_against_bf16(over16, errors["fp16"], errors["bf16"])
-    widgets.explain(page, page.t(f"bf16_data.explain_{verdict}", **values), page.t("bf16_data.try"))
+    layout.explain(page, page.t(f"bf16_data.explain_{verdict}", **values), page.t("bf16_data.try"))
     st.subheader(page.t("bf16_data.layers_title"))
     columns = [
         (page.t("metric_fp16_zero"), "fp16", "zero"),
@@ -90,15 +89,15 @@ def show_measured(sel: data.Selection, also: str) -> None:
         (page.t("metric_bf16_err"), "bf16", "error"),
     ]
     rows = measured.layer_rows(sel.run, sel.kind, sel.step, ("fp16", "bf16"))
-    st.dataframe(data.layer_frame(page, rows, columns), hide_index=True)
-    if compare.shows(also, "fp8"):
+    st.dataframe(recorded_run.layer_frame(page, rows, columns), hide_index=True)
+    if format_table.shows(also, "fp8"):
         st.subheader(page.t("fp8_title"))
-        st.dataframe(data.format_rows(page, stats, keys), hide_index=True)
+        st.dataframe(recorded_run.format_rows(page, stats, keys), hide_index=True)
         st.markdown(page.t("fp8_explain"))
-    if compare.shows(also, "narrow"):
+    if format_table.shows(also, "narrow"):
         st.caption(page.t("also.measured_note"))
     if also != "none":  # every block recipe, from the run's own values (file version 2)
-        data.recipe_section(page, sel)
+        recorded_run.recipe_section(page, sel)
 
 
 def illustration(grad: float, also: str) -> None:
@@ -110,10 +109,10 @@ def illustration(grad: float, also: str) -> None:
         figures.FormatRange(
             key, FORMATS[key].label, FORMATS[key].smallest_subnormal, FORMATS[key].smallest_normal, FORMATS[key].max
         )
-        for key in (*LESSON_FORMATS, *compare.also_keys(also))
+        for key in (*LESSON_FORMATS, *format_table.also_keys(also))
     ]
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_fp16_zero"), page.pct(s16["zero"])),
             (page.t("metric_bf16_zero"), page.pct(sbf["zero"])),
@@ -122,7 +121,7 @@ def illustration(grad: float, also: str) -> None:
         ]
     )
     with charts:
-        widgets.chart(
+        display.chart(
             figures.format_ranges(
                 ranges,
                 sample,
@@ -145,7 +144,7 @@ def illustration(grad: float, also: str) -> None:
             ),
         )
         grids = {key: representable_between(1.0, 1.0625, key) for key in ("fp16", "bf16")}
-        widgets.chart(
+        display.chart(
             figures.precision_ticks([(key, FORMATS[key].label, grid) for key, grid in grids.items()], page.lang),
             page.t("precision_title"),
             page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3)),
@@ -166,23 +165,23 @@ def illustration(grad: float, also: str) -> None:
         "ebf": page.pct(ebf),
     }
     verdict = fp16_against_bf16(s16["overflow"], e16, ebf)
-    widgets.explain(page, page.t(f"explain_{verdict}", **values), page.t("try"))
+    layout.explain(page, page.t(f"explain_{verdict}", **values), page.t("try"))
     if also == "none":
         return
-    compare.also_table(page, sample, also)
-    if compare.shows(also, "fp8"):
+    format_table.also_table(page, sample, also)
+    if format_table.shows(also, "fp8"):
         st.markdown(page.t("fp8_explain"))
-    if compare.shows(also, "narrow"):
+    if format_table.shows(also, "narrow"):
         st.markdown(page.t("also.explain_bf16", e2m1_zero=page.pct(category_shares(sample, "fp4_e2m1")["zero"])))
 
 
 def lesson() -> None:
     """The controls and what they change; a recorded run replaces the illustration."""
-    selection = data.data_controls(page)
+    selection = recorded_run.data_controls(page)
     if selection is None:
         grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
-    also = compare.also_control(page)
-    widgets.after_controls(page)
+    also = format_table.also_control(page)
+    layout.after_controls(page)
     if selection is None:
         illustration(grad, also)
     else:
@@ -190,10 +189,10 @@ def lesson() -> None:
 
 
 page = setup("bf16")
-widgets.step_header(page)
-widgets.lesson(page, lesson)
+layout.step_header(page)
+layout.lesson(page, lesson)
 BF16, FP32 = FORMATS["bf16"], FORMATS["fp32"]
-widgets.step_end(
+layout.step_end(
     page,
     page.t(
         "notes",

@@ -4,8 +4,7 @@ import numpy as np
 import streamlit as st
 
 from lensa import blockscale
-from lensa.ui import figures, widgets
-from lensa.ui import measured as data
+from lensa.ui import display, figures, layout, quiz, recorded_run, widgets
 from lensa.ui.frame import setup
 
 # Side by side: MXFP8 with OCP's scale and with the scale rounded up, MXFP6, MXFP4 and NVFP4.
@@ -49,7 +48,7 @@ def db(x: float) -> str:
 
 def lesson() -> None:
     """One block as each recipe stores it; with a recorded run (``data=``), every recipe on the run's tensors too."""
-    selection = data.data_controls(page)
+    selection = recorded_run.data_controls(page)
     n = int(widgets.slider(page, "n", page.t("n"), lambda v: page.num(v), help=page.t("n_help")))
     grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
     outlier = widgets.slider(
@@ -59,7 +58,7 @@ def lesson() -> None:
         lambda k: page.t("outlier_stop", k=short(k, 2), times=times(k)),
         help=page.t("outlier_help"),
     )
-    widgets.after_controls(page)
+    layout.after_controls(page)
     x = gradient_block(n, grad, outlier)
     recipes = [blockscale.RECIPES[k] for k in SHOWN]
     label = {k: page.t(f"recipe_{k}") for k in SHOWN}
@@ -76,8 +75,8 @@ def lesson() -> None:
             for i, m in enumerate(marks)
         ]
         rows.append(figures.BlockRow(label[r.key], [str(m) for m in marks], stored, hovers))
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_flushed", recipe=label["mxfp4_e2m1"]), page.pct(lost["mxfp4_e2m1"].flushed)),
             (page.t("metric_flushed", recipe=label["nvfp4"]), page.pct(lost["nvfp4"].flushed)),
@@ -85,7 +84,7 @@ def lesson() -> None:
         ]
     )
     with charts:
-        widgets.chart(
+        display.chart(
             figures.block_strips(rows, [page.sci(float(v), 3) for v in x], names, page.t("axis_index"), page.lang),
             page.t("figure_title", n=n),
             page.t("caption", i=OUTLIER_AT + 1),
@@ -121,19 +120,19 @@ def lesson() -> None:
     else:
         paragraph = page.t("explain_nothing_flushed", **values)
     paragraph += " " + page.t("explain_floor_saturates" if floor.saturated > 0 else "explain_floor_fits", **values)
-    widgets.explain(page, paragraph, page.t("try"))
+    layout.explain(page, paragraph, page.t("try"))
     if selection is not None:
-        data.recipe_section(page, selection)
+        recorded_run.recipe_section(page, selection)
 
 
 page = setup("blocks")
 st.title(page.t("title"))
 st.markdown(f"#### {page.t('headline')}")
 st.markdown(page.t("intro"))
-widgets.lesson(page, lesson)
-widgets.notes(
+layout.lesson(page, lesson)
+layout.notes(
     page,
     page.t("notes"),
     [page.t("refs.ocp_mx"), page.t("refs.mxfp8_recipes"), page.t("refs.nvfp4"), page.t("refs.deepseek_v3")],
 )
-widgets.check_yourself(page, 2)
+quiz.check_yourself(page, 2)

@@ -4,7 +4,7 @@ scale), bit by bit."""
 import streamlit as st
 
 from lensa import exact, inspector
-from lensa.ui import widgets
+from lensa.ui import layout, url_state, widgets
 from lensa.ui.frame import safe_echo, setup
 
 page = setup("formats")
@@ -12,7 +12,7 @@ st.title(page.t("title"))
 st.markdown(f"#### {page.t('headline')}")
 st.markdown(page.t("intro"))
 text = widgets.text(page, "x", page.t("input"), help=page.t("input_help"), placeholder="0.1")
-widgets.after_controls(page)
+layout.after_controls(page)
 
 
 def flip(report: inspector.FormatReport, field: inspector.FieldBits, widget: str) -> None:
@@ -22,7 +22,7 @@ def flip(report: inspector.FormatReport, field: inspector.FieldBits, widget: str
     """
     toggled = set(field.set_positions).symmetric_difference(st.session_state.get(widget) or [])
     value = inspector.flip_bits(report, None, field.bit_numbers(toggled))
-    st.session_state[widgets.widget_key(page, "x")] = exact.canonical_text(value)
+    st.session_state[url_state.widget_key(page, "x")] = exact.canonical_text(value)
 
 
 parsed = exact.try_parse_exact(text)
@@ -103,7 +103,7 @@ for r in reports:
         )
         st.caption(details)
 
-widgets.notes(
+layout.notes(
     page,
     page.t("notes") + "\n" + page.t("formats_mx.notes"),
     [page.t("refs.ieee754"), page.t("refs.fp8"), page.t("refs.kalamkar"), page.t("refs.ocp_mx")],

@@ -5,21 +5,20 @@ import streamlit as st
 from lensa import measured
 from lensa.formats import FORMATS, category_shares, largest_magnitude, most_common_category
 from lensa.gradients import gradient_sample
-from lensa.ui import compare, widgets
-from lensa.ui import measured as data
+from lensa.ui import display, format_table, layout, recorded_run, widgets, zone_charts
 from lensa.ui.frame import setup
 
 FP16 = FORMATS["fp16"]
 
 
-def show_measured(sel: data.Selection, also: str) -> None:
+def show_measured(sel: recorded_run.Selection, also: str) -> None:
     """The recorded tensors instead of the illustration: their histogram over FP16's zones, and who loses most."""
     stats = sel.stats
     shares = measured.zone_shares(stats, "fp16")
-    pct = {zone: data.pct(page, share) for zone, share in shares.items()}
-    kind = data.kind_words(page, sel.kind)
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    pct = {zone: recorded_run.pct(page, share) for zone, share in shares.items()}
+    kind = recorded_run.kind_words(page, sel.kind)
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_zero"), pct["zero"]),
             (page.t("metric_subnormal"), pct["subnormal"]),
@@ -28,10 +27,10 @@ def show_measured(sel: data.Selection, also: str) -> None:
         ]
     )
     with charts:
-        widgets.chart(
-            compare.fp16_binades(page, measured.zone_histogram(stats, "fp16")),
+        display.chart(
+            zone_charts.fp16_binades(page, measured.zone_histogram(stats, "fp16")),
             page.t("fp16_range_data.figure_title", kind=kind),
-            " ".join([data.shares_note(page, stats), data.source_line(page, sel)]),
+            " ".join([recorded_run.shares_note(page, stats), recorded_run.source_line(page, sel)]),
             alt=page.t("fp16_range_data.alt", kind=kind, zero=pct["zero"], sub=pct["subnormal"], normal=pct["normal"]),
         )
     values = {
@@ -47,7 +46,7 @@ def show_measured(sel: data.Selection, also: str) -> None:
     paragraph = page.t(f"fp16_range_data.explain_{regime}", **values)
     if shares["overflow"] > 0:
         paragraph += page.t("explain_overflow", **values)
-    widgets.explain(page, paragraph, page.t("fp16_range_data.try"))
+    layout.explain(page, paragraph, page.t("fp16_range_data.try"))
     st.subheader(page.t("fp16_range_data.layers_title"))
     st.caption(page.t("fp16_range_data.layers_intro", kind=kind, step=page.num(sel.step)))
     columns = [
@@ -56,22 +55,25 @@ def show_measured(sel: data.Selection, also: str) -> None:
         (page.t("common.col_overflow"), "fp16", "overflow"),
     ]
     rows = measured.layer_rows(sel.run, sel.kind, sel.step, ("fp16",))
-    st.dataframe(data.layer_frame(page, rows, columns), hide_index=True)
-    if compare.shows(also, "fp8"):
+    st.dataframe(recorded_run.layer_frame(page, rows, columns), hide_index=True)
+    if format_table.shows(also, "fp8"):
         st.subheader(page.t("fp8_title"))
-        st.dataframe(data.format_rows(page, stats, (*compare.SIXTEEN_BIT_KEYS, *compare.FP8_KEYS)), hide_index=True)
-    if compare.shows(also, "narrow"):
+        st.dataframe(
+            recorded_run.format_rows(page, stats, (*format_table.SIXTEEN_BIT_KEYS, *format_table.FP8_KEYS)),
+            hide_index=True,
+        )
+    if format_table.shows(also, "narrow"):
         st.caption(page.t("also.measured_note"))
     if also != "none":  # every block recipe, from the run's own values (file version 2)
-        data.recipe_section(page, sel)
+        recorded_run.recipe_section(page, sel)
 
 
 def illustration(grad: float, also: str) -> None:
     """The seed's illustration: 400 gradients of a typical size over FP16's zones."""
     sample = gradient_sample(grad)
     shares = category_shares(sample, FP16)
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_zero"), page.pct(shares["zero"])),
             (page.t("metric_subnormal"), page.pct(shares["subnormal"])),
@@ -80,8 +82,8 @@ def illustration(grad: float, also: str) -> None:
         ]
     )
     with charts:
-        widgets.chart(
-            compare.fp16_histogram(page, sample),
+        display.chart(
+            zone_charts.fp16_histogram(page, sample),
             page.t("figure_title"),
             page.t(
                 "caption",
@@ -112,11 +114,11 @@ def illustration(grad: float, also: str) -> None:
     paragraph = page.t(f"explain_{regime}", **values)
     if shares["overflow"] > 0:
         paragraph += page.t("explain_overflow", **values)
-    widgets.explain(page, paragraph, page.t("try"))
+    layout.explain(page, paragraph, page.t("try"))
     if also == "none":
         return
-    compare.also_table(page, sample, also)
-    if compare.shows(also, "fp8"):
+    format_table.also_table(page, sample, also)
+    if format_table.shows(also, "fp8"):
         e4m3 = category_shares(sample, "fp8_e4m3")
         st.markdown(
             page.t(
@@ -125,7 +127,7 @@ def illustration(grad: float, also: str) -> None:
                 e5m2_zero=page.pct(category_shares(sample, "fp8_e5m2")["zero"]),
             )
         )
-    if compare.shows(also, "narrow"):
+    if format_table.shows(also, "narrow"):
         st.markdown(
             page.t(
                 "also.explain_fp16_range",
@@ -137,11 +139,11 @@ def illustration(grad: float, also: str) -> None:
 
 def lesson() -> None:
     """The controls and what they change; a recorded run replaces the illustration."""
-    selection = data.data_controls(page)
+    selection = recorded_run.data_controls(page)
     if selection is None:
         grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
-    also = compare.also_control(page)
-    widgets.after_controls(page)
+    also = format_table.also_control(page)
+    layout.after_controls(page)
     if selection is None:
         illustration(grad, also)
     else:
@@ -149,13 +151,13 @@ def lesson() -> None:
 
 
 page = setup("fp16_range")
-widgets.step_header(page)
-widgets.lesson(page, lesson)
+layout.step_header(page)
+layout.lesson(page, lesson)
 
 
 def depth_sentence() -> str:
     """What the shipped reference run shows about depth, from its own numbers ("" without a reference run)."""
-    arms, _ = data.reference_run()
+    arms, _ = recorded_run.reference_run()
     run = (arms or {}).get("fp32")
     found = measured.depth_finding(run) if run is not None else None
     if found is None:
@@ -170,6 +172,6 @@ def depth_sentence() -> str:
     )
 
 
-widgets.step_end(
+layout.step_end(
     page, page.t("notes", depth=depth_sentence()), [page.t("refs.ieee754"), page.t("refs.micikevicius2017")]
 )

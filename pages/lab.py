@@ -4,7 +4,7 @@ import streamlit as st
 
 from lensa.measured import history_of
 from lensa.scaling import scale_from_exp
-from lensa.ui import figures, jobs, live_view, measured, widgets
+from lensa.ui import display, figures, jobs, layout, live_view, recorded_run, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
 from lensa.ui.jobs import Job
@@ -18,7 +18,7 @@ st.title(page.t("title"))
 st.markdown(f"#### {page.t('headline')}")
 
 if not live_view.torch_available():
-    widgets.after_controls(page)
+    layout.after_controls(page)
     st.error(live_view.torch_missing_text(page), icon=":material/error:")
     st.stop()
 
@@ -92,7 +92,7 @@ with trace_area:
         spike_factor = widgets.slider(page, "trace_factor", page.t("trace_factor"), page.sci)
         growth = int(widgets.slider(page, "trace_growth", page.t("trace_growth"), page.num))
     trace_clicked = st.button(page.t("trace_run"), key="lab.trace_run", icon=":material/science:")
-widgets.after_controls(page)
+layout.after_controls(page)
 
 with settings_area:
     if device_error is not None:
@@ -117,8 +117,8 @@ with settings_area:
                     width=page.num(chosen.width),
                     batch=page.num(chosen.batch_size),
                     steps=page.num(chosen.steps),
-                    target=page.sec(live.DEFAULT_RUN_SECONDS),
-                    seconds=page.sec(chosen.estimate_seconds(kind, clock=clock)),
+                    target=page.seconds(live.DEFAULT_RUN_SECONDS),
+                    seconds=page.seconds(chosen.estimate_seconds(kind, clock=clock)),
                 )
             )
         estimate = config.estimate_seconds(kind, clock=clock)
@@ -127,14 +127,14 @@ with settings_area:
             page.t(
                 "estimate",
                 params=page.num(config.parameters()),
-                seconds=page.sec(estimate),
+                seconds=page.seconds(estimate),
                 device=kind.upper(),
-                cal=page.sec(clock.calibration_s),
-                limit=page.sec(limit),
+                cal=page.seconds(clock.calibration_s),
+                limit=page.seconds(limit),
             )
         )
         if estimate > limit:
-            problem = page.t("too_long", seconds=f"{page.sig(estimate, 3)} s", limit=page.sec(limit))
+            problem = page.t("too_long", seconds=f"{page.significant(estimate, 3)} s", limit=page.seconds(limit))
             st.warning(problem, icon=":material/timer:")
 
 # --- run, stop, progress -------------------------------------------------------------------
@@ -165,7 +165,7 @@ with results_area:
     if job is not None and job.done:
         if job.error is not None:
             st.error(live_view.error_text(page, job.error), icon=":material/error:")
-        recordings_kept = measured.keep_lab_recordings(job)
+        recordings_kept = recorded_run.keep_lab_recordings(job)
         comparison = job.result
         if comparison is not None and comparison.arms:
             st.subheader(page.t("results_title"))
@@ -185,7 +185,7 @@ with results_area:
             if "fp16" in arms:
                 cards.append((page.t("metric_skipped"), page.num(arms["fp16"].skipped_steps)))
             if cards:
-                widgets.metric_row(cards)
+                display.metric_row(cards)
             st.dataframe(live_view.comparison_table(page, comparison), hide_index=True, width="stretch")
             if bf16_speed is not None:
                 key = "explain_fast" if live.clearly_faster(comparison, "bf16") else "explain_slow"
@@ -212,7 +212,7 @@ with results_area:
             st.markdown(f"**{page.t('memory_title')}**")
             st.dataframe(live_view.memory_table(page, comparison), hide_index=True, width="stretch")
             st.caption(page.t("memory_caption"))
-            widgets.chart(
+            display.chart(
                 figures.loss_curves(
                     [(a, page.t(f"lab.arm_{a}"), r.losses) for a, r in arms.items()],
                     page.t("step_axis"),
@@ -223,7 +223,7 @@ with results_area:
             )
             if "fp16" in arms:
                 fp16 = live.arm_scale_history(arms["fp16"])
-                widgets.chart(
+                display.chart(
                     figures.scaler_run(
                         fp16.steps,
                         fp16.log2_scales,
@@ -250,7 +250,7 @@ with results_area:
                 help=page.t("show_in_lesson_help"),
                 icon=":material/school:",
             ):
-                measured.show_lab_run(page.lang, recordings)
+                recorded_run.show_lab_run(page.lang, recordings)
 
 # --- a real GradScaler, provoked ---------------------------------------------------------------------
 with trace_result_area:
@@ -275,7 +275,7 @@ with trace_result_area:
         trace, init_scale, interval = st.session_state[TRACE]
         predicted, differs = live_view.trace_against_prediction(trace, init_scale, interval)
         real = history_of(trace)
-        widgets.chart(
+        display.chart(
             figures.scaler_run(
                 real.steps,
                 real.log2_scales,

@@ -17,8 +17,7 @@ from lensa.scaling import (
     static_shift_regime,
     static_shift_shares,
 )
-from lensa.ui import compare, figures, i18n, jobs, live_view, widgets
-from lensa.ui import measured as data
+from lensa.ui import display, figures, format_table, i18n, jobs, layout, live_view, recorded_run, widgets, zone_charts
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
 
@@ -32,7 +31,7 @@ REAL_SPIKE_FACTOR = 1e4
 REGIME_KEYS = {"over": "explain_over", "fits": "explain_fits", "none": "explain_none", "some": "explain_some"}
 
 
-def _list(page, numbers: list[int]) -> str:
+def _steps_text(page, numbers: list[int]) -> str:
     return ", ".join(page.num(n) for n in numbers) if numbers else page.t("real_none")
 
 
@@ -69,7 +68,7 @@ def recorded_run_figure(lang: str, steps: tuple[int, ...], log2_scales: tuple[fl
     return figures.scaler_run(steps, log2_scales, skipped, _run_labels(lang), max_frames=40, lang=lang)
 
 
-def _scale(k: int | None) -> str:
+def _scale_text(k: int | None) -> str:
     return "—" if k is None else power_of_two(k)
 
 
@@ -78,14 +77,16 @@ def bounds_sentence(bounds: measured.ScaleBounds, kind: str) -> str:
     if bounds.keep_k is None and bounds.safe_k is None:
         return page.t("loss_scaling_data.bounds_empty", kind=kind)
     if bounds.safe_k is None:
-        return page.t("loss_scaling_data.bounds_no_safe", kind=kind, keep=_scale(bounds.keep_k))
+        return page.t("loss_scaling_data.bounds_no_safe", kind=kind, keep=_scale_text(bounds.keep_k))
     if bounds.keep_k is None:
-        return page.t("loss_scaling_data.bounds_no_keep", kind=kind, safe=_scale(bounds.safe_k))
+        return page.t("loss_scaling_data.bounds_no_keep", kind=kind, safe=_scale_text(bounds.safe_k))
     key = "bounds_window" if bounds.window else "bounds_clash"
-    return page.t(f"loss_scaling_data.{key}", kind=kind, keep=_scale(bounds.keep_k), safe=_scale(bounds.safe_k))
+    return page.t(
+        f"loss_scaling_data.{key}", kind=kind, keep=_scale_text(bounds.keep_k), safe=_scale_text(bounds.safe_k)
+    )
 
 
-def sweep_chart(sel: data.Selection, bounds: measured.ScaleBounds, k: int, kind: str, source: str) -> None:
+def sweep_chart(sel: recorded_run.Selection, bounds: measured.ScaleBounds, k: int, kind: str, source: str) -> None:
     """The shares lost to 0 and to inf at every S of the slider, the two loss scales marked, and what they say."""
     sweep = measured.scale_sweep(sel.stats, page.info.control("scale").stops, "fp16")
     sentence = bounds_sentence(bounds, kind)
@@ -99,7 +100,7 @@ def sweep_chart(sel: data.Selection, bounds: measured.ScaleBounds, k: int, kind:
         current=page.t("loss_scaling_data.sweep_current", s=power_of_two(k)),
         hover=page.t("loss_scaling_data.sweep_hover"),
     )
-    widgets.chart(
+    display.chart(
         figures.scale_sweep(sweep.ks, sweep.zero, sweep.overflow, bounds.keep_k, bounds.safe_k, k, labels, page.lang),
         page.t("loss_scaling_data.sweep_title", kind=kind),
         source,
@@ -108,69 +109,69 @@ def sweep_chart(sel: data.Selection, bounds: measured.ScaleBounds, k: int, kind:
     st.markdown(sentence)
 
 
-def recorded_scaler_chart(sel: data.Selection) -> measured.ScalerHistory | None:
+def recorded_scaler_chart(sel: recorded_run.Selection) -> measured.ScalerHistory | None:
     """The run's own GradScaler, animated; a note instead where the run recorded none. Returns its history."""
     history = measured.scaler_history(sel.source.scaler) if sel.source.scaler is not None else None
     if history is None:
         st.info(page.t("loss_scaling_data.no_history"), icon=":material/info:")
         return None
-    widgets.chart(
+    display.chart(
         recorded_run_figure(page.lang, history.steps, history.log2_scales, history.skipped),
         page.t("loss_scaling_data.run_title"),
         page.t(
             "loss_scaling_data.run_caption",
-            start=_scale(history.first_k),
+            start=_scale_text(history.first_k),
             skipped=page.num(len(history.skipped_steps)),
-            steps=_list(page, list(history.skipped_steps)),
+            steps=_steps_text(page, list(history.skipped_steps)),
         )
         + " "
-        + data.scaler_line(page, sel.source),
+        + recorded_run.scaler_line(page, sel.source),
         alt=page.t(
             "loss_scaling_data.alt_run",
             n=page.num(len(history.steps)),
-            start=_scale(history.first_k),
-            end=_scale(history.last_k),
+            start=_scale_text(history.first_k),
+            end=_scale_text(history.last_k),
             skipped=page.num(len(history.skipped_steps)),
         ),
     )
     return history
 
 
-def measured_fp8_table(sel: data.Selection, k: int) -> None:
+def measured_fp8_table(sel: recorded_run.Selection, k: int) -> None:
     """FP16 at the chosen S beside the FP8 formats unscaled, then each FP8 format that its safe scale changes."""
     stats = sel.stats
     st.subheader(page.t("fp8_title"))
     st.markdown(page.t("loss_scaling_data.fp8_explain"))
-    rows = data.format_rows(page, stats, ("fp16",), {"fp16": k})
-    rows += data.format_rows(page, stats, compare.FP8_KEYS, dict.fromkeys(compare.FP8_KEYS, 0))
-    scaled = measured.rescaled_formats(stats, compare.FP8_KEYS)
+    rows = recorded_run.format_rows(page, stats, ("fp16",), {"fp16": k})
+    rows += recorded_run.format_rows(page, stats, format_table.FP8_KEYS, dict.fromkeys(format_table.FP8_KEYS, 0))
+    scaled = measured.rescaled_formats(stats, format_table.FP8_KEYS)
     if scaled:
-        rows += data.format_rows(page, stats, tuple(scaled), scaled)
+        rows += recorded_run.format_rows(page, stats, tuple(scaled), scaled)
     st.dataframe(rows, hide_index=True)
 
 
-def show_measured(sel: data.Selection, k: int, also: str) -> None:
+def show_measured(sel: recorded_run.Selection, k: int, also: str) -> None:
     """The recorded gradients instead of the illustration: scaled, swept over S, and the run's own scaler."""
     stats = sel.stats
-    kind = data.kind_words(page, sel.kind)
+    kind = recorded_run.kind_words(page, sel.kind)
     shares = measured.zone_shares(stats, "fp16", k)
-    pct = {zone: data.pct(page, share) for zone, share in shares.items()}
+    pct = {zone: recorded_run.pct(page, share) for zone, share in shares.items()}
     bounds = measured.scale_bounds(stats, "fp16")
-    source = data.source_line(page, sel)
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    source = recorded_run.source_line(page, sel)
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_zero"), pct["zero"]),
             (page.t("metric_overflow"), pct["overflow"]),
-            (page.t("loss_scaling_data.metric_keep"), _scale(bounds.keep_k)),
-            (page.t("loss_scaling_data.metric_safe"), _scale(bounds.safe_k)),
+            (page.t("loss_scaling_data.metric_keep"), _scale_text(bounds.keep_k)),
+            (page.t("loss_scaling_data.metric_safe"), _scale_text(bounds.safe_k)),
         ]
     )
     with charts:
-        widgets.chart(
-            compare.fp16_binades(page, measured.zone_histogram(stats, "fp16", k)),
+        display.chart(
+            zone_charts.fp16_binades(page, measured.zone_histogram(stats, "fp16", k)),
             page.t("loss_scaling_data.figure_title", kind=kind),
-            " ".join([page.t("caption"), data.shares_note(page, stats), source]),
+            " ".join([page.t("caption"), recorded_run.shares_note(page, stats), source]),
             alt=page.t(
                 "loss_scaling_data.alt_hist", kind=kind, s=power_of_two(k), zero=pct["zero"], over=pct["overflow"]
             ),
@@ -183,25 +184,29 @@ def show_measured(sel: data.Selection, k: int, also: str) -> None:
     if history is not None:
         paragraph += " " + page.t(
             "loss_scaling_data.explain_run",
-            start=_scale(history.first_k),
-            end=_scale(history.last_k),
+            start=_scale_text(history.first_k),
+            end=_scale_text(history.last_k),
             skipped=page.num(len(history.skipped_steps)),
             n=page.num(len(history.steps)),
         )
-    widgets.explain(page, paragraph, page.t("loss_scaling_data.try"))
-    if compare.shows(also, "narrow"):
+    layout.explain(page, paragraph, page.t("loss_scaling_data.try"))
+    if format_table.shows(also, "narrow"):
         st.caption(page.t("also.measured_note"))
-    if compare.shows(also, "fp8"):
+    if format_table.shows(also, "fp8"):
         measured_fp8_table(sel, k)
     if also != "none":  # every block recipe, from the run's own values (file version 2)
-        data.recipe_section(page, sel)
+        recorded_run.recipe_section(page, sel)
 
 
 def real_run_section(run: measured.ScalerHistory, real: Sequence[measured.ScaleStep] | None) -> None:
     """The same run by torch's own GradScaler, in the lab's worker: a button, then whether it matches."""
     with st.expander(page.t("real_title"), icon=":material/science:", expanded=real is not None):
         st.markdown(
-            page.t("real_intro", interval=page.num(SPIKES.growth_interval), steps=_list(page, list(run.skipped_steps)))
+            page.t(
+                "real_intro",
+                interval=page.num(SPIKES.growth_interval),
+                steps=_steps_text(page, list(run.skipped_steps)),
+            )
         )
         job = st.session_state.get(REAL_JOB)
         if not live_view.torch_available():
@@ -227,7 +232,7 @@ def real_run_section(run: measured.ScalerHistory, real: Sequence[measured.ScaleS
             same = measured.history_of(real).log2_scales == run.log2_scales
             real_overflows = [s.step for s in real if s.found_inf]
             key = "real_match" if same else "real_differs"
-            st.markdown(page.t(key, steps=_list(page, real_overflows)))
+            st.markdown(page.t(key, steps=_steps_text(page, real_overflows)))
 
 
 def illustration(k: int, also: str) -> None:
@@ -236,8 +241,8 @@ def illustration(k: int, also: str) -> None:
     scaled = loss_scaled(sample, k)
     shares = static_shift_shares(sample, k)
     run = illustrative_run()
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_zero"), page.pct(shares["zero"])),
             (page.t("metric_overflow"), page.pct(shares["overflow"])),
@@ -246,15 +251,15 @@ def illustration(k: int, also: str) -> None:
         ]
     )
     with charts:
-        widgets.chart(
-            compare.fp16_histogram(page, scaled),
+        display.chart(
+            zone_charts.fp16_histogram(page, scaled),
             page.t("figure_title"),
             page.t("caption") + " " + page.t("common.illustration"),
             alt=page.t("alt", s=power_of_two(k), zero=page.pct(shares["zero"]), over=page.pct(shares["overflow"])),
         )
 
         real = st.session_state.get(REAL_RUN)
-        widgets.chart(
+        display.chart(
             run_figure(page.lang, None if real is None else tuple(s.scale for s in real)),
             page.t("run_title"),
             alt=page.t(
@@ -277,17 +282,17 @@ def illustration(k: int, also: str) -> None:
         interval=page.num(SPIKES.growth_interval),
         skipped=page.num(len(run.skipped_steps)),
     )
-    widgets.explain(page, paragraph, page.t("try"))
+    layout.explain(page, paragraph, page.t("try"))
     if also != "none":
         also_formats(sample, k, also)
 
 
 def also_formats(sample: np.ndarray, k: int, also: str) -> None:
     """The narrower formats beside FP16: each at its own per-tensor scale, and what that scale keeps."""
-    extra = compare.also_keys(also)
+    extra = format_table.also_keys(also)
     scale_exps = {key: per_tensor_scale_exp(sample, key) for key in extra}
-    st.subheader(compare.also_title(page, also))
-    if compare.shows(also, "fp8"):
+    st.subheader(format_table.also_title(page, also))
+    if format_table.shows(also, "fp8"):
         st.markdown(
             page.t(
                 "fp8_explain",
@@ -296,7 +301,7 @@ def also_formats(sample: np.ndarray, k: int, also: str) -> None:
                 e5m2_scale=power_of_two(scale_exps["fp8_e5m2"]),
             )
         )
-    if compare.shows(also, "narrow"):
+    if format_table.shows(also, "narrow"):
         fp4 = "fp4_e2m1"
         scaled_fp4 = static_shift_shares(sample, scale_exps[fp4], fp4)
         st.markdown(
@@ -306,18 +311,18 @@ def also_formats(sample: np.ndarray, k: int, also: str) -> None:
                 e2m1_zero=page.pct(scaled_fp4["zero"]),
             )
         )
-    rows = compare.format_rows(page, sample, ("fp16",), {"fp16": k})
-    rows += compare.format_rows(page, sample, extra)
-    rows += compare.format_rows(page, sample, extra, scale_exps)
+    rows = format_table.format_rows(page, sample, ("fp16",), {"fp16": k})
+    rows += format_table.format_rows(page, sample, extra)
+    rows += format_table.format_rows(page, sample, extra, scale_exps)
     st.dataframe(rows, hide_index=True)
 
 
 def lesson() -> None:
     """The controls and what they change; a recorded run replaces the illustration."""
-    selection = data.data_controls(page)
+    selection = recorded_run.data_controls(page)
     k = int(widgets.slider(page, "scale", page.t("scale"), lambda v: power_of_two(int(v)), help=page.t("scale_help")))
-    also = compare.also_control(page)
-    widgets.after_controls(page)
+    also = format_table.also_control(page)
+    layout.after_controls(page)
     if selection is None:
         illustration(k, also)
     else:
@@ -332,10 +337,10 @@ def end_of_step() -> None:
         typical=page.sci(SPIKES.typical_max),
         spike_pct=page.pct(SPIKES.spike_probability),
     )
-    widgets.step_end(page, notes, [page.t("refs.micikevicius2017"), page.t("refs.torch_amp")])
+    layout.step_end(page, notes, [page.t("refs.micikevicius2017"), page.t("refs.torch_amp")])
 
 
 page = setup("loss_scaling")
-widgets.step_header(page)
-widgets.lesson(page, lesson)
+layout.step_header(page)
+layout.lesson(page, lesson)
 end_of_step()

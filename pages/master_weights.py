@@ -14,8 +14,7 @@ from lensa.master import (
     master_weight_example,
     update_outcome,
 )
-from lensa.ui import figures, widgets
-from lensa.ui import measured as data
+from lensa.ui import display, figures, i18n, layout, recorded_run, widgets
 from lensa.ui.frame import setup
 
 STEPS = 1000
@@ -26,7 +25,7 @@ SHOWN = (*LOW_PRECISION, MASTER_FORMAT)  # the weight held in 16 bits, then the 
 MAX_LAYER_BARS = 12  # a chart a phone can hold; the table below lists every layer
 
 
-def over_training_chart(sel: data.Selection, labels: dict[str, str]) -> None:
+def over_training_chart(sel: recorded_run.Selection, labels: dict[str, str]) -> None:
     """The share each format loses at every recorded step (of the chosen layer, or all), where there are two."""
     steps, over = measured.lost_over_training(sel.run, sel.layer, SHOWN)
     if len(steps) > 1:
@@ -36,11 +35,14 @@ def over_training_chart(sel: data.Selection, labels: dict[str, str]) -> None:
                 f,
                 labels[f],
                 over[f],
-                [hover.format(step=page.num(s), share=data.pct(page, v)) for s, v in zip(steps, over[f], strict=True)],
+                [
+                    hover.format(step=page.num(s), share=recorded_run.pct(page, v))
+                    for s, v in zip(steps, over[f], strict=True)
+                ],
             )
             for f in SHOWN
         ]
-        widgets.chart(
+        display.chart(
             figures.share_lines(
                 steps,
                 lines,
@@ -48,12 +50,12 @@ def over_training_chart(sel: data.Selection, labels: dict[str, str]) -> None:
                 page.t("master_weights_data.axis_share"),
                 page.lang,
             ),
-            page.t("master_weights_data.over_title", layer=data.layer_words(page, sel.layer)),
-            data.source_line(page, sel, every_step=True),
+            page.t("master_weights_data.over_title", layer=recorded_run.layer_words(page, sel.layer)),
+            recorded_run.source_line(page, sel, every_step=True),
             alt=page.t(
                 "master_weights_data.alt_over",
-                first=data.pct(page, over["fp16"][0]),
-                last=data.pct(page, over["fp16"][-1]),
+                first=recorded_run.pct(page, over["fp16"][0]),
+                last=recorded_run.pct(page, over["fp16"][-1]),
                 n=page.num(len(steps)),
             ),
         )
@@ -66,7 +68,7 @@ def layer_table(rows: list[measured.LostRow], labels: dict[str, str]) -> None:
             {
                 page.t("data.col_layer"): r.name,
                 page.t("data.col_values"): page.num(r.nonzero),
-                **{labels[f]: data.pct(page, r.lost[f]) for f in SHOWN},
+                **{labels[f]: recorded_run.pct(page, r.lost[f]) for f in SHOWN},
             }
             for r in rows
         ],
@@ -74,12 +76,12 @@ def layer_table(rows: list[measured.LostRow], labels: dict[str, str]) -> None:
     )
 
 
-def show_measured(sel: data.Selection) -> None:
+def show_measured(sel: recorded_run.Selection) -> None:
     """The recorded updates instead of the illustration: how many an FP16 or BF16 weight would lose."""
     run, stats = sel.run, sel.stats
-    pct = {f: data.pct(page, measured.lost_share(stats, f)) for f in SHOWN}
+    pct = {f: recorded_run.pct(page, measured.lost_share(stats, f)) for f in SHOWN}
     master = pct[MASTER_FORMAT]
-    source = data.source_line(page, sel)
+    source = recorded_run.source_line(page, sel)
     labels = {
         "fp16": page.t("master_weights_data.bar_fp16"),
         "bf16": page.t("master_weights_data.bar_bf16"),
@@ -87,10 +89,12 @@ def show_measured(sel: data.Selection) -> None:
     }
     rows = measured.lost_by_layer(run, sel.step, SHOWN)
     shown = measured.most_lost(rows, "fp16", MAX_LAYER_BARS)
-    series = [(f, labels[f], [r.lost[f] for r in shown], [data.pct(page, r.lost[f]) for r in shown]) for f in SHOWN]
+    series = [
+        (f, labels[f], [r.lost[f] for r in shown], [recorded_run.pct(page, r.lost[f]) for r in shown]) for f in SHOWN
+    ]
     caption = page.t("master_weights_data.layers_caption", shown=page.num(len(shown)), n=page.num(len(rows)))
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("master_weights_data.metric_fp16"), pct["fp16"]),
             (page.t("master_weights_data.metric_bf16"), pct["bf16"]),
@@ -99,7 +103,7 @@ def show_measured(sel: data.Selection) -> None:
         ]
     )
     with charts:
-        widgets.chart(
+        display.chart(
             figures.grouped_share_bars(
                 [r.name for r in shown], series, page.t("master_weights_data.axis_share"), page.lang
             ),
@@ -112,12 +116,12 @@ def show_measured(sel: data.Selection) -> None:
         "master_weights_data.explain",
         step=page.num(sel.step),
         n=page.num(stats.nonzero),
-        layer=data.layer_words(page, sel.layer),
+        layer=recorded_run.layer_words(page, sel.layer),
         fp16=pct["fp16"],
         bf16=pct["bf16"],
         master=master,
     )
-    widgets.explain(page, paragraph, page.t("master_weights_data.try"))
+    layout.explain(page, paragraph, page.t("master_weights_data.try"))
     layer_table(rows, labels)
 
 
@@ -125,7 +129,7 @@ def example_charts(example: MasterWeightExample) -> None:
     """The number line around the weight, then what the updates add exactly, to the master copy and in 16 bits."""
     w, update, gap, stored = example.w, example.update, example.spacing, example.after_one
     exact, change32, change16 = example.exact_change, example.fp32_change, example.low_change
-    widgets.chart(
+    display.chart(
         figures.number_line(
             example.w_stored,
             update,
@@ -145,13 +149,13 @@ def example_charts(example: MasterWeightExample) -> None:
         page.t("figure_title", spacing=page.sci(gap, 3)),
         alt=page.t(
             "alt",
-            w=page.plain(w),
+            w=page.decimal(w),
             spacing=page.sci(gap, 3),
             ratio=page.sci(example.ratio),
-            stored=figures.exact(stored, page.lang),
+            stored=i18n.full_precision(stored, page.lang),
         ),
     )
-    widgets.chart(
+    display.chart(
         figures.labelled_bars(
             [page.t("bar_exact"), page.t("bar_master"), page.t("bar_fp16")],
             [exact, change32, change16],
@@ -159,9 +163,9 @@ def example_charts(example: MasterWeightExample) -> None:
             [page.sci(exact, 3), page.sci(change32, 3), page.sci(change16, 3)],
             lang=page.lang,
             hovers=[
-                f"{page.t('bar_exact')}: {figures.exact(exact, page.lang)}",
-                f"{page.t('bar_master')}: {figures.exact(change32, page.lang)}",
-                f"{page.t('bar_fp16')}: {figures.exact(change16, page.lang)}",
+                f"{page.t('bar_exact')}: {i18n.full_precision(exact, page.lang)}",
+                f"{page.t('bar_master')}: {i18n.full_precision(change32, page.lang)}",
+                f"{page.t('bar_fp16')}: {i18n.full_precision(change16, page.lang)}",
             ],
             headroom=1.3,
         ),
@@ -182,8 +186,8 @@ def illustration(update: float, w: float) -> None:
     gap = example.spacing
     exact, change32, change16 = example.exact_change, example.fp32_change, example.low_change
 
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_spacing"), page.sci(gap, 3)),
             (page.t("metric_ratio"), page.sci(example.ratio)),
@@ -192,14 +196,14 @@ def illustration(update: float, w: float) -> None:
         ]
     )
     outcomes = {f: update_outcome(w, update, f) for f in (*LOW_PRECISION, "fp32")}
-    widgets.metric_row([(page.t(f"outcome_{f}"), outcome_words(outcomes[f])) for f in ("fp16", "bf16", "fp32")])
+    display.metric_row([(page.t(f"outcome_{f}"), outcome_words(outcomes[f])) for f in ("fp16", "bf16", "fp32")])
     with charts:
         example_charts(example)
 
     master = outcomes["fp32"]
     values = {
         "ratio": page.sci(example.ratio),
-        "w": page.plain(w),
+        "w": page.decimal(w),
         "update": page.sci(update),
         "steps": page.num(STEPS),
         "master": page.sci(change32, 3),
@@ -208,11 +212,11 @@ def illustration(update: float, w: float) -> None:
         "fp32_spacing": page.sci(master.spacing, 3),
         "fp32_applied": page.sci(master.applied, 3),
         "fp32_error": page.pct(abs(master.error)),
-        "threshold": page.sig(NOTICEABLE_ROUNDING * 100, 1) + "%",
+        "threshold": page.significant(NOTICEABLE_ROUNDING * 100, 1) + "%",
     }
     paragraph = page.t("explain_lost" if outcomes["fp16"].kind == "lost" else "explain_kept", **values)
     paragraph += page.t(f"explain_fp32_{master.regime}", **values)
-    widgets.explain(page, paragraph, page.t("try"))
+    layout.explain(page, paragraph, page.t("try"))
 
 
 def outcome_words(outcome: UpdateOutcome) -> str:
@@ -222,11 +226,11 @@ def outcome_words(outcome: UpdateOutcome) -> str:
 
 def lesson() -> None:
     """The controls and what they change; a recorded run replaces the illustration."""
-    selection = data.data_controls(page)
+    selection = recorded_run.data_controls(page)
     if selection is None:
         update = widgets.slider(page, "update", page.t("update"), lambda v: page.sci(v, 3), help=page.t("update_help"))
-        w = widgets.slider(page, "w", page.t("w"), page.plain)
-    widgets.after_controls(page)
+        w = widgets.slider(page, "w", page.t("w"), page.decimal)
+    layout.after_controls(page)
     if selection is None:
         illustration(update, w)
     else:
@@ -234,8 +238,8 @@ def lesson() -> None:
 
 
 page = setup("master_weights")
-widgets.step_header(page)
-widgets.lesson(page, lesson)
+layout.step_header(page)
+layout.lesson(page, lesson)
 
 
 def notes_values() -> dict[str, str]:
@@ -260,7 +264,7 @@ def notes_values() -> dict[str, str]:
     }
 
 
-widgets.step_end(
+layout.step_end(
     page,
     page.t("notes", **notes_values()),
     [

@@ -19,7 +19,7 @@ from lensa.memory import (
     zero_divisor,
 )
 from lensa.models import PRESETS, model_text_key, others_comparison, shape_for_params
-from lensa.ui import figures, widgets
+from lensa.ui import display, figures, layout, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import compact_exact, states_formula
 
@@ -50,7 +50,7 @@ class Setup:
 
 def model_controls() -> tuple[str, ModelShape]:
     """The model choice, and for a custom size its parameter count and the shape that follows from it."""
-    model_key = widgets.select(page, "model", page.t("model"), lambda k: page.t(model_text_key(k)))
+    model_key = widgets.dropdown(page, "model", page.t("model"), lambda k: page.t(model_text_key(k)))
     if model_key != "custom":
         return model_key, PRESETS[model_key].shape()
     params_control = page.info.control("params")
@@ -88,7 +88,7 @@ def controls() -> Setup:
             gpus = int(widgets.slider(page, "gpus", page.t("gpus"), page.num))
             attention = widgets.choice(page, "attention", page.t("attention"), lambda v: page.t(f"attention_{v}"))
         gpu_gb = int(widgets.slider(page, "gpu_gb", page.t("gpu_gb"), lambda v: f"{page.num(v)} GB"))
-    widgets.after_controls(page)
+    layout.after_controls(page)
     return Setup(
         precision, tokens, model_key, model, optimizer, zero, gpus, checkpointing, attention == "flash", gpu_gb
     )
@@ -157,7 +157,7 @@ def how_others_count(s: Setup) -> None:
         st.markdown(page.t("others_intro", model=page.t(model_text_key(s.model_key)), gpus=page.num(comparison.gpus)))
         # A small fixed table: Markdown, not a dataframe, so a rerun does not convert it through pandas.
         st.markdown(
-            widgets.markdown_table(
+            display.markdown_table(
                 [page.t("others_col_tool"), page.t("others_col_gb"), page.t("others_col_gib")],
                 [
                     [page.t(f"others_{row.key}"), page.gb(row.bytes), page.t("common.gib", n=page.num(row.gib, 2))]
@@ -178,8 +178,8 @@ def lesson() -> None:
     )
     split = split_bytes_per_param(s.precision, s.optimizer, s.zero, s.gpus)
     formula = states_formula(s.model.params, *split, s.gpus, page.lang)
-    charts = widgets.figure_area()
-    widgets.metric_row(
+    charts = display.figure_area()
+    display.metric_row(
         [
             (page.t("metric_bpp"), page.num(memory.bytes_per_param)),
             (page.t("metric_states"), page.gb(memory.model_states)),
@@ -190,7 +190,7 @@ def lesson() -> None:
     model_name = page.t(model_text_key(s.model_key))
     gpu_line = page.t("gpu_line", gb=page.num(s.gpu_gb))
     with charts:
-        widgets.chart(
+        display.chart(
             figures.stacked_memory(bar_parts(s, memory), s.gpu_gb, gpu_line, page.t("axis"), page.lang),
             page.t("figure_title", model=model_name),
             page.t("caption", formula=formula, states=page.gb(memory.model_states)),
@@ -203,11 +203,11 @@ def lesson() -> None:
                 gpu=gpu_line,
             ),
         )
-    widgets.explain(page, explanation(s, memory, other, formula), page.t("try"))
+    layout.explain(page, explanation(s, memory, other, formula), page.t("try"))
     how_others_count(s)
 
 
 page = setup("memory")
-widgets.step_header(page)
-widgets.lesson(page, lesson)
-widgets.step_end(page, page.t("notes"), [page.t("refs.zero"), page.t("refs.korthikanti"), page.t("refs.flash")])
+layout.step_header(page)
+layout.lesson(page, lesson)
+layout.step_end(page, page.t("notes"), [page.t("refs.zero"), page.t("refs.korthikanti"), page.t("refs.flash")])

@@ -17,7 +17,7 @@ from lensa.speed import (
     step_times,
     tokens_per_second,
 )
-from lensa.ui import figures, jobs, live_view, widgets
+from lensa.ui import display, figures, jobs, layout, live_view, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import compact, teraflops
 
@@ -41,14 +41,14 @@ def controls() -> Controls:
     customised = any(k in st.query_params for k in ("gpu", "mfu", "budget", "cluster"))
     with st.expander(page.t("hardware_title"), icon=":material/memory:", expanded=customised):
         # The notes name the chosen GPU's datasheet: a change of GPU redraws the whole page.
-        gpu_key = widgets.select(page, "gpu", page.t("gpu"), lambda k: GPUS[k].name, whole_page=True)
+        gpu_key = widgets.dropdown(page, "gpu", page.t("gpu"), lambda k: GPUS[k].name, whole_page=True)
         left, right = st.columns(2)
         with left:
             mfu = widgets.slider(page, "mfu", page.t("mfu"), page.pct, help=page.t("mfu_help"))
             budget = widgets.slider(page, "budget", page.t("budget"), lambda v: compact(v, page.lang))
         with right:
             cluster = int(widgets.slider(page, "cluster", page.t("cluster"), page.num))
-    widgets.after_controls(page)
+    layout.after_controls(page)
     return tokens, gpu_key, mfu, budget, cluster
 
 
@@ -56,16 +56,16 @@ def time_chart(gpu: Gpu, timing: StepTimes, mfu: float) -> None:
     """Seconds a step takes in each of the chip's modes."""
     modes, times = timing.modes, timing.seconds
     names = [page.t(f"bar_{m}") for m in modes]
-    widgets.chart(
+    display.chart(
         figures.step_time_bars(
             names,
             times,
             [MODE_STYLE[m][0] for m in modes],
-            [page.sec(t) for t in times],
+            [page.seconds(t) for t in times],
             axis_title=page.t("axis_time"),
             patterns=[MODE_STYLE[m][1] for m in modes],
             hovers=[
-                page.t("hover_time", mode=n, time=page.sec(t), peak=teraflops(gpu.peak(m), page.lang))
+                page.t("hover_time", mode=n, time=page.seconds(t), peak=teraflops(gpu.peak(m), page.lang))
                 for n, t, m in zip(names, times, modes, strict=True)
             ],
             lang=page.lang,
@@ -76,7 +76,7 @@ def time_chart(gpu: Gpu, timing: StepTimes, mfu: float) -> None:
             "time_alt",
             gpu=gpu.name,
             mfu=page.pct(mfu),
-            bars="; ".join(f"{n} {page.sec(t)}" for n, t in zip(names, times, strict=True)),
+            bars="; ".join(f"{n} {page.seconds(t)}" for n, t in zip(names, times, strict=True)),
         ),
     )
 
@@ -84,7 +84,7 @@ def time_chart(gpu: Gpu, timing: StepTimes, mfu: float) -> None:
 def memory_chart(gpu: Gpu, memories: dict[str, MemoryBreakdown]) -> None:
     """Training memory in each mode whose memory is modelled, against the chip's own memory."""
     names = {m: page.t(f"bar_{m}") for m in memories}
-    widgets.chart(
+    display.chart(
         figures.memory_total_bars(
             list(names.values()),
             [b.total for b in memories.values()],
@@ -123,13 +123,13 @@ def lesson() -> None:
     timing = step_times(gpu, SEVEN_B.params, tokens, mfu)
     memories = step_memories(timing.modes, SEVEN_B, tokens)
 
-    charts = widgets.figure_area()  # the two figures above the cards, sent after them
+    charts = display.figure_area()  # the two figures above the cards, sent after them
     fp32_time, mixed_time = timing.of("fp32"), timing.of(mixed)
     label = mixed.upper()
-    widgets.metric_row(
+    display.metric_row(
         [
-            (page.t("metric_fp32"), page.sec(fp32_time)),
-            (page.t("metric_mixed", mode=label), page.sec(mixed_time)),
+            (page.t("metric_fp32"), page.seconds(fp32_time)),
+            (page.t("metric_mixed", mode=label), page.seconds(mixed_time)),
             (page.t("metric_speedup"), page.ratio(timing.speedup(mixed))),
             (page.t("metric_memory", mode=label), page.gb(memories[mixed].total)),
         ]
@@ -137,12 +137,12 @@ def lesson() -> None:
     fastest = timing.fastest
     rate = tokens_per_second(gpu.peak(fastest), SEVEN_B.params, mfu)
     days = days_to_train(SEVEN_B.params, budget, gpu.peak(fastest), cluster, mfu)
-    widgets.metric_row(
+    display.metric_row(
         [
             (page.t("metric_throughput", mode=fastest.upper()), page.t("per_second", n=page.num(rate))),
             (
                 page.t("metric_days", budget=compact(budget, page.lang), gpus=page.num(cluster)),
-                page.t("days", n=page.sig(days, 3)),
+                page.t("days", n=page.significant(days, 3)),
             ),
         ]
     )
@@ -153,25 +153,27 @@ def lesson() -> None:
         "explain",
         tokens=page.num(tokens),
         mode=label,
-        mixed=page.sec(mixed_time),
-        fp32=page.sec(fp32_time),
+        mixed=page.seconds(mixed_time),
+        fp32=page.seconds(fp32_time),
         speedup=page.ratio(timing.speedup(mixed)),
         act32=page.gb(memories["fp32"].activations),
         act16=page.gb(memories[mixed].activations),
     )
     if gpu.peak("fp8") is not None:
-        paragraph += " " + page.t("fp8_here", fp8=page.sec(timing.of("fp8")), ratio=page.ratio(timing.speedup("fp8")))
+        paragraph += " " + page.t(
+            "fp8_here", fp8=page.seconds(timing.of("fp8")), ratio=page.ratio(timing.speedup("fp8"))
+        )
     else:
         paragraph += page.t("fp8_line")
     paragraph += " " + page.t(
         "explain_budget",
         budget=compact(budget, page.lang),
         gpus=page.num(cluster),
-        days=page.sig(days, 3),
+        days=page.significant(days, 3),
         mode=fastest.upper(),
         gpu_days=page.num(gpu_days_to_train(SEVEN_B.params, budget, gpu.peak(fastest), mfu)),
     )
-    widgets.explain(page, paragraph, page.t("try"))
+    layout.explain(page, paragraph, page.t("try"))
     measurement(gpu, mixed)
 
 
@@ -220,10 +222,10 @@ def measurement(gpu: Gpu, mixed: str) -> None:
 
 
 page = setup("speed")
-widgets.step_header(page)
-widgets.lesson(page, lesson)
+layout.step_header(page)
+layout.lesson(page, lesson)
 gpu_key = str(widgets.current(page, "gpu"))  # the lesson's choice (a change of it redraws the page)
-widgets.step_end(
+layout.step_end(
     page,
     page.t("notes"),
     [page.t("refs.kaplan"), f"{GPUS[gpu_key].name}: {page.t(f'source_{gpu_key}')}", page.t("refs.fp8")],

@@ -7,8 +7,8 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from lensa.ui import site
+from lensa.ui.layout import LINK_NOTICE_ICON
 from lensa.ui.site import PAGES_BY_KEY
-from lensa.ui.widgets import LINK_NOTICE_ICON
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")

@@ -25,19 +25,19 @@ COPIED = ("app.py", "pyproject.toml", ".streamlit/", "pages/", "lensa/", "bench/
 PAGE = '''"""Step 7 · A step added by tests/test_add_a_step.py."""
 
 from lensa import doubling
-from lensa.ui import widgets
+from lensa.ui import display, layout, widgets
 from lensa.ui.frame import setup
 
 
 def lesson() -> None:
     x = widgets.slider(page, "x", page.t("x"), page.num)
-    widgets.after_controls(page)
-    widgets.metric_row([(page.t("metric_double"), page.num(doubling.double(x)))])
+    layout.after_controls(page)
+    display.metric_row([(page.t("metric_double"), page.num(doubling.double(x)))])
 
 
 page = setup("doubling")
-widgets.step_header(page)
-widgets.lesson(page, lesson)
+layout.step_header(page)
+layout.lesson(page, lesson)
 '''
 CORE = '''"""What step 7 computes."""
 

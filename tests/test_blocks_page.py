@@ -64,10 +64,10 @@ def _frames(at) -> list:
 
 def test_the_reference_run_gives_every_recipe_per_layer_and_the_replay():
     from lensa import measured
-    from lensa.ui import measured as view
+    from lensa.ui import recorded_run
 
-    view._load_reference.clear()
-    run = view.Source("reference", "reference", view.reference_run()[0]).tensors
+    recorded_run._load_reference.clear()
+    run = recorded_run.Source("reference", "reference", recorded_run.reference_run()[0]).tensors
     assert run.has_recipes
     layer = run.names("weight")[0]
     step = run.steps("weight")[-1]
@@ -85,7 +85,7 @@ def test_the_reference_run_gives_every_recipe_per_layer_and_the_replay():
     assert len(replay) == 1 and replay.iloc[0]["Layer"] == layer
     over = measured.delayed_replays(run, "weight", layer)[0].overflow[16]
     assert (replay.iloc[0].iloc[3] == "—") == (not over)
-    view._load_reference.clear()
+    recorded_run._load_reference.clear()
 
 
 @pytest.mark.parametrize("lang", i18n.LANGUAGES)
@@ -111,16 +111,16 @@ def test_a_version_1_upload_says_it_predates_the_recipes(lang):
 
 @pytest.mark.parametrize("key", page_keys(control="also"))
 def test_steps_2_3_5_show_the_recipes_with_also_and_a_recorded_run(key):
-    from lensa.ui import measured as view
+    from lensa.ui import recorded_run
 
-    view._load_reference.clear()
+    recorded_run._load_reference.clear()
     at = open_page(key, lang="id", data="reference", also="all", recipe="mxfp4_e2m1")
     assert not at.exception, [e.value for e in at.exception]
     assert i18n.text("id", "recipes.title") in [h.value for h in at.subheader]
     assert any(i18n.text("id", "recipes.col_current") in d.value.columns for d in at.dataframe)
     plain = open_page(key, lang="id", data="reference")  # also=none: the recipes stay out of the way
     assert i18n.text("id", "recipes.title") not in [h.value for h in plain.subheader]
-    view._load_reference.clear()
+    recorded_run._load_reference.clear()
 
 
 def test_a_bad_recipe_in_a_link_falls_back_without_an_error():

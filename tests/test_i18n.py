@@ -90,8 +90,8 @@ def test_language_choice_order(url, session, locale, expected):
         (i18n.ratio, (16.0,), "16×", "16×"),
         (i18n.ratio, (2.46,), "2.5×", "2,5×"),
         (i18n.number, (8192,), "8,192", "8.192"),
-        (i18n.plain, (0.5,), "0.5", "0,5"),
-        (i18n.plain, (1000.0,), "1,000", "1.000"),
+        (i18n.decimal, (0.5,), "0.5", "0,5"),
+        (i18n.decimal, (1000.0,), "1,000", "1.000"),
     ],
 )
 def test_numbers_by_language(fn, args, en, id_):

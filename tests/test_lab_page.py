@@ -9,8 +9,7 @@ import json
 import pytest
 
 from lensa.scaling import dynamic_run
-from lensa.ui import i18n
-from lensa.ui import measured as view
+from lensa.ui import i18n, recorded_run
 from tests.conftest import requires_torch
 from tests.pagetools import metrics, open_page
 from tests.test_live import CSV_COLUMNS
@@ -113,7 +112,7 @@ def test_a_finished_run_can_be_shown_in_the_lesson(lang):
     assert at.selectbox(key="w.fp16_range.kind").value == "weight_grad"
     line = i18n.text(lang, "data.line_lab").split("(")[0]
     assert any(line in c.value for c in at.caption), [c.value for c in at.caption]
-    _ident, lab = at.session_state[view.LAB_RUN]
+    _ident, lab = at.session_state[recorded_run.LAB_RUN]
     assert sorted(lab) == ["bf16", "fp16", "fp32"]
     assert all(run.meta["source"] == "lab" for run in lab.values())
     # Step 3 replays the FP16 arm's loss scale from the same run.

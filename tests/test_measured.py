@@ -101,7 +101,7 @@ def test_lost_shares_match_adding_in_the_format():
 def test_run_level_views_of_the_fixture():
     run = reference_arms()["fp32"]
     step = run.steps("weight_grad")[-1]
-    every = measured.select(run, "weight_grad", measured.ALL_LAYERS, step)
+    every = measured.tensor_stats(run, "weight_grad", measured.ALL_LAYERS, step)
     assert every.size == sum(run.get("weight_grad", n, step).size for n in run.names("weight_grad"))
     rows = measured.layer_rows(run, "weight_grad", step)
     zeros = [r.shares["fp16"]["zero"] for r in rows]

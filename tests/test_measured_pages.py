@@ -19,8 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 from lensa import measured
 from lensa.reference import load_reference
-from lensa.ui import i18n
-from lensa.ui import measured as view
+from lensa.ui import i18n, recorded_run
 from lensa.ui.site import MEASURED_ONLY, PAGES_BY_KEY
 from tests.pagetools import APP, metrics, notices, open_page, page_keys
 from tests.runfixtures import reference_arms, upload_bytes
@@ -34,9 +33,9 @@ SOURCES = ("illustration", "reference", "lab", "upload")
 
 @pytest.fixture(autouse=True)
 def fresh_reference_cache():
-    view._load_reference.clear()
+    recorded_run._load_reference.clear()
     yield
-    view._load_reference.clear()
+    recorded_run._load_reference.clear()
 
 
 def visit(key: str, lang: str = "en", session: dict | None = None, **params: str) -> AppTest:
@@ -54,7 +53,7 @@ def visit(key: str, lang: str = "en", session: dict | None = None, **params: str
 
 def reference_tensors():
     """The run the pages read with data=reference (the shipped one, or the synthetic one in its place)."""
-    return view.Source("reference", "reference", view.reference_run()[0]).tensors
+    return recorded_run.Source("reference", "reference", recorded_run.reference_run()[0]).tensors
 
 
 def upload(at: AppTest, name: str = "my run.npz", content: bytes | None = None) -> AppTest:
@@ -70,7 +69,7 @@ def infos(at: AppTest) -> str:
     return "\n".join(i.value for i in at.info)
 
 
-LAB = {view.LAB_RUN: ("lab-test", reference_arms())}
+LAB = {recorded_run.LAB_RUN: ("lab-test", reference_arms())}
 
 
 @pytest.mark.parametrize("lang", i18n.LANGUAGES)
@@ -105,7 +104,7 @@ def test_every_step_with_every_data_source(key, data, lang):
 @pytest.mark.parametrize("lang", i18n.LANGUAGES)
 def test_step3_names_the_two_loss_scales_and_replays_the_scaler(lang):
     fp32, fp16 = load_reference()
-    bounds = measured.scale_bounds(measured.select(fp32, "weight_grad", "all", fp32.steps("weight_grad")[-1]))
+    bounds = measured.scale_bounds(measured.tensor_stats(fp32, "weight_grad", "all", fp32.steps("weight_grad")[-1]))
     keep, safe = f"2^{bounds.keep_k}", f"2^{bounds.safe_k}"
     at = visit("loss_scaling", lang, data="reference")
     text = "\n".join(m.value for m in at.markdown)
@@ -205,7 +204,7 @@ def test_reference_unavailable_says_so(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "lensa.reference", None)  # import fails as if the module did not exist
     monkeypatch.delattr(lensa, "reference", raising=False)
-    view._load_reference.clear()
+    recorded_run._load_reference.clear()
     at = visit("loss_scaling", "id", data="reference")
     assert not at.exception
     assert i18n.text("id", "data.reference_missing").split(",")[0] in infos(at)
@@ -222,18 +221,18 @@ def test_set_lab_run_fills_the_session_slot():
     def script():
         import streamlit as st
 
-        from lensa.ui import measured as view
+        from lensa.ui import recorded_run
         from tests.runfixtures import reference_arms
 
-        if view.lab_run() is None:
-            view.set_lab_run(tuple(reference_arms().values()))  # as the lab hands over its arms
-        st.markdown(", ".join(sorted(view.lab_run()[1])))
+        if recorded_run.lab_run() is None:
+            recorded_run.set_lab_run(tuple(reference_arms().values()))  # as the lab hands over its arms
+        st.markdown(", ".join(sorted(recorded_run.lab_run()[1])))
 
     at = AppTest.from_function(script).run()
     assert not at.exception and at.markdown[0].value == "fp16, fp32"
-    assert view._arms(reference_arms()["fp16"]) == {"fp16": reference_arms()["fp16"]}
+    assert recorded_run._arms(reference_arms()["fp16"]) == {"fp16": reference_arms()["fp16"]}
     with pytest.raises(TypeError):
-        view._arms({"x": 1})
+        recorded_run._arms({"x": 1})
 
 
 @pytest.mark.parametrize("lang", i18n.LANGUAGES)
@@ -262,7 +261,7 @@ def test_illustration_loads_nothing(monkeypatch):
     def fail():
         raise AssertionError("the illustration must not load a run")
 
-    monkeypatch.setattr(view, "reference_run", fail)
+    monkeypatch.setattr(recorded_run, "reference_run", fail)
     at = visit("loss_scaling", scale="3")
     assert not at.exception
     at.select_slider(key="w.loss_scaling.scale").set_value(5).run()
@@ -270,8 +269,8 @@ def test_illustration_loads_nothing(monkeypatch):
 
 
 def test_markdown_escape_keeps_file_text_plain():
-    assert view.md_escape("tok_emb.*[x](y) $a$\n<b>") == r"tok\_emb.\*\[x\](y) \$a\$ \<b\>"
-    assert view.md_escape("x" * 100, limit=10) == "x" * 10 + "…"
+    assert recorded_run.md_escape("tok_emb.*[x](y) $a$\n<b>") == r"tok\_emb.\*\[x\](y) \$a\$ \<b\>"
+    assert recorded_run.md_escape("x" * 100, limit=10) == "x" * 10 + "…"
 
 
 def test_an_upload_name_with_markdown_is_shown_as_typed():

@@ -92,12 +92,12 @@ def test_the_report_equals_the_core_functions_the_pages_call(upload_file):
         step = run.steps(kind)[-1]
         section = doc["kinds"][kind]
         assert section["step"] == step
-        every = measured.select(run, kind, "all", step)
+        every = measured.tensor_stats(run, kind, "all", step)
         for f in R.REPORT_FORMATS:
             shares = measured.zone_shares(every, f)
             assert section["all"]["shares"][f] == {z: (v if math.isfinite(v) else None) for z, v in shares.items()}
         assert [layer["name"] for layer in section["layers"]] == list(measured.layers_at(run, kind, step))
-    bounds = measured.scale_bounds(measured.select(run, "weight_grad", "all", run.steps("weight_grad")[-1]))
+    bounds = measured.scale_bounds(measured.tensor_stats(run, "weight_grad", "all", run.steps("weight_grad")[-1]))
     assert (doc["loss_scale"]["weight_grad"]["keep_k"], doc["loss_scale"]["weight_grad"]["safe_k"]) == (
         bounds.keep_k,
         bounds.safe_k,

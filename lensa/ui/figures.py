@@ -9,7 +9,7 @@ writing the spec takes well under a millisecond. The specs are validated by
 the tests instead (tests/test_figures.py).
 
 Titles are not drawn inside the figures: the page writes each figure's
-heading as text above it (``widgets.chart``), where it wraps on a phone.
+heading as text above it (``display.chart``), where it wraps on a phone.
 
 One colour means one thing on every page. The palette is Okabe and Ito's,
 chosen to stay distinct for the common forms of colour blindness, and every
@@ -241,19 +241,8 @@ def _hline(y: float) -> Spec:
     }
 
 
-def _list(values: Sequence[float] | np.ndarray) -> list[float]:
+def _floats(values: Sequence[float] | np.ndarray) -> list[float]:
     return [float(v) for v in values]
-
-
-def exact(x: float, lang: str) -> str:
-    """A value to full float precision, written the local way (for hover text)."""
-    if not math.isfinite(x):
-        return i18n.sci(x, lang)
-    text = f"{x:.17g}"
-    if "e" in text:
-        m, e = text.split("e")
-        return f"{m.replace('.', ',') if lang == 'id' else m}e{int(e)}"
-    return text.replace(".", ",") if lang == "id" else text
 
 
 def decade_ticks(lo: int, hi: int, every: int = 2) -> Spec:
@@ -381,7 +370,7 @@ def category_histogram(
         hovertext = [hover.format(lo=bounds[i], hi=bounds[i + 1], n=int(counts[i]), category=labels[cat]) for i in used]
         data.append(
             _category_bars(
-                cat, labels[cat], _list(centres[used]), [int(counts[i]) for i in used], 1 / BINS_PER_DECADE, hovertext
+                cat, labels[cat], _floats(centres[used]), [int(counts[i]) for i in used], 1 / BINS_PER_DECADE, hovertext
             )
         )
     shapes, annotations = _log_marks(marks)
@@ -442,7 +431,7 @@ def scaler_run(
     several steps at a time (the last frame is always the whole run).
     ``lang`` is the language of the data table and the text alternative.
     """
-    run = _Run.of([int(s) for s in steps], _list(log2_scales), list(skipped), labels, colour)
+    run = _Run.of([int(s) for s in steps], _floats(log2_scales), list(skipped), labels, colour)
     data = run.traces(len(run.steps))
     all_ys = list(run.ys)
     headers = [labels.axis_step, f"{labels.clean}: S", labels.skipped]
@@ -451,7 +440,7 @@ def scaler_run(
         for st, y, s in zip(run.steps, run.ys, run.skipped, strict=True)
     ]
     if overlay is not None:
-        name, other = overlay[0], _list(overlay[1])
+        name, other = overlay[0], _floats(overlay[1])
         all_ys += other
         headers.append(f"{name}: S")
         for row, y in zip(rows, other, strict=False):  # a real run may stop short of the illustration
@@ -610,7 +599,7 @@ def loss_curves(
         {
             "type": "scatter",
             "x": list(range(1, len(losses) + 1)),
-            "y": _list(losses),
+            "y": _floats(losses),
             "mode": "lines",
             "name": label,
             # The arms often overlap exactly; the dashes keep each one visible.
@@ -672,17 +661,17 @@ def number_line(
     shapes = [_half_spacing_band(spacing), *(m.stem() for m in marks)]
     reach = max(float(np.abs(offsets).max()), abs(update), spacing) * 1.08
     layout = _number_line_layout(shapes, reach, labels["half"], axis_title, lang)
-    rows = [(m.label, exact(m.value, lang)) for m in marks]
-    rows += [(name, exact(float(v), lang)) for v in grid]
+    rows = [(m.label, i18n.full_precision(m.value, lang)) for m in marks]
+    rows += [(name, i18n.full_precision(float(v), lang)) for v in grid]
     table = _table(lang, (_words(lang, "col_point"), _words(lang, "col_value")), rows)
     alt = _words(
         lang,
         "alt_number_line",
-        w=exact(w, lang),
+        w=i18n.full_precision(w, lang),
         exact_label=labels["exact"],
-        exact=exact(w + update, lang),
+        exact=i18n.full_precision(w + update, lang),
         stored_label=labels["stored"],
-        stored=exact(stored, lang),
+        stored=i18n.full_precision(stored, lang),
         spacing=i18n.sci(spacing, lang, 3),
     )
     return _figure(data, layout, table=table, alt=alt)
@@ -738,7 +727,7 @@ class _Mark:
             "text": [self.label],
             "textposition": self.text_position,
             "marker": {"symbol": self.symbol, "size": 13, "color": self.colour},
-            "hovertext": [f"{self.label}: {exact(self.value, lang)}"],
+            "hovertext": [f"{self.label}: {i18n.full_precision(self.value, lang)}"],
             "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
             "showlegend": False,
         }
@@ -758,12 +747,12 @@ def _grid_ticks(name: str, colour: str, offsets: np.ndarray, grid: np.ndarray, l
     """A format's values as upright ticks on the line, each with its exact value on hover."""
     return {
         "type": "scatter",
-        "x": _list(offsets),
+        "x": _floats(offsets),
         "y": [0.0] * len(offsets),
         "mode": "markers",
         "name": name,
         "marker": {"symbol": "line-ns-open", "size": 26, "color": colour, "line": {"width": 2}},
-        "hovertext": [exact(float(v), lang) for v in grid],
+        "hovertext": [i18n.full_precision(float(v), lang) for v in grid],
         "hovertemplate": f"{name}: %{{hovertext}}" + HIDE_TRACE_NAME,
     }
 
@@ -860,7 +849,7 @@ def labelled_bars(
     )
     rows = [(name, text) for name, text in zip(names, texts, strict=True)]
     if line is not None:
-        rows.append((line[1], i18n.plain(line[0], lang)))
+        rows.append((line[1], i18n.decimal(line[0], lang)))
     table = _table(lang, (_words(lang, "col_item"), axis_title or _words(lang, "col_value")), rows)
     alt = _words(lang, "alt_bars", bars="; ".join(f"{name}: {text}" for name, text in rows))
     return _figure(data, layout, table=table, alt=alt)
@@ -972,13 +961,13 @@ def format_ranges(
     data.append(
         {
             "type": "scatter",
-            "x": _list(np.log10(sample)),
-            "y": _list(jitter),
+            "x": _floats(np.log10(sample)),
+            "y": _floats(jitter),
             "mode": "markers",
             "name": labels["gradients"],
             "marker": {"size": 4, "color": NEUTRAL},
             # plotly formats the 400 hover values in the browser (with the layout's decimal mark)
-            "customdata": _list(sample),
+            "customdata": _floats(sample),
             "hovertemplate": "%{customdata:.3~e}" + HIDE_TRACE_NAME,
             "showlegend": False,
         }
@@ -1011,12 +1000,12 @@ def precision_ticks(grids: Sequence[tuple[str, str, np.ndarray]], lang: str) -> 
     data: list[Spec] = [
         {
             "type": "scatter",
-            "x": _list(values),
+            "x": _floats(values),
             "y": [row] * len(values),
             "mode": "markers",
             "name": label,
             "marker": {"symbol": "line-ns-open", "size": 22, "color": FORMAT_COLOURS[key], "line": {"width": 2}},
-            "customdata": _list(values),
+            "customdata": _floats(values),
             "hovertemplate": f"{label}: %{{customdata:.17~g}}" + HIDE_TRACE_NAME,
             "showlegend": False,
         }
@@ -1035,7 +1024,7 @@ def precision_ticks(grids: Sequence[tuple[str, str, np.ndarray]], lang: str) -> 
         xaxis={"fixedrange": True},
     )
     rows = [
-        (label, i18n.number(len(values), lang), ", ".join(exact(float(v), lang) for v in values))
+        (label, i18n.number(len(values), lang), ", ".join(i18n.full_precision(float(v), lang) for v in values))
         for _, label, values in grids
     ]
     headers = (_words(lang, "col_format"), _words(lang, "col_count"), _words(lang, "col_values"))
@@ -1181,7 +1170,7 @@ def _sweep_line(
     return {
         "type": "scatter",
         "x": xs,
-        "y": _list(values),
+        "y": _floats(values),
         "mode": "lines+markers",
         "name": name,
         "line": {"color": colour, "width": 2.5, "dash": dash},
@@ -1253,7 +1242,7 @@ def share_lines(
         {
             "type": "scatter",
             "x": xs,
-            "y": _list(values),
+            "y": _floats(values),
             "mode": "lines+markers",
             "name": label,
             "line": {"color": FORMAT_COLOURS[key], "width": 2.5, "dash": ARM_DASHES.get(key, "solid")},
@@ -1291,7 +1280,7 @@ def grouped_share_bars(
         {
             "type": "bar",
             "y": rows,
-            "x": _list(values),
+            "x": _floats(values),
             "orientation": "h",
             "name": label,
             # told apart without colour too: FP16 plain, the others hatched, as in the legend

@@ -16,6 +16,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from lensa.ui import i18n
+from lensa.ui.injected import METRIC_STYLE
 from lensa.ui.site import LEGACY_PARAMS, PAGES, PAGES_BY_KEY, PageInfo
 
 LANG_WIDGET = "w.lang"
@@ -26,12 +27,6 @@ _MISSING = object()
 _SEEN = "lensa.seen"  # URL values as we last read or wrote them: a difference means the URL moved
 _REMEMBER = "lensa.remember"  # each page's control values as URL text, for links into it
 _LANG_NAMES = {"id": "Bahasa Indonesia", "en": "English"}
-# Metric labels wrap instead of being cut off ("Mean relative error FP16" in a quarter row).
-_STYLE = """<style>
-[data-testid="stMetricLabel"] p, [data-testid="stMetricLabel"] div {
-    white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
-}
-</style>"""
 
 
 @dataclass
@@ -67,17 +62,18 @@ class Page:
     def num(self, x: float, places: int = 0) -> str:
         return i18n.number(x, self.lang, places)
 
-    def sec(self, s: float) -> str:
+    def seconds(self, s: float) -> str:
         return i18n.seconds(s, self.lang)
 
     def ratio(self, r: float) -> str:
         return i18n.ratio(r, self.lang)
 
-    def sig(self, x: float, digits: int = 2) -> str:
+    def significant(self, x: float, digits: int = 2) -> str:
         return i18n.significant(x, self.lang, digits)
 
-    def plain(self, x: float) -> str:
-        return i18n.plain(x, self.lang)
+    def decimal(self, x: float) -> str:
+        """``x`` as a plain decimal, without e-notation or rounding to a few digits: ``0.5``, ``1,000``."""
+        return i18n.decimal(x, self.lang)
 
 
 def _state(name: str) -> dict[Any, Any]:
@@ -219,7 +215,7 @@ def setup(page_key: str) -> Page:
     for raw in pending:
         page.notices.append(page.t("notice.bad_lang", raw=safe_echo(raw), language=_LANG_NAMES[lang]))
     page.nav_area = st.sidebar.container()
-    st.html(_STYLE)
+    st.html(METRIC_STYLE)
     page.notice_area = st.container()
     return page
 

@@ -128,7 +128,7 @@ def _non_finite(x: float) -> str:
     return "∞" if x > 0 else "−∞"
 
 
-def plain(x: float, lang: str) -> str:
+def decimal(x: float, lang: str) -> str:
     """The shortest plain spelling of a number, with grouping: ``0.5``, ``1``, ``1,000``."""
     if not math.isfinite(x):
         return _non_finite(x)
@@ -165,6 +165,31 @@ def sci(x: float, lang: str, digits: int = 2) -> str:
     mantissa, exponent = f"{r:.{digits - 1}e}".split("e")
     sign = "−" if mantissa.startswith("-") else ""
     return f"{sign}{_localise(mantissa.lstrip('-'), lang)}e{int(exponent)}"
+
+
+def exact_or_sci(x: float, lang: str, digits: int = 5) -> str:
+    """``x`` written exactly where that is short, else in e-notation: a format's range ends, say.
+
+    Exactly (with grouping) when ``x`` is below a million and its exact decimal value has at most
+    ``digits`` significant digits: ``7.5``, ``0.0625``, ``65,504``. Else :func:`sci` with 2 digits:
+    ``6.0e-8`` (2^-24), ``3.4e38``. 0 is ``0``; inf and NaN as ``∞`` / ``NaN``.
+    """
+    if not math.isfinite(x):
+        return _non_finite(x)
+    if abs(x) < 1e6 and len(Decimal(x).normalize().as_tuple().digits) <= digits:
+        return ("−" if x < 0 else "") + decimal(abs(x), lang)
+    return sci(x, lang)
+
+
+def full_precision(x: float, lang: str) -> str:
+    """A value to full float precision, written the local way (for hover text)."""
+    if not math.isfinite(x):
+        return sci(x, lang)
+    text = f"{x:.17g}"
+    if "e" in text:
+        m, e = text.split("e")
+        return f"{m.replace('.', ',') if lang == 'id' else m}e{int(e)}"
+    return text.replace(".", ",") if lang == "id" else text
 
 
 def gigabytes(n_bytes: float, lang: str) -> str:

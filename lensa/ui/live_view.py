@@ -53,7 +53,7 @@ def error_text(page: Page, exc: BaseException) -> str:
     if isinstance(exc, live.LiveError):
         if exc.kind == "too_long" and len(exc.numbers) == 2:
             need, limit = exc.numbers
-            return page.t("live.error_too_long", seconds=page.sec(need), limit=page.sec(limit))
+            return page.t("live.error_too_long", seconds=page.seconds(need), limit=page.seconds(limit))
         if exc.kind == "invalid":
             # The core's detail is English and names code fields; it goes to the log, not the page.
             _LOG.warning("live run refused: %s", exc.message)
@@ -142,7 +142,7 @@ def comparison_table(page: Page, comparison: Any) -> list[dict[str, str]]:
         rows.append(
             {
                 header["arm"]: page.t(f"lab.arm_{row['arm']}"),
-                header["time"]: page.sig(row["time_s"], 3),
+                header["time"]: page.significant(row["time_s"], 3),
                 header["loss"]: page.num(row["final_loss"], 4),
                 header["acc"]: page.pct(row["accuracy"]),
                 header["mem"]: page.t("lab.not_measured_cpu") if memory is None else page.num(memory, 1),
@@ -173,8 +173,8 @@ def memory_table(page: Page, comparison: Any) -> list[dict[str, str]]:
         rows.append(
             {
                 head["arm"]: page.t(f"lab.arm_{name}"),
-                head["saved_pred"]: page.sig(predicted.saved_for_backward / 1e6, 4),
-                head["saved_meas"]: page.sig(arm.saved_for_backward_bytes / 1e6, 4),
+                head["saved_pred"]: page.significant(predicted.saved_for_backward / 1e6, 4),
+                head["saved_meas"]: page.significant(arm.saved_for_backward_bytes / 1e6, 4),
                 head["peak_pred"]: page.num(predicted.peak / 1e6, 1),
                 head["peak_meas"]: page.t("lab.not_measured_cpu")
                 if measured_peak is None
@@ -193,7 +193,7 @@ def benchmark_table(page: Page, rows: Sequence[Any], gpu: Any) -> list[dict[str,
         # measured smaller, so its one product stays short).
         size = "—"
         if row["tflops"]:
-            measured = page.sig(row["tflops"], 3)
+            measured = page.significant(row["tflops"], 3)
             size = page.num(row["size"])
         elif row["mode"] == "tf32" and row["device"] == "cpu":
             measured = page.t("speed.measure_no_tf32")

@@ -56,7 +56,7 @@ LEGACY_PARAMS: dict[str, tuple[str, dict[str, str]]] = {"fp8": ("also", {"on": "
 DATA_SOURCES = ("illustration", "reference", "lab", "upload")
 DATA = ChoiceControl("data", DATA_SOURCES, "illustration")
 # Read only with measured data. The layers and steps are the run's own, known once it is loaded: these are
-# the declarations, and the page draws them with the run's names and steps (lensa/ui/measured.py).
+# the declarations, and the page draws them with the run's names and steps (lensa/ui/recorded_run.py).
 MEASURED_ONLY = ("kind", "layer", "step", "recipe")
 LAYER = ChoiceControl("layer", ("all",), "all")
 STEP = NumberControl("step", (1,), 1, integer=True)

@@ -18,7 +18,7 @@ def test_upload_on_step3_names_the_file_and_its_two_loss_scales(server, page, tm
     path = tmp_path / "my-run.npz"
     path.write_bytes(upload_bytes())
     run = load(path)
-    stats = measured.select(run, "weight_grad", measured.ALL_LAYERS, run.steps("weight_grad")[-1])
+    stats = measured.tensor_stats(run, "weight_grad", measured.ALL_LAYERS, run.steps("weight_grad")[-1])
     bounds = measured.scale_bounds(stats)
     keep, safe = f"2^{bounds.keep_k}", f"2^{bounds.safe_k}"
 

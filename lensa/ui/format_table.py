@@ -1,5 +1,5 @@
-"""What steps 2, 3 and 5 share: the FP16 histogram of the gradient sample (or of a recorded run), and a table of
-formats side by side."""
+"""Steps 2, 3 and 5's "also show" choice and the table of formats side by side that it fills: each format's
+range, what it does to the gradients and the error it leaves."""
 
 from __future__ import annotations
 
@@ -8,12 +8,11 @@ from collections.abc import Sequence
 import numpy as np
 import streamlit as st
 
-from lensa.formats import FORMATS, category_shares, classify, formats_in, relative_error
-from lensa.measured import ZoneHistogram
+from lensa.formats import FORMATS, category_shares, formats_in, relative_error
 from lensa.scaling import loss_scaled
-from lensa.ui import figures, widgets
+from lensa.ui import widgets
 from lensa.ui.frame import Page
-from lensa.ui.i18n import power_of_two
+from lensa.ui.i18n import exact_or_sci, power_of_two
 from lensa.ui.site import ALSO_GROUPS
 
 # The formats the steps list side by side, by the registry's groups.
@@ -33,7 +32,10 @@ def shows(also: str, group: str) -> bool:
 
 
 def also_title(page: Page, also: str) -> str:
-    """The heading over the narrower formats: FP8's where the choice includes FP8, else FP6 and FP4's."""
+    """The heading over the narrower formats, naming the groups the choice shows: the page's own FP8 heading,
+    FP6 and FP4's, or one naming all three."""
+    if shows(also, "fp8") and shows(also, "narrow"):
+        return page.t("also.all_title")
     return page.t("fp8_title" if shows(also, "fp8") else "also.narrow_title")
 
 
@@ -47,52 +49,6 @@ def also_control(page: Page) -> str:
     """Steps 2, 3 and 5's choice of format groups to show beside FP16 and BF16 (URL ``also``)."""
     return widgets.choice(
         page, "also", page.t("also.label"), lambda o: page.t(f"also.option_{o}"), help=page.t("also.help")
-    )
-
-
-def _zone_labels(page: Page) -> dict[str, str]:
-    return {
-        "zero": page.t("category.zero"),
-        "subnormal": page.t("category.subnormal"),
-        "normal": page.t("category.normal_fp16"),
-        "overflow": page.t("category.overflow"),
-    }
-
-
-def _fp16_marks(page: Page) -> list[tuple[float, str]]:
-    fp16 = FORMATS["fp16"]
-    return [
-        (fp16.smallest_subnormal, f"{page.t('fp16_range.mark_subnormal')} {page.sci(fp16.smallest_subnormal)}"),
-        (fp16.smallest_normal, f"{page.t('fp16_range.mark_normal')} {page.sci(fp16.smallest_normal)}"),
-        (fp16.max, f"{page.t('fp16_range.mark_max')} {page.num(fp16.max)}"),
-    ]
-
-
-def fp16_histogram(page: Page, values: np.ndarray) -> object:
-    """The gradient sample on a log axis, coloured by what FP16 does to each value, with FP16's limits marked."""
-    return figures.category_histogram(
-        values,
-        classify(values, FORMATS["fp16"]),
-        _zone_labels(page),
-        _fp16_marks(page),
-        page.t("fp16_range.axis"),
-        page.t("fp16_range.count"),
-        page.t("fp16_range.hover"),
-        page.lang,
-    )
-
-
-def fp16_binades(page: Page, hist: ZoneHistogram) -> object:
-    """A recorded tensor's values per binade on a log axis, coloured by what FP16 does to them, FP16's limits marked."""
-    return figures.binade_zones(
-        hist.exponents,
-        hist.counts,
-        _zone_labels(page),
-        _fp16_marks(page),
-        page.t("data.axis"),
-        page.t("data.count"),
-        page.t("data.hover"),
-        page.lang,
     )
 
 
@@ -115,7 +71,7 @@ def format_rows(
         error = float(relative_error(scaled, f).mean())
         row = {
             head["format"]: f.label + ("" if k == 0 else f" × {power_of_two(k)}"),
-            head["range"]: f"{page.sci(f.smallest_subnormal)} … {page.num(f.max) if f.max < 1e6 else page.sci(f.max)}",
+            head["range"]: f"{exact_or_sci(f.smallest_subnormal, page.lang)} … {exact_or_sci(f.max, page.lang)}",
             head["zero"]: page.pct(shares["zero"]),
             head["subnormal"]: page.pct(shares["subnormal"]),
             head["overflow"]: page.pct(shares["overflow"]),

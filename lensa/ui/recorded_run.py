@@ -284,12 +284,12 @@ def data_controls(page: Page) -> Selection | None:
         return None
     default_kind = declared.default if declared.default in kinds else kinds[0]
     kind_control = ChoiceControl("kind", kinds, default_kind)
-    kind = widgets.select(page, "kind", page.t("data.kind"), lambda v: page.t(f"data.kind_{v}"), control=kind_control)
+    kind = widgets.dropdown(page, "kind", page.t("data.kind"), lambda v: page.t(f"data.kind_{v}"), control=kind_control)
     if previous is not None and previous[0] == source.ident and previous[1] not in (None, kind):
         _forget_stale(page, ("layer", "step"))
     track[page.info.key] = (source.ident, kind)
     layers = (measured.ALL_LAYERS, *(n for n in run.names(kind) if n != measured.ALL_LAYERS))
-    layer = widgets.select(
+    layer = widgets.dropdown(
         page,
         "layer",
         page.t("data.layer"),
@@ -305,7 +305,7 @@ def data_controls(page: Page) -> Selection | None:
     if source.key == "reference" and source.recipe is not None:
         with st.expander(page.t("data.recipe_title"), icon=":material/receipt_long:"):
             st.markdown(recipe_markdown(source.recipe))
-    return Selection(source, kind, layer, step, measured.select(run, kind, layer, step))
+    return Selection(source, kind, layer, step, measured.tensor_stats(run, kind, layer, step))
 
 
 def _share_choice(page: Page, data: str) -> None:
@@ -472,8 +472,6 @@ def recipe_label(page: Page, key: str) -> str:
 def recipe_section(page: Page, sel: Selection) -> None:
     """Per layer and recipe at the chosen step, the recipe over training, which layers could go narrower, and
     delayed scaling replayed on the amax of every step. Says so when the run's file predates them."""
-    from lensa.blockscale import RECIPES
-
     run = sel.run
     st.subheader(page.t("recipes.title"))
     if not run.has_recipes:
@@ -482,7 +480,7 @@ def recipe_section(page: Page, sel: Selection) -> None:
         else:
             st.info(page.t("recipes.not_kept"), icon=":material/info:")
         return
-    recipe = widgets.select(
+    recipe = widgets.dropdown(
         page,
         "recipe",
         page.t("recipes.recipe"),
@@ -490,29 +488,39 @@ def recipe_section(page: Page, sel: Selection) -> None:
         control=RECIPE,
         help=page.t("recipes.recipe_help"),
     )
+    _recipe_at_step(page, sel, recipe)
+    _recipe_over_training(page, sel, recipe)
+    _verdicts(page, sel)
+    _delayed(page, sel)
+
+
+def _lost_cells(page: Page, lost: tuple[float, float, float]) -> dict[str, str]:
+    """A recipe's (flushed, saturated, SQNR) as table cells under their headings."""
+    flushed, saturated, sqnr = lost
+    return {
+        page.t("recipes.col_flushed"): pct(page, flushed),
+        page.t("recipes.col_saturated"): pct(page, saturated),
+        page.t("recipes.col_sqnr"): _db(page, sqnr),
+    }
+
+
+def _recipe_at_step(page: Page, sel: Selection, recipe: str) -> None:
+    """The chosen recipe on every layer at the chosen step; with one layer chosen, every recipe on it too."""
+    from lensa.blockscale import RECIPES
+
     kind, step = sel.kind, sel.step
-    rows = measured.recipe_rows(run, kind, step, tuple(RECIPES))
+    rows = measured.recipe_rows(sel.run, kind, step, tuple(RECIPES))
     if sel.layer != measured.ALL_LAYERS:
         rows = [r for r in rows if r.name == sel.layer]
-    head = {
-        "layer": page.t("recipes.col_layer"),
-        "values": page.t("recipes.col_values"),
-        "recipe": page.t("recipes.col_recipe"),
-        "flushed": page.t("recipes.col_flushed"),
-        "saturated": page.t("recipes.col_saturated"),
-        "sqnr": page.t("recipes.col_sqnr"),
-    }
     st.caption(
         page.t("recipes.at_step", kind=kind_words(page, kind), step=page.num(step), recipe=recipe_label(page, recipe))
     )
     st.dataframe(
         [
             {
-                head["layer"]: r.name,
-                head["values"]: page.num(r.nonzero),
-                head["flushed"]: pct(page, r.lost[recipe][0]),
-                head["saturated"]: pct(page, r.lost[recipe][1]),
-                head["sqnr"]: _db(page, r.lost[recipe][2]),
+                page.t("recipes.col_layer"): r.name,
+                page.t("recipes.col_values"): page.num(r.nonzero),
+                **_lost_cells(page, r.lost[recipe]),
             }
             for r in rows
         ],
@@ -523,19 +531,17 @@ def recipe_section(page: Page, sel: Selection) -> None:
         st.caption(page.t("recipes.every_recipe", layer=layer_words(page, sel.layer), step=page.num(step)))
         st.dataframe(
             [
-                {
-                    head["recipe"]: recipe_label(page, key),
-                    head["flushed"]: pct(page, rows[0].lost[key][0]),
-                    head["saturated"]: pct(page, rows[0].lost[key][1]),
-                    head["sqnr"]: _db(page, rows[0].lost[key][2]),
-                }
+                {page.t("recipes.col_recipe"): recipe_label(page, key), **_lost_cells(page, rows[0].lost[key])}
                 for key in RECIPES
             ],
             hide_index=True,
             width="stretch",
         )
-    # over training
-    steps, values = measured.recipe_over_training(run, kind, sel.layer, recipe)
+
+
+def _recipe_over_training(page: Page, sel: Selection, recipe: str) -> None:
+    """The chosen recipe at every recorded step, on the chosen layer or on all of them together."""
+    steps, values = measured.recipe_over_training(sel.run, sel.kind, sel.layer, recipe)
     st.caption(
         page.t(
             "recipes.over_training_all" if sel.layer == measured.ALL_LAYERS else "recipes.over_training",
@@ -544,20 +550,10 @@ def recipe_section(page: Page, sel: Selection) -> None:
         )
     )
     st.dataframe(
-        [
-            {
-                page.t("recipes.col_step"): page.num(t),
-                head["flushed"]: pct(page, v[0]),
-                head["saturated"]: pct(page, v[1]),
-                head["sqnr"]: _db(page, v[2]),
-            }
-            for t, v in zip(steps, values, strict=True)
-        ],
+        [{page.t("recipes.col_step"): page.num(t), **_lost_cells(page, v)} for t, v in zip(steps, values, strict=True)],
         hide_index=True,
         width="stretch",
     )
-    _verdicts(page, sel)
-    _delayed(page, sel)
 
 
 def _verdicts(page: Page, sel: Selection) -> None:

@@ -1,0 +1,61 @@
+"""What the app injects into the browser page: the script and styles Streamlit has no API for.
+
+:func:`page_extras` runs on every full run of a page; :data:`METRIC_STYLE` is drawn by
+:func:`lensa.ui.frame.setup` on every page.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+# Metric labels wrap instead of being cut off ("Mean relative error FP16" in a quarter row).
+METRIC_STYLE = """<style>
+[data-testid="stMetricLabel"] p, [data-testid="stMetricLabel"] div {
+    white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
+}
+</style>"""
+# Runs in the page itself (st.html is not an iframe). It sets the document's language, which
+# Streamlit has no API for, on every run, so a switch of language updates it without a reload.
+# It also makes plotly's animation buttons (step 3's Play and Pause, drawn as SVG) reachable with
+# Tab and pressable with Enter or Space, and names them for screen readers.
+PAGE_SCRIPT = """<script>
+(() => {
+  document.documentElement.lang = "%(lang)s";
+  if (window.lensaKeyboardButtons) return;
+  window.lensaKeyboardButtons = true;
+  const press = (button) => button.dispatchEvent(new MouseEvent("click", {bubbles: true}));
+  const enable = () => {
+    for (const button of document.querySelectorAll(".js-plotly-plot .updatemenu-button:not([tabindex])")) {
+      button.setAttribute("tabindex", "0");
+      button.setAttribute("role", "button");
+      button.setAttribute("aria-label", button.textContent.replace(/[^\\p{L}\\p{N} ]/gu, "").trim());
+      button.addEventListener("keydown", (event) => {
+        if (event.key === "Enter" || event.key === " ") { event.preventDefault(); press(button); }
+      });
+    }
+  };
+  new MutationObserver(enable).observe(document.body, {childList: true, subtree: true});
+  enable();
+})();
+</script>"""
+# A visible focus ring on everything the keyboard reaches (3:1 or more on both themes' backgrounds);
+# a primary button keeps white on the light theme's accent in both themes (the dark theme's light accent
+# under white text is 2:1); with reduced motion, the loss-scale run shows its final state, no animation.
+PAGE_STYLE = """<style>
+:is(a, button, input, select, textarea, summary, [role="slider"], [role="button"], [tabindex]):focus-visible,
+label:has(input:focus-visible), div:has(> input[type="range"]:focus-visible) {
+    outline: 3px solid #3b82f6 !important; outline-offset: 2px !important;
+}
+[data-testid="stBaseButton-primary"], [data-testid="stBaseButton-primary"]:hover {
+    background-color: #a3212f !important; border-color: #a3212f !important; color: #ffffff !important;
+}
+@media (prefers-reduced-motion: reduce) {
+    .js-plotly-plot .updatemenu-container { display: none !important; }
+}
+</style>"""
+
+
+def page_extras(lang: str) -> None:
+    """The page script and style: the document's language (``lang``), keyboard-reachable plot buttons, focus
+    rings."""
+    st.html(PAGE_STYLE + PAGE_SCRIPT % {"lang": lang}, unsafe_allow_javascript=True)
