@@ -6,7 +6,7 @@ import streamlit as st
 from lensa import measured
 from lensa.formats import FORMATS, category_shares, fp16_against_bf16, mean_relative_error, representable_between
 from lensa.gradients import gradient_sample
-from lensa.ui import display, figures, format_table, layout, recorded_run, widgets
+from lensa.ui import display, figures, format_table, layout, recorded_run
 from lensa.ui.frame import setup
 
 LESSON_FORMATS = ("fp32", *format_table.SIXTEEN_BIT_KEYS)
@@ -198,19 +198,9 @@ def precision_chart() -> None:
     )
 
 
-def gradient_size() -> float:
-    """The illustration's control: the typical size of a gradient."""
-    return widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
-
-
-def lesson() -> None:
-    """The controls and what they change; a recorded run replaces the illustration."""
-    recorded_run.illustration_or_run(page, gradient_size, illustration, show_measured)
-
-
 page = setup("bf16")
 layout.step_header(page)
-layout.lesson(page, lesson)
+layout.lesson(page, lambda: recorded_run.gradient_lesson(page, illustration, show_measured))
 BF16, FP32 = FORMATS["bf16"], FORMATS["fp32"]
 layout.step_end(
     page,

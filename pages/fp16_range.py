@@ -6,7 +6,7 @@ import streamlit as st
 from lensa import measured
 from lensa.formats import FORMATS, category_shares, largest_magnitude, most_common_category
 from lensa.gradients import gradient_sample
-from lensa.ui import display, format_table, layout, recorded_run, widgets, zone_charts
+from lensa.ui import display, format_table, layout, recorded_run, zone_charts
 from lensa.ui.frame import setup
 
 FP16 = FORMATS["fp16"]
@@ -135,19 +135,9 @@ def also_illustrated(sample: np.ndarray, also: str) -> None:
         )
 
 
-def gradient_size() -> float:
-    """The illustration's control: the typical size of a gradient."""
-    return widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
-
-
-def lesson() -> None:
-    """The controls and what they change; a recorded run replaces the illustration."""
-    recorded_run.illustration_or_run(page, gradient_size, illustration, show_measured)
-
-
 page = setup("fp16_range")
 layout.step_header(page)
-layout.lesson(page, lesson)
+layout.lesson(page, lambda: recorded_run.gradient_lesson(page, illustration, show_measured))
 
 
 def depth_sentence() -> str:

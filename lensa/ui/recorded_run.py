@@ -512,6 +512,18 @@ def illustration_or_run(
     draw(also)
 
 
+def gradient_lesson(
+    page: Page, illustration: Callable[[float, str], None], show_measured: Callable[[Selection, str], None]
+) -> None:
+    """Steps 2 and 5: :func:`illustration_or_run` with the typical size of a gradient as the illustration's control."""
+    illustration_or_run(
+        page,
+        lambda: widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help")),
+        illustration,
+        show_measured,
+    )
+
+
 def measured_also(page: Page, sel: Selection, also: str, fp8_note: str | None = None) -> None:
     """What "also show" adds under a recorded run: the 16-bit and FP8 formats on the run's values (and
     ``fp8_note`` under them), a note that the narrower formats need the values themselves, and every block
