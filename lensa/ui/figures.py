@@ -1014,7 +1014,10 @@ def format_ranges(
         },
         xaxis={**decade_ticks(RANGE_LO, RANGE_HI, every=10), "fixedrange": True},
     )
-    rows = [(r.label, *(i18n.sci(v, lang) for v in (r.smallest_subnormal, r.smallest_normal, r.max))) for r in ranges]
+    rows = [
+        (r.label, *(i18n.exact_or_sci(v, lang) for v in (r.smallest_subnormal, r.smallest_normal, r.max)))
+        for r in ranges
+    ]
     headers = (_words(lang, "col_format"), *(_words(lang, k) for k in ("col_subnormal", "col_normal", "col_max")))
     alt = _words(lang, "alt_ranges", ranges="; ".join(f"{r[0]}: {r[1]} … {r[3]}" for r in rows))
     if len(sample):  # the strip's extent: its smallest value under "smallest", its largest under "largest"
