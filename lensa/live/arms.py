@@ -443,6 +443,64 @@ def compare(
         return _compare(cfg, arms, device, progress, should_stop, on_arm)
 
 
+def _run_notes(cfg: RunConfig, device: str) -> list[str]:
+    """What the comparison's reader should know before its numbers: threads on a CPU, recorded steps."""
+    import torch
+
+    notes: list[str] = []
+    if device == "cpu":
+        notes.append(f"CPU run with {torch.get_num_threads()} threads; peak memory is not measured on CPU.")
+    recorded = cfg.recorded_steps()
+    if recorded and len(recorded) < cfg.steps:
+        notes.append(
+            f"Recorded {len(recorded)} of the {cfg.steps} steps; they ran off the clock, and each arm's time counts "
+            "them at the pace of its other steps."
+        )
+    elif recorded:
+        notes.append("Every step was recorded, so the times include the recording.")
+    return notes
+
+
+def _lab_data(cfg: RunConfig, device: str) -> tuple[torch.Tensor, ...]:
+    """The training batches and the held-out samples, drawn once from ``cfg.seed``, on ``device``."""
+    import torch
+
+    gen = torch.Generator().manual_seed(cfg.seed)
+    pool = cfg.train_batches(device)
+    x, y = _make_data(pool * cfg.batch_size, cfg.features, gen)
+    x, y = x.view(pool, cfg.batch_size, cfg.features), y.view(pool, cfg.batch_size, 1)
+    x_eval, y_eval = _make_data(cfg.eval_size, cfg.features, gen)
+    return tuple(t.to(device) for t in (x, y, x_eval, y_eval))
+
+
+class _Watch:
+    """The comparison's progress and its stop points: ``check`` raises :class:`_Cancelled` when asked to stop or
+    past :data:`OVERTIME_FACTOR` times the device's time limit; ``tick`` reports progress, then checks."""
+
+    def __init__(
+        self, start: float, device: str, total: int, progress: Progress | None, should_stop: ShouldStop | None
+    ):
+        self.overtime_at = start + OVERTIME_FACTOR * MAX_RUN_SECONDS[device]
+        self.overtime = False
+        self.total = total
+        self.units = 0
+        self.progress = progress
+        self.should_stop = should_stop
+
+    def check(self) -> None:
+        if self.should_stop is not None and self.should_stop():
+            raise _Cancelled
+        if time.perf_counter() > self.overtime_at:
+            self.overtime = True
+            raise _Cancelled
+
+    def tick(self, advance: int, message: str) -> None:
+        self.units += advance
+        if self.progress is not None:
+            self.progress(min(1.0, self.units / self.total), message)
+        self.check()
+
+
 def _compare(
     cfg: RunConfig,
     arms: tuple[str, ...],
@@ -457,60 +515,24 @@ def _compare(
     device_name = torch.cuda.get_device_name() if device == "cuda" else device_info("cpu").name
     not_run = {a: r for a in arms if (r := _arm_skip_reason(a, device))}
     to_run = [a for a in arms if a not in not_run]
-    notes: list[str] = []
-    if device == "cpu":
-        notes.append(f"CPU run with {torch.get_num_threads()} threads; peak memory is not measured on CPU.")
-    recorded = cfg.recorded_steps()
-    if recorded and len(recorded) < cfg.steps:
-        notes.append(
-            f"Recorded {len(recorded)} of the {cfg.steps} steps; they ran off the clock, and each arm's time counts "
-            "them at the pace of its other steps."
-        )
-    elif recorded:
-        notes.append("Every step was recorded, so the times include the recording.")
-
-    gen = torch.Generator().manual_seed(cfg.seed)
-    pool = cfg.train_batches(device)
-    x, y = _make_data(pool * cfg.batch_size, cfg.features, gen)
-    x, y = x.view(pool, cfg.batch_size, cfg.features), y.view(pool, cfg.batch_size, 1)
-    x_eval, y_eval = _make_data(cfg.eval_size, cfg.features, gen)
-    data = tuple(t.to(device) for t in (x, y, x_eval, y_eval))
+    notes = _run_notes(cfg, device)
+    data = _lab_data(cfg, device)
     init_state = _initial_state(cfg)
-
-    total = max(1, len(to_run) * (cfg.steps + cfg.warmup_steps))
-    units = 0
-
-    overtime_at = start + OVERTIME_FACTOR * MAX_RUN_SECONDS[device]
-    overtime = False
-
-    def check() -> None:
-        nonlocal overtime
-        if should_stop is not None and should_stop():
-            raise _Cancelled
-        if time.perf_counter() > overtime_at:
-            overtime = True
-            raise _Cancelled
-
-    def tick(advance: int, message: str) -> None:
-        nonlocal units
-        units += advance
-        if progress is not None:
-            progress(min(1.0, units / total), message)
-        check()
+    watch = _Watch(start, device, max(1, len(to_run) * (cfg.steps + cfg.warmup_steps)), progress, should_stop)
 
     results: dict[str, ArmResult] = {}
     cancelled = False
     try:
-        check()
+        watch.check()
         for arm in to_run:
-            results[arm] = _train_arm(arm, cfg, device, data, init_state, tick, check)
+            results[arm] = _train_arm(arm, cfg, device, data, init_state, watch.tick, watch.check)
             if on_arm is not None:
                 on_arm(arm, results[arm], device, device_name)
             _free_memory(device)
     except _Cancelled:
         cancelled = True
         left = [a for a in to_run if a not in results]
-        if overtime:
+        if watch.overtime:
             notes.append(
                 f"Stopped after {OVERTIME_FACTOR * MAX_RUN_SECONDS[device]:.0f} s, twice the time limit: this machine "
                 "ran much slower than its calibration measured (other work may be sharing it)."
@@ -519,7 +541,7 @@ def _compare(
             notes.append(f"Cancelled during the {left[0]} arm; it and any later arms ({', '.join(left)}) are left out.")
         _free_memory(device)
     if progress is not None:
-        progress(units / total if cancelled else 1.0, "cancelled" if cancelled else "done")
+        progress(watch.units / watch.total if cancelled else 1.0, "cancelled" if cancelled else "done")
     return Comparison(
         config=cfg,
         device=device,
