@@ -315,35 +315,31 @@ def _scales_and_skips(
     return list(used), skipped
 
 
-def _train_arm(
-    arm: str,
-    cfg: RunConfig,
-    device: str,
-    data: tuple[torch.Tensor, ...],
-    init_state: dict[str, torch.Tensor],
-    tick: Callable[[int, str], None],
-    check: Callable[[], None] = lambda: None,
-) -> ArmResult:
+@dataclass(frozen=True)
+class _Measured:
+    """The measured steps of one arm: per step its loss, loss scale (None without a scaler) and whether it was
+    skipped; seconds on the clock, the CUDA peak, the steps on the clock, and the recording."""
+
+    losses: list[float]
+    scales: list[float | None]
+    skipped: list[bool]
+    elapsed: float
+    peak: int | None
+    timed: int
+    recording: RunStats | None
+
+
+def _measured_steps(trainer: _Trainer, tick: Callable[[int, str], None]) -> _Measured:
+    """``cfg.steps`` steps with a fresh optimizer and scaler, timed but for the recorded ones (see ArmResult)."""
     import torch
 
-    arm_start = time.perf_counter()
-    x, y, x_eval, y_eval = data
-    model = _build_mlp(cfg.features, cfg.width, cfg.depth)
-    model.load_state_dict(init_state)
-    model.to(device)
-    trainer = _Trainer(arm, cfg, device, model, x, y, check)
+    arm, cfg, device, n = trainer.arm, trainer.cfg, trainer.device, trainer.cfg.steps
     one = torch.ones((), device=device)
-    _add_stop_points(model, check)
-    layer_dtypes, loss_dtype, saved_bytes = _warm_up(trainer, tick)
-    # Start the measured run from the same initial weights and a fresh optimizer and scaler.
-    model.load_state_dict(init_state)
     opt, scaler = trainer.fresh()
     step = trainer.make_step(opt, scaler)
     scaled = scaler.is_enabled()
-
-    n = cfg.steps
     recorded = cfg.recorded_steps()
-    recorder = _recorder_for(arm, cfg, model, opt, scaler)
+    recorder = _recorder_for(arm, cfg, trainer.model, opt, scaler)
     # Recorded steps summarise their tensors on the CPU: keep that off the clock and out of the peak, unless
     # every step is recorded (then there is nothing else to time).
     off_clock = frozenset(recorded) if len(recorded) < n else frozenset()
@@ -366,10 +362,6 @@ def _train_arm(
     finally:
         if recorder is not None:
             recorder.close()
-    with torch.no_grad():
-        logits = model(x_eval)
-        eval_loss = float(trainer.criterion(logits, y_eval))
-        accuracy = float(((logits > 0).float() == y_eval).float().mean())
     loss_list = [float(v) for v in losses.tolist()]
     scales, skipped = _scales_and_skips(n, scale_used, scale_after)
     recording = None
@@ -377,31 +369,60 @@ def _train_arm(
         recording = recorder.stats()
         for i, (loss, scale, skip) in enumerate(zip(loss_list, scales, skipped, strict=True), start=1):
             recording.record_step(i, loss, scale, skip)
-    timed = n - len(off_clock)
+    return _Measured(loss_list, scales, skipped, elapsed, peak, n - len(off_clock), recording)
+
+
+def _train_arm(
+    arm: str,
+    cfg: RunConfig,
+    device: str,
+    data: tuple[torch.Tensor, ...],
+    init_state: dict[str, torch.Tensor],
+    tick: Callable[[int, str], None],
+    check: Callable[[], None] = lambda: None,
+) -> ArmResult:
+    import torch
+
+    arm_start = time.perf_counter()
+    x, y, x_eval, y_eval = data
+    model = _build_mlp(cfg.features, cfg.width, cfg.depth)
+    model.load_state_dict(init_state)
+    model.to(device)
+    trainer = _Trainer(arm, cfg, device, model, x, y, check)
+    _add_stop_points(model, check)
+    layer_dtypes, loss_dtype, saved_bytes = _warm_up(trainer, tick)
+    # Start the measured run from the same initial weights and a fresh optimizer and scaler.
+    model.load_state_dict(init_state)
+    run = _measured_steps(trainer, tick)
+    with torch.no_grad():
+        logits = model(x_eval)
+        eval_loss = float(trainer.criterion(logits, y_eval))
+        accuracy = float(((logits > 0).float() == y_eval).float().mean())
+    n, timed, elapsed = cfg.steps, run.timed, run.elapsed
     return ArmResult(
         arm=arm,
         label=ARM_LABELS[arm],
         compute_dtype=_DTYPE_NAMES[arm],
-        losses=tuple(loss_list),
-        loss_scales=tuple(scales),
-        skipped=tuple(skipped),
+        losses=tuple(run.losses),
+        loss_scales=tuple(run.scales),
+        skipped=tuple(run.skipped),
         time_s=elapsed if timed == n else elapsed / timed * n,
         time_per_step_s=elapsed / timed,
-        final_loss=loss_list[-1],
+        final_loss=run.losses[-1],
         eval_loss=eval_loss,
         accuracy=accuracy,
-        peak_memory_bytes=peak,
+        peak_memory_bytes=run.peak,
         memory_note="torch.cuda.max_memory_allocated over the timed steps"
-        if peak is not None
+        if run.peak is not None
         else "not measured on CPU (PyTorch keeps no peak statistics for CPU memory)",
         saved_for_backward_bytes=saved_bytes,
         layer_output_dtypes=tuple(layer_dtypes),
         loss_dtype=loss_dtype,
-        skipped_steps=sum(skipped),
+        skipped_steps=sum(run.skipped),
         warmup_steps=cfg.warmup_steps,
         timed_steps=timed,
-        recorded_steps=recorded,
-        recording=recording,
+        recorded_steps=cfg.recorded_steps(),
+        recording=run.recording,
         wall_s=time.perf_counter() - arm_start,
     )
 
