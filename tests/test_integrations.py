@@ -331,3 +331,25 @@ def test_a_lightning_recording_opens_on_step_2(tmp_path):
     assert not at.exception and not at.error
     assert any("net.0.weight" in str(row) for row in at.dataframe[0].value.to_numpy())
     assert len(at.metric) == 4
+
+
+# --- both ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("library", ["huggingface", "lightning"])
+def test_each_callback_takes_the_recorders_options_by_its_names_and_defaults(library):
+    import importlib
+    import inspect
+
+    from lensa.live.capture import Recorder
+
+    callback = importlib.import_module(f"lensa.live.integrations.{library}").LensaCallback
+    params = inspect.signature(callback).parameters
+    recorder = inspect.signature(Recorder).parameters
+    assert list(params) == ["path", "steps", "kinds", "modules", "meta", "background", "amax", "recipes"]
+    assert params["path"].default is None and params["path"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    for name in list(params)[1:]:
+        assert params[name].kind is inspect.Parameter.KEYWORD_ONLY, name
+        assert params[name].default == recorder[name].default, name
+    with pytest.raises(RuntimeError, match=r"trainer\.(train|fit)\(\)"):
+        callback().stats()

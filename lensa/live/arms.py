@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     import torch
 
+    from lensa.live.capture import Recorder
     from lensa.runstats import RunStats
 
 
@@ -158,30 +159,11 @@ def _probe_step(model: torch.nn.Module, step: Callable[[], torch.Tensor]) -> tup
     return seen, str(loss.dtype).removeprefix("torch."), sum(saved.values())
 
 
-def _train_arm(
-    arm: str,
-    cfg: RunConfig,
-    device: str,
-    data: tuple[torch.Tensor, ...],
-    init_state: dict[str, torch.Tensor],
-    tick: Callable[[int, str], None],
-    check: Callable[[], None] = lambda: None,
-) -> ArmResult:
+def _add_stop_points(model: torch.nn.Sequential, check: Callable[[], None]) -> None:
+    """Ask ``check`` before each Linear layer's forward and backward pass (an emulated FP16 step of a wide model
+    can take seconds). A Python exception raised in a hook unwinds the step as it is."""
     import torch
 
-    arm_start = time.perf_counter()
-    x, y, x_eval, y_eval = data
-    pool = x.shape[0]
-    dtype = _dtype(arm)
-    model = _build_mlp(cfg.features, cfg.width, cfg.depth)
-    model.load_state_dict(init_state)
-    model.to(device)
-    criterion = torch.nn.BCEWithLogitsLoss()
-    ctx = contextlib.nullcontext() if arm == "fp32" else torch.autocast(device_type=device, dtype=dtype)
-    one = torch.ones((), device=device)
-
-    # Stop within a step: ask before each Linear layer's forward and backward pass (an emulated FP16 step of a
-    # wide model can take seconds). A Python exception raised in a hook unwinds the step as it is.
     def before_backward(_grad: torch.Tensor) -> None:
         check()
 
@@ -194,12 +176,43 @@ def _train_arm(
             layer.register_forward_pre_hook(lambda _m, _a: check())
             layer.register_forward_hook(stop_points)
 
-    def fresh() -> tuple[torch.optim.Optimizer, torch.amp.GradScaler]:
-        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-        # Only FP16 needs loss scaling; a disabled scaler passes everything through.
-        return opt, torch.amp.GradScaler(device, enabled=dtype is torch.float16)
 
-    def make_step(opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> Callable[[int], torch.Tensor]:
+@dataclass
+class _Trainer:
+    """One arm's model, loss and autocast context, and the training step they make with an optimizer."""
+
+    arm: str
+    cfg: RunConfig
+    device: str
+    model: torch.nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    check: Callable[[], None]
+
+    def __post_init__(self) -> None:
+        import torch
+
+        self.dtype = _dtype(self.arm)
+        self.criterion = torch.nn.BCEWithLogitsLoss()
+        self.ctx = (
+            contextlib.nullcontext()
+            if self.arm == "fp32"
+            else torch.autocast(device_type=self.device, dtype=self.dtype)
+        )
+
+    def fresh(self) -> tuple[torch.optim.Optimizer, torch.amp.GradScaler]:
+        import torch
+
+        opt = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr)
+        # Only FP16 needs loss scaling; a disabled scaler passes everything through.
+        return opt, torch.amp.GradScaler(self.device, enabled=self.dtype is torch.float16)
+
+    def make_step(self, opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> Callable[[int], torch.Tensor]:
+        import torch
+
+        model, criterion, ctx, cfg, check = self.model, self.criterion, self.ctx, self.cfg, self.check
+        x, y, pool = self.x, self.y, self.x.shape[0]
+
         def step(i: int) -> torch.Tensor:
             check()
             opt.zero_grad(set_to_none=True)
@@ -215,48 +228,47 @@ def _train_arm(
 
         return step
 
-    # Warm-up: allocator, kernel choice and AMX/cuBLAS set-up happen here, off the clock.
-    opt, scaler = fresh()
-    step = make_step(opt, scaler)
+
+def _warm_up(trainer: _Trainer, tick: Callable[[int, str], None]) -> tuple[list[str], str, int]:
+    """The untimed warm-up steps (allocator, kernel choice, AMX/cuBLAS set-up), the first one probed."""
+    arm, warmup_steps = trainer.arm, trainer.cfg.warmup_steps
+    opt, scaler = trainer.fresh()
+    step = trainer.make_step(opt, scaler)
     tick(0, f"{arm}: warm-up")
-    layer_dtypes, loss_dtype, saved_bytes = _probe_step(model, lambda: step(0))
+    probed = _probe_step(trainer.model, lambda: step(0))
     tick(1, f"{arm}: warm-up")
-    for i in range(1, cfg.warmup_steps):
+    for i in range(1, warmup_steps):
         step(i)
-        tick(1, f"{arm}: warm-up {i + 1}/{cfg.warmup_steps}")
-    # Start the measured run from the same initial weights and a fresh optimizer and scaler.
-    model.load_state_dict(init_state)
-    del opt, scaler, step
-    opt, scaler = fresh()
-    step = make_step(opt, scaler)
-    scaled = scaler.is_enabled()
+        tick(1, f"{arm}: warm-up {i + 1}/{warmup_steps}")
+    return probed
 
-    n = cfg.steps
+
+def _recorder_for(
+    arm: str, cfg: RunConfig, model: torch.nn.Module, opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler
+) -> Recorder | None:
+    """A Recorder at ``cfg.recorded_steps()``, or None when nothing is recorded."""
     recorded = cfg.recorded_steps()
-    recorder = None
-    if recorded:
-        from lensa.live.capture import Recorder  # imports torch at once, so only here
+    if not recorded:
+        return None
+    from lensa.live.capture import Recorder  # imports torch at once, so only here
 
-        meta = {"arm": arm, "source": "lab", "config": asdict(cfg)}
-        # Inline summaries: the recorded steps are off the clock anyway, and a summary process working beside
-        # the timed steps would share their cores and slow them.
-        recorder = Recorder(model, opt, steps=recorded, scaler=scaler if scaled else None, meta=meta, background=False)
-    # Recorded steps summarise their tensors on the CPU: keep that off the clock and out of the peak, unless
-    # every step is recorded (then there is nothing else to time).
-    off_clock = frozenset(recorded) if len(recorded) < n else frozenset()
-    losses = torch.empty(n, device=device)
-    scale_used = torch.empty(n, device=device)
-    scale_after = torch.empty(n, device=device)
+    meta = {"arm": arm, "source": "lab", "config": asdict(cfg)}
+    # Inline summaries: the recorded steps are off the clock anyway, and a summary process working beside
+    # the timed steps would share their cores and slow them.
+    scaled = scaler.is_enabled()
+    return Recorder(model, opt, steps=recorded, scaler=scaler if scaled else None, meta=meta, background=False)
 
-    def run_step(i: int) -> None:
-        # Device-side copies, read once at the end: .item() per step would stall the GPU.
-        if scaled:
-            scale_used[i] = scaler.scale(one)
-        losses[i] = step(i).detach()
-        if scaled:
-            scale_after[i] = scaler.scale(one)
-        if recorder is not None:
-            recorder.step()  # the step's loss is filled in after the run, without a read per step
+
+def _timed_steps(
+    arm: str,
+    n: int,
+    device: str,
+    off_clock: frozenset[int],
+    run_step: Callable[[int], None],
+    tick: Callable[[int, str], None],
+) -> tuple[float, int | None]:
+    """Run steps 0..n-1 on the clock, except those in ``off_clock`` (counted from 1): seconds, and the CUDA peak."""
+    import torch
 
     if device == "cuda":
         _free_memory(device)
@@ -265,77 +277,152 @@ def _train_arm(
     elapsed = 0.0
     peak_before = 0
     done = 0
-    try:
-        while done < n:
-            _sync(device)
-            t0 = time.perf_counter()
-            for i in range(done, min(n, done + chunk)):
-                if i + 1 not in off_clock:
-                    run_step(i)
-                    continue
-                _sync(device)
-                elapsed += time.perf_counter() - t0
-                if device == "cuda":
-                    peak_before = max(peak_before, int(torch.cuda.max_memory_allocated()))
+    while done < n:
+        _sync(device)
+        t0 = time.perf_counter()
+        for i in range(done, min(n, done + chunk)):
+            if i + 1 not in off_clock:
                 run_step(i)
-                _sync(device)
-                if device == "cuda":
-                    torch.cuda.reset_peak_memory_stats()
-                t0 = time.perf_counter()
+                continue
             _sync(device)
             elapsed += time.perf_counter() - t0
-            advanced = min(n, done + chunk) - done
-            done += advanced
-            tick(advanced, f"{arm}: step {done}/{n}")
+            if device == "cuda":
+                peak_before = max(peak_before, int(torch.cuda.max_memory_allocated()))
+            run_step(i)
+            _sync(device)
+            if device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            t0 = time.perf_counter()
+        _sync(device)
+        elapsed += time.perf_counter() - t0
+        advanced = min(n, done + chunk) - done
+        done += advanced
+        tick(advanced, f"{arm}: step {done}/{n}")
+    peak = max(peak_before, int(torch.cuda.max_memory_allocated())) if device == "cuda" else None
+    return elapsed, peak
+
+
+def _scales_and_skips(
+    n: int, scale_used: torch.Tensor | None, scale_after: torch.Tensor | None
+) -> tuple[list[float | None], list[bool]]:
+    """Each step's loss scale and whether it was skipped, from the scales before and after it (None: no scaler)."""
+    if scale_used is None or scale_after is None:
+        return [None] * n, [False] * n
+    used = [float(v) for v in scale_used.tolist()]
+    after = scale_after.tolist()
+    # GradScaler multiplies the scale by backoff_factor (< 1) exactly when it skips a step.
+    skipped = [a < u for u, a in zip(used, after, strict=True)]
+    return list(used), skipped
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """The measured steps of one arm: per step its loss, loss scale (None without a scaler) and whether it was
+    skipped; seconds on the clock, the CUDA peak, the steps on the clock, and the recording."""
+
+    losses: list[float]
+    scales: list[float | None]
+    skipped: list[bool]
+    elapsed: float
+    peak: int | None
+    timed: int
+    recording: RunStats | None
+
+
+def _measured_steps(trainer: _Trainer, tick: Callable[[int, str], None]) -> _Measured:
+    """``cfg.steps`` steps with a fresh optimizer and scaler, timed but for the recorded ones (see ArmResult)."""
+    import torch
+
+    arm, cfg, device, n = trainer.arm, trainer.cfg, trainer.device, trainer.cfg.steps
+    one = torch.ones((), device=device)
+    opt, scaler = trainer.fresh()
+    step = trainer.make_step(opt, scaler)
+    scaled = scaler.is_enabled()
+    recorded = cfg.recorded_steps()
+    recorder = _recorder_for(arm, cfg, trainer.model, opt, scaler)
+    # Recorded steps summarise their tensors on the CPU: keep that off the clock and out of the peak, unless
+    # every step is recorded (then there is nothing else to time).
+    off_clock = frozenset(recorded) if len(recorded) < n else frozenset()
+    losses = torch.empty(n, device=device)
+    scale_used = torch.empty(n, device=device) if scaled else None
+    scale_after = torch.empty(n, device=device) if scaled else None
+
+    def run_step(i: int) -> None:
+        # Device-side copies, read once at the end: .item() per step would stall the GPU.
+        if scale_used is not None:
+            scale_used[i] = scaler.scale(one)
+        losses[i] = step(i).detach()
+        if scale_after is not None:
+            scale_after[i] = scaler.scale(one)
+        if recorder is not None:
+            recorder.step()  # the step's loss is filled in after the run, without a read per step
+
+    try:
+        elapsed, peak = _timed_steps(arm, n, device, off_clock, run_step, tick)
     finally:
         if recorder is not None:
             recorder.close()
-    peak = max(peak_before, int(torch.cuda.max_memory_allocated())) if device == "cuda" else None
-    timed = n - len(off_clock)
-
-    with torch.no_grad():
-        logits = model(x_eval)
-        eval_loss = float(criterion(logits, y_eval))
-        accuracy = float(((logits > 0).float() == y_eval).float().mean())
     loss_list = [float(v) for v in losses.tolist()]
-    if scaled:
-        used = [float(v) for v in scale_used.tolist()]
-        after = scale_after.tolist()
-        # GradScaler multiplies the scale by backoff_factor (< 1) exactly when it skips a step.
-        skipped = [a < u for u, a in zip(used, after, strict=True)]
-        scales: list[float | None] = list(used)
-    else:
-        skipped = [False] * n
-        scales = [None] * n
+    scales, skipped = _scales_and_skips(n, scale_used, scale_after)
     recording = None
     if recorder is not None:
         recording = recorder.stats()
         for i, (loss, scale, skip) in enumerate(zip(loss_list, scales, skipped, strict=True), start=1):
             recording.record_step(i, loss, scale, skip)
+    return _Measured(loss_list, scales, skipped, elapsed, peak, n - len(off_clock), recording)
+
+
+def _train_arm(
+    arm: str,
+    cfg: RunConfig,
+    device: str,
+    data: tuple[torch.Tensor, ...],
+    init_state: dict[str, torch.Tensor],
+    tick: Callable[[int, str], None],
+    check: Callable[[], None] = lambda: None,
+) -> ArmResult:
+    import torch
+
+    arm_start = time.perf_counter()
+    x, y, x_eval, y_eval = data
+    model = _build_mlp(cfg.features, cfg.width, cfg.depth)
+    model.load_state_dict(init_state)
+    model.to(device)
+    trainer = _Trainer(arm, cfg, device, model, x, y, check)
+    _add_stop_points(model, check)
+    layer_dtypes, loss_dtype, saved_bytes = _warm_up(trainer, tick)
+    # Start the measured run from the same initial weights and a fresh optimizer and scaler.
+    model.load_state_dict(init_state)
+    run = _measured_steps(trainer, tick)
+    with torch.no_grad():
+        logits = model(x_eval)
+        eval_loss = float(trainer.criterion(logits, y_eval))
+        accuracy = float(((logits > 0).float() == y_eval).float().mean())
+    n, timed, elapsed = cfg.steps, run.timed, run.elapsed
     return ArmResult(
         arm=arm,
         label=ARM_LABELS[arm],
         compute_dtype=_DTYPE_NAMES[arm],
-        losses=tuple(loss_list),
-        loss_scales=tuple(scales),
-        skipped=tuple(skipped),
+        losses=tuple(run.losses),
+        loss_scales=tuple(run.scales),
+        skipped=tuple(run.skipped),
         time_s=elapsed if timed == n else elapsed / timed * n,
         time_per_step_s=elapsed / timed,
-        final_loss=loss_list[-1],
+        final_loss=run.losses[-1],
         eval_loss=eval_loss,
         accuracy=accuracy,
-        peak_memory_bytes=peak,
+        peak_memory_bytes=run.peak,
         memory_note="torch.cuda.max_memory_allocated over the timed steps"
-        if peak is not None
+        if run.peak is not None
         else "not measured on CPU (PyTorch keeps no peak statistics for CPU memory)",
         saved_for_backward_bytes=saved_bytes,
         layer_output_dtypes=tuple(layer_dtypes),
         loss_dtype=loss_dtype,
-        skipped_steps=sum(skipped),
+        skipped_steps=sum(run.skipped),
         warmup_steps=cfg.warmup_steps,
         timed_steps=timed,
-        recorded_steps=recorded,
-        recording=recording,
+        recorded_steps=cfg.recorded_steps(),
+        recording=run.recording,
         wall_s=time.perf_counter() - arm_start,
     )
 
@@ -377,6 +464,64 @@ def compare(
         return _compare(cfg, arms, device, progress, should_stop, on_arm)
 
 
+def _run_notes(cfg: RunConfig, device: str) -> list[str]:
+    """What the comparison's reader should know before its numbers: threads on a CPU, recorded steps."""
+    import torch
+
+    notes: list[str] = []
+    if device == "cpu":
+        notes.append(f"CPU run with {torch.get_num_threads()} threads; peak memory is not measured on CPU.")
+    recorded = cfg.recorded_steps()
+    if recorded and len(recorded) < cfg.steps:
+        notes.append(
+            f"Recorded {len(recorded)} of the {cfg.steps} steps; they ran off the clock, and each arm's time counts "
+            "them at the pace of its other steps."
+        )
+    elif recorded:
+        notes.append("Every step was recorded, so the times include the recording.")
+    return notes
+
+
+def _lab_data(cfg: RunConfig, device: str) -> tuple[torch.Tensor, ...]:
+    """The training batches and the held-out samples, drawn once from ``cfg.seed``, on ``device``."""
+    import torch
+
+    gen = torch.Generator().manual_seed(cfg.seed)
+    pool = cfg.train_batches(device)
+    x, y = _make_data(pool * cfg.batch_size, cfg.features, gen)
+    x, y = x.view(pool, cfg.batch_size, cfg.features), y.view(pool, cfg.batch_size, 1)
+    x_eval, y_eval = _make_data(cfg.eval_size, cfg.features, gen)
+    return tuple(t.to(device) for t in (x, y, x_eval, y_eval))
+
+
+class _Watch:
+    """The comparison's progress and its stop points: ``check`` raises :class:`_Cancelled` when asked to stop or
+    past :data:`OVERTIME_FACTOR` times the device's time limit; ``tick`` reports progress, then checks."""
+
+    def __init__(
+        self, start: float, device: str, total: int, progress: Progress | None, should_stop: ShouldStop | None
+    ):
+        self.overtime_at = start + OVERTIME_FACTOR * MAX_RUN_SECONDS[device]
+        self.overtime = False
+        self.total = total
+        self.units = 0
+        self.progress = progress
+        self.should_stop = should_stop
+
+    def check(self) -> None:
+        if self.should_stop is not None and self.should_stop():
+            raise _Cancelled
+        if time.perf_counter() > self.overtime_at:
+            self.overtime = True
+            raise _Cancelled
+
+    def tick(self, advance: int, message: str) -> None:
+        self.units += advance
+        if self.progress is not None:
+            self.progress(min(1.0, self.units / self.total), message)
+        self.check()
+
+
 def _compare(
     cfg: RunConfig,
     arms: tuple[str, ...],
@@ -391,60 +536,24 @@ def _compare(
     device_name = torch.cuda.get_device_name() if device == "cuda" else device_info("cpu").name
     not_run = {a: r for a in arms if (r := _arm_skip_reason(a, device))}
     to_run = [a for a in arms if a not in not_run]
-    notes: list[str] = []
-    if device == "cpu":
-        notes.append(f"CPU run with {torch.get_num_threads()} threads; peak memory is not measured on CPU.")
-    recorded = cfg.recorded_steps()
-    if recorded and len(recorded) < cfg.steps:
-        notes.append(
-            f"Recorded {len(recorded)} of the {cfg.steps} steps; they ran off the clock, and each arm's time counts "
-            "them at the pace of its other steps."
-        )
-    elif recorded:
-        notes.append("Every step was recorded, so the times include the recording.")
-
-    gen = torch.Generator().manual_seed(cfg.seed)
-    pool = cfg.train_batches(device)
-    x, y = _make_data(pool * cfg.batch_size, cfg.features, gen)
-    x, y = x.view(pool, cfg.batch_size, cfg.features), y.view(pool, cfg.batch_size, 1)
-    x_eval, y_eval = _make_data(cfg.eval_size, cfg.features, gen)
-    data = tuple(t.to(device) for t in (x, y, x_eval, y_eval))
+    notes = _run_notes(cfg, device)
+    data = _lab_data(cfg, device)
     init_state = _initial_state(cfg)
-
-    total = max(1, len(to_run) * (cfg.steps + cfg.warmup_steps))
-    units = 0
-
-    overtime_at = start + OVERTIME_FACTOR * MAX_RUN_SECONDS[device]
-    overtime = False
-
-    def check() -> None:
-        nonlocal overtime
-        if should_stop is not None and should_stop():
-            raise _Cancelled
-        if time.perf_counter() > overtime_at:
-            overtime = True
-            raise _Cancelled
-
-    def tick(advance: int, message: str) -> None:
-        nonlocal units
-        units += advance
-        if progress is not None:
-            progress(min(1.0, units / total), message)
-        check()
+    watch = _Watch(start, device, max(1, len(to_run) * (cfg.steps + cfg.warmup_steps)), progress, should_stop)
 
     results: dict[str, ArmResult] = {}
     cancelled = False
     try:
-        check()
+        watch.check()
         for arm in to_run:
-            results[arm] = _train_arm(arm, cfg, device, data, init_state, tick, check)
+            results[arm] = _train_arm(arm, cfg, device, data, init_state, watch.tick, watch.check)
             if on_arm is not None:
                 on_arm(arm, results[arm], device, device_name)
             _free_memory(device)
     except _Cancelled:
         cancelled = True
         left = [a for a in to_run if a not in results]
-        if overtime:
+        if watch.overtime:
             notes.append(
                 f"Stopped after {OVERTIME_FACTOR * MAX_RUN_SECONDS[device]:.0f} s, twice the time limit: this machine "
                 "ran much slower than its calibration measured (other work may be sharing it)."
@@ -453,7 +562,7 @@ def _compare(
             notes.append(f"Cancelled during the {left[0]} arm; it and any later arms ({', '.join(left)}) are left out.")
         _free_memory(device)
     if progress is not None:
-        progress(units / total if cancelled else 1.0, "cancelled" if cancelled else "done")
+        progress(watch.units / watch.total if cancelled else 1.0, "cancelled" if cancelled else "done")
     return Comparison(
         config=cfg,
         device=device,

@@ -120,6 +120,45 @@ def _summary_sink(run: RunStats, background: bool, recipes: bool) -> InlineSumma
     return InlineSummaries(run, recipes=recipes)
 
 
+def _checked_kinds(kinds: Iterable[str], optimizer: torch.optim.Optimizer | None) -> tuple[str, ...]:
+    """The kinds to record, each known, and ``update`` only with the optimizer."""
+    chosen = tuple(kinds)
+    unknown = [k for k in chosen if k not in KINDS]
+    if unknown:
+        raise ValueError(f"unknown kinds {unknown}; known: {', '.join(KINDS)}")
+    if "update" in chosen and optimizer is None:
+        raise ValueError("recording updates needs the optimizer: Recorder(model, optimizer, ...)")
+    return chosen
+
+
+def _step_set(steps: int | Iterable[int] | None) -> frozenset[int] | None:
+    """The recorded steps (see :class:`Recorder`'s ``steps``); None: powers of two, without end."""
+    if steps is None:
+        return None
+    if isinstance(steps, int):
+        return frozenset(log_spaced_steps(steps))
+    chosen = frozenset(int(s) for s in steps)
+    if any(s < 1 for s in chosen):
+        raise ValueError("steps count from 1")
+    return chosen
+
+
+def _output_modules(model: torch.nn.Module, modules: Iterable[str] | None) -> list[tuple[str, torch.nn.Module]]:
+    """The modules whose outputs are recorded, by name: those named, or every leaf (the model itself when it has
+    no children)."""
+    all_modules = dict(model.named_modules())
+    if modules is None:
+        chosen = [(n, m) for n, m in all_modules.items() if n and not any(True for _ in m.children())]
+        if not chosen and not any(True for _ in model.children()):
+            chosen = [(type(model).__name__, model)]
+        return chosen
+    names = list(modules)
+    missing = [n for n in names if n not in all_modules]
+    if missing:
+        raise ValueError(f"the model has no modules named {missing}")
+    return [(n or type(model).__name__, all_modules[n]) for n in names]
+
+
 class Recorder:
     """Summaries of a model's weights, gradients, activations and updates at chosen training steps.
 
@@ -156,20 +195,8 @@ class Recorder:
         amax: bool = False,
         recipes: bool = False,
     ) -> None:
-        self._kinds = tuple(kinds)
-        unknown = [k for k in self._kinds if k not in KINDS]
-        if unknown:
-            raise ValueError(f"unknown kinds {unknown}; known: {', '.join(KINDS)}")
-        if "update" in self._kinds and optimizer is None:
-            raise ValueError("recording updates needs the optimizer: Recorder(model, optimizer, ...)")
-        if steps is None:
-            self._steps: frozenset[int] | None = None
-        elif isinstance(steps, int):
-            self._steps = frozenset(log_spaced_steps(steps))
-        else:
-            self._steps = frozenset(int(s) for s in steps)
-            if any(s < 1 for s in self._steps):
-                raise ValueError("steps count from 1")
+        self._kinds = _checked_kinds(kinds, optimizer)
+        self._steps = _step_set(steps)
         self._amax_kinds = frozenset(k for k in self._kinds if k != "update") if amax else frozenset()
         self._pending_amax: list[tuple[str, str, torch.Tensor, torch.Tensor | None, float | None]] = []
         self._model = model
@@ -179,17 +206,7 @@ class Recorder:
         self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self._names = [n for n, _ in self._params]
         self._weights = [p for _, p in self._params]
-        all_modules = dict(model.named_modules())
-        if modules is None:
-            chosen = [(n, m) for n, m in all_modules.items() if n and not any(True for _ in m.children())]
-            if not chosen and not any(True for _ in model.children()):
-                chosen = [(type(model).__name__, model)]
-        else:
-            names = list(modules)
-            missing = [n for n in names if n not in all_modules]
-            if missing:
-                raise ValueError(f"the model has no modules named {missing}")
-            chosen = [(n or type(model).__name__, all_modules[n]) for n in names]
+        chosen = _output_modules(model, modules)
 
         self.current_step = 1  # the step in progress; step() ends it
         self._recording = self._is_recorded(1)

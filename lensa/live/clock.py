@@ -249,6 +249,91 @@ def _params(width: int, depth: int) -> int:
     return _macs(width, depth) + depth * width + 1
 
 
+def _widths_timed(
+    arm: str, device: str, depth: int, arm_deadline: float, set_up: list[float]
+) -> tuple[list[tuple[int, int, float]], tuple[torch.nn.Module, Callable[[], None]]]:
+    """The step at each width, at a batch whose products take about PROBE_STEP_S (as the step at the previous
+    width predicts); a width the time left cannot pay for is left out. Each width's one-off set-up goes to
+    ``set_up``. Returns (width, batch, seconds) per width, and the widest model with its optimizer part."""
+    steps: list[tuple[int, int, float]] = []
+    widest: tuple[torch.nn.Module, Callable[[], None]] | None = None
+    for width in RATE_WIDTHS:
+        flop_per_sample = 6.0 * _macs(width, depth)
+        if steps:
+            w0, b0, t0 = steps[-1]
+            raw = 6.0 * _macs(w0, depth) * b0 / t0  # the previous step's FLOP/s, overheads included
+            want = PROBE_STEP_S * raw / flop_per_sample
+            least = _MIN_BATCH if width == RATE_WIDTHS[-1] else _LAB_BATCH
+            batch = min(_MAX_BATCH, max(least, 2 ** round(math.log2(max(want, 1.0)))))
+            if time.perf_counter() + 3 * flop_per_sample * batch / raw > arm_deadline:
+                break
+        else:
+            batch = _LAB_BATCH
+        t_step, one_off, model, opt_part = _time_step(arm, device, width, depth, batch)
+        if not steps and t_step < 0.5 * PROBE_STEP_S and batch < _MAX_BATCH:
+            # The first width: a step too short to time well; once more, larger.
+            batch = min(_MAX_BATCH, 2 ** round(math.log2(batch * PROBE_STEP_S / t_step)))
+            t_step, one_off, model, opt_part = _time_step(arm, device, width, depth, batch)
+        steps.append((width, batch, t_step))
+        set_up.append(one_off)
+        widest = (model, opt_part)
+    assert widest is not None  # the first width is always measured
+    return steps, widest
+
+
+def _param_step_s(arm: str, device: str, model: torch.nn.Module, opt_part: Callable[[], None]) -> float:
+    """Per-parameter work: the optimizer part of a step (Adam, clipping, scaler) and autocast's weight copies."""
+    import torch
+
+    n_params = sum(p.numel() for p in model.parameters())
+    opt_s = _best_time(opt_part, device)
+    cast_s = 0.0
+    if arm != "fp32":
+        # Autocast copies each weight to 16 bits in every forward pass (and keeps it for the backward).
+        dtype = torch.float16 if arm == "fp16" else torch.bfloat16
+        weights = [p for p in model.parameters() if p.dim() == 2]
+
+        def cast(w: list[torch.nn.Parameter] = weights, d: torch.dtype = dtype) -> None:
+            for t in w:
+                t.to(d)
+
+        cast_s = _best_time(cast, device)
+    return (opt_s + cast_s) / n_params
+
+
+def _calibrate_arm(
+    arm: str, device: str, depth: int, arm_deadline: float, set_up: list[float]
+) -> tuple[float, float, tuple[tuple[int, float], ...]]:
+    """One arm's seconds per layer, seconds per parameter, and FLOP/s of its products at each width measured."""
+    # Fixed work per layer: a model whose matmuls and parameters are negligible.
+    _m, _o, tiny, _p = _probe(arm, device, 16, depth, 8)
+    tiny()
+    layer_s = _best_time(tiny, device, repeats=5) / (depth + 1)
+    steps, (model, opt_part) = _widths_timed(arm, device, depth, arm_deadline, set_up)
+    param_s = _param_step_s(arm, device, model, opt_part)
+    del model, opt_part
+    rates = []
+    for width, batch, t_step in steps:
+        fixed = layer_s * (depth + 1) + param_s * _params(width, depth)
+        # A floor of a quarter of the step keeps a noisy, overhead-bound probe from an endless rate.
+        rates.append((width, 6.0 * _macs(width, depth) * batch / max(t_step - fixed, 0.25 * t_step)))
+    return layer_s, param_s, tuple(rates)
+
+
+def _capability(device: str) -> tuple[str, tuple[str, ...]]:
+    """The device's name (CUDA) or torch's CPU capability, and the CPU's native 16-bit flags."""
+    import torch
+
+    from lensa.live.device import _read_cpuinfo
+
+    if device == "cuda":
+        return torch.cuda.get_device_name(), ()
+    parsed = _read_cpuinfo("/proc/cpuinfo")
+    have = parsed[2] if parsed else set()
+    flags = tuple(f for flag_set in NATIVE_FLAGS.values() for f in flag_set if f in have)
+    return str(torch.backends.cpu.get_cpu_capability()), flags
+
+
 def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> CostModel:
     """Time the lab's training step for each arm on ``device`` and return the :class:`CostModel` it gives.
 
@@ -257,7 +342,6 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
     """
     import torch
 
-    from lensa.live.device import _read_cpuinfo
     from lensa.live.torch_utils import _fp32_matmul_precision
 
     # One-off imports (Adam's first use loads torch._dynamo, seconds) are not this machine's pace: pay them first.
@@ -273,58 +357,7 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
     with _fp32_matmul_precision(device, "highest"):
         for i, arm in enumerate(ARMS_TIMED):
             arm_deadline = min(deadline, start + per_arm_budget * (i + 1))
-            # Fixed work per layer: a model whose matmuls and parameters are negligible.
-            _m, _o, tiny, _p = _probe(arm, device, 16, depth, 8)
-            tiny()
-            layer[arm] = _best_time(tiny, device, repeats=5) / (depth + 1)
-            # The step at each width, at a batch whose products take about PROBE_STEP_S (as the step at the
-            # previous width predicts); a width the time left cannot pay for is left out.
-            steps: list[tuple[int, int, float]] = []
-            widest: tuple[torch.nn.Module, Callable[[], None]] | None = None
-            for width in RATE_WIDTHS:
-                flop_per_sample = 6.0 * _macs(width, depth)
-                if steps:
-                    w0, b0, t0 = steps[-1]
-                    raw = 6.0 * _macs(w0, depth) * b0 / t0  # the previous step's FLOP/s, overheads included
-                    want = PROBE_STEP_S * raw / flop_per_sample
-                    least = _MIN_BATCH if width == RATE_WIDTHS[-1] else _LAB_BATCH
-                    batch = min(_MAX_BATCH, max(least, 2 ** round(math.log2(max(want, 1.0)))))
-                    if time.perf_counter() + 3 * flop_per_sample * batch / raw > arm_deadline:
-                        break
-                else:
-                    batch = _LAB_BATCH
-                t_step, one_off, model, opt_part = _time_step(arm, device, width, depth, batch)
-                if not steps and t_step < 0.5 * PROBE_STEP_S and batch < _MAX_BATCH:
-                    # The first width: a step too short to time well; once more, larger.
-                    batch = min(_MAX_BATCH, 2 ** round(math.log2(batch * PROBE_STEP_S / t_step)))
-                    t_step, one_off, model, opt_part = _time_step(arm, device, width, depth, batch)
-                steps.append((width, batch, t_step))
-                set_up.append(one_off)
-                widest = (model, opt_part)
-            assert widest is not None  # the first width is always measured
-            # Per-parameter work: the optimizer part of a step (Adam, clipping, scaler) on the widest model.
-            model, opt_part = widest
-            n_params = sum(p.numel() for p in model.parameters())
-            opt_s = _best_time(opt_part, device)
-            cast_s = 0.0
-            if arm != "fp32":
-                # Autocast copies each weight to 16 bits in every forward pass (and keeps it for the backward).
-                dtype = torch.float16 if arm == "fp16" else torch.bfloat16
-                weights = [p for p in model.parameters() if p.dim() == 2]
-
-                def cast(w: list[torch.nn.Parameter] = weights, d: torch.dtype = dtype) -> None:
-                    for t in w:
-                        t.to(d)
-
-                cast_s = _best_time(cast, device)
-            param[arm] = (opt_s + cast_s) / n_params
-            del model, opt_part, widest
-            rates = []
-            for width, batch, t_step in steps:
-                fixed = layer[arm] * (depth + 1) + param[arm] * _params(width, depth)
-                # A floor of a quarter of the step keeps a noisy, overhead-bound probe from an endless rate.
-                rates.append((width, 6.0 * _macs(width, depth) * batch / max(t_step - fixed, 0.25 * t_step)))
-            by_width[arm] = tuple(rates)
+            layer[arm], param[arm], by_width[arm] = _calibrate_arm(arm, device, depth, arm_deadline, set_up)
         data_value_s = _time_data(device)
         record_value_s, record_tensor_s, record_scale = _time_recording(
             device, {arm: min(r for _w, r in rates) for arm, rates in by_width.items()}
@@ -332,15 +365,7 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
     # The headline rate and FP32 against each arm: at the widest width every arm measured.
     common = max(set.intersection(*(set(dict(rates)) for rates in by_width.values())))
     flop = {arm: dict(rates)[common] for arm, rates in by_width.items()}
-    slowdown = {arm: flop["fp32"] / flop[arm] for arm in ARMS_TIMED}
-    flags: tuple[str, ...] = ()
-    if device == "cuda":
-        capability = torch.cuda.get_device_name()
-    else:
-        capability = str(torch.backends.cpu.get_cpu_capability())
-        parsed = _read_cpuinfo("/proc/cpuinfo")
-        have = parsed[2] if parsed else set()
-        flags = tuple(f for flag_set in NATIVE_FLAGS.values() for f in flag_set if f in have)
+    capability, flags = _capability(device)
     return CostModel(
         device=device,
         flop_per_s=flop,
@@ -352,7 +377,7 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
         record_tensor_s=record_tensor_s,
         record_scale=record_scale,
         rate_by_width=by_width,
-        slowdown=slowdown,
+        slowdown={arm: flop["fp32"] / flop[arm] for arm in ARMS_TIMED},
         capability=capability,
         cpu_flags=flags,
         calibration_s=time.perf_counter() - start,

@@ -6,13 +6,16 @@ import math
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from lensa.live.config import ShouldStop
 from lensa.live.device import resolve_device
 from lensa.live.errors import LiveError
 from lensa.live.slot import run_slot
 from lensa.live.torch_utils import _fp32_matmul_precision, _oom_as_live_error, _sync
+
+if TYPE_CHECKING:
+    import torch
 
 MATMUL_MODES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
 
@@ -106,13 +109,63 @@ def _size_within_budget(mode: str, n: int, dtype: Any, device: str, gen: Any) ->
     return min(size, n)
 
 
+def _stop_if_asked(should_stop: ShouldStop | None) -> None:
+    if should_stop is not None and should_stop():
+        raise LiveError("cancelled", "The matmul benchmark was stopped before it finished.")
+
+
+def _not_applicable(mode: str, device: str) -> str | None:
+    """Why ``mode`` cannot be measured on ``device``, or None when it can."""
+    import torch
+
+    if mode == "tf32" and device == "cpu":
+        return "TF32 is a GPU tensor-core format (Ampere and newer); CPUs have no TF32 mode."
+    if mode == "tf32" and torch.cuda.get_device_capability()[0] < 8:
+        return "TF32 needs an Ampere or newer GPU (compute capability 8.0+)."
+    if mode == "bf16" and device == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+        return "This GPU has no native BF16 (it needs Ampere, compute capability 8.0, or newer)."
+    return None
+
+
+def _time_products(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    out: torch.Tensor,
+    repeats: int,
+    warmup: int,
+    device: str,
+    should_stop: ShouldStop | None,
+) -> tuple[list[float], int]:
+    """Seconds per product ``a @ b``, ``repeats`` times, each the mean of a batch of products; and the batch."""
+    import torch
+
+    for _ in range(warmup):
+        torch.matmul(a, b, out=out)
+    _sync(device)
+    t0 = time.perf_counter()
+    torch.matmul(a, b, out=out)
+    _sync(device)
+    one = max(time.perf_counter() - t0, 1e-9)
+    # Batch small products so each clock read spans ~10 ms, well above timer and launch noise.
+    inner = min(1000, max(1, math.ceil(0.01 / one)))
+    times = []
+    for _ in range(repeats):
+        _stop_if_asked(should_stop)
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            torch.matmul(a, b, out=out)
+        _sync(device)
+        times.append((time.perf_counter() - t0) / inner)
+    return times, inner
+
+
 def _matmul_mode(
     mode: str, n: int, repeats: int, warmup: int, device: str, should_stop: ShouldStop | None
 ) -> MatmulRow:
     import torch
 
-    if should_stop is not None and should_stop():
-        raise LiveError("cancelled", "The matmul benchmark was stopped before it finished.")
+    _stop_if_asked(should_stop)
     dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[mode]
     row = MatmulRow(
         mode=mode,
@@ -125,13 +178,7 @@ def _matmul_mode(
         tflops=None,
         runs=0,
     )
-    reason = None
-    if mode == "tf32" and device == "cpu":
-        reason = "TF32 is a GPU tensor-core format (Ampere and newer); CPUs have no TF32 mode."
-    elif mode == "tf32" and torch.cuda.get_device_capability()[0] < 8:
-        reason = "TF32 needs an Ampere or newer GPU (compute capability 8.0+)."
-    elif mode == "bf16" and device == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
-        reason = "This GPU has no native BF16 (it needs Ampere, compute capability 8.0, or newer)."
+    reason = _not_applicable(mode, device)
     if reason:
         row["reason"] = reason
         return row
@@ -147,25 +194,7 @@ def _matmul_mode(
         a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
         b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
         out = torch.empty(n, n, device=device, dtype=dtype)
-        for _ in range(warmup):
-            torch.matmul(a, b, out=out)
-        _sync(device)
-        t0 = time.perf_counter()
-        torch.matmul(a, b, out=out)
-        _sync(device)
-        one = max(time.perf_counter() - t0, 1e-9)
-        # Batch small products so each clock read spans ~10 ms, well above timer and launch noise.
-        inner = min(1000, max(1, math.ceil(0.01 / one)))
-        times = []
-        for _ in range(repeats):
-            if should_stop is not None and should_stop():
-                raise LiveError("cancelled", "The matmul benchmark was stopped before it finished.")
-            _sync(device)
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                torch.matmul(a, b, out=out)
-            _sync(device)
-            times.append((time.perf_counter() - t0) / inner)
+        times, inner = _time_products(a, b, out, repeats, warmup, device, should_stop)
     median = statistics.median(times)
     row.update({"applicable": True, "median_s": median, "tflops": 2.0 * n**3 / median / 1e12, "runs": repeats * inner})
     if device == "cpu" and mode == "fp16":

@@ -123,14 +123,8 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(0)
 
 
-def _serve(
-    requests: Any, events: Any, stop_id: Any, nice: int, threads: int, clocks: dict[str, Any] | None = None
-) -> None:
-    """The worker process: lower its priority, load torch, time this machine, answer requests until told to stop.
-
-    ``clocks``: calibrations a previous worker of this server made (a worker restarted after a stop or a
-    crash keeps them instead of calibrating again).
-    """
+def _settle(nice: int, threads: int) -> None:
+    """Lower the process's priority, watch for the parent's end, and load torch with ``threads`` threads."""
     # Before torch exists: Linux applies nice per thread and new threads inherit it.
     with contextlib.suppress(OSError):
         os.nice(max(0, nice - os.nice(0)))
@@ -140,6 +134,10 @@ def _serve(
     torch.set_num_threads(threads)
     with contextlib.suppress(RuntimeError):  # only possible before any parallel work
         torch.set_num_interop_threads(1)
+
+
+def _hello(clocks: dict[str, Any] | None) -> tuple[str, int, dict[str, tuple[Any, ...]], dict[str, Any]]:
+    """The first message to the server: this process, each device's info (or why not), and this machine's clock."""
     from lensa import live
     from lensa.live.clock import machine_clock, remember_clock
 
@@ -155,39 +153,57 @@ def _serve(
     measured = {}
     for kind in sorted({info[1].device for info in infos.values() if info[0] == "ok"}):
         measured[kind] = machine_clock(kind)
-    events.put(("hello", os.getpid(), infos, measured))
+    return ("hello", os.getpid(), infos, measured)
+
+
+def _run_task(job_id: int, task: str, kwargs: dict[str, Any], events: Any, stop_id: Any) -> None:
+    """Run one request, sending its progress, finished arms and the result (or the error) as events."""
+    from lensa import live
+
+    def progress(fraction: float, _message: str = "") -> None:
+        events.put(("progress", job_id, fraction))
+
+    def should_stop() -> bool:
+        current: int = stop_id.value
+        return current == job_id
+
+    def on_arm(arm: str, arm_result: Any, device: str, device_name: str) -> None:
+        events.put(("arm", job_id, arm, arm_result, device, device_name))
+
+    result: object
+    try:
+        if task == "compare":
+            result = live.compare(progress=progress, should_stop=should_stop, on_arm=on_arm, **kwargs)
+        elif task == "trace":
+            result = live.gradscaler_trace(**kwargs)
+        elif task == "matmul":
+            result = live.matmul_benchmark(should_stop=should_stop, **kwargs)
+        else:
+            raise LiveError("invalid", f"Unknown task {task!r}.")
+        events.put(("done", job_id, result))
+    except LiveError as exc:
+        # LiveError's own constructor does not survive pickling: send its fields.
+        events.put(("error", job_id, exc.kind, exc.message, exc.numbers))
+    except Exception as exc:  # anything else still ends as a message for the page
+        events.put(("failed", job_id, type(exc).__name__, str(exc)[:300]))
+
+
+def _serve(
+    requests: Any, events: Any, stop_id: Any, nice: int, threads: int, clocks: dict[str, Any] | None = None
+) -> None:
+    """The worker process: lower its priority, load torch, time this machine, answer requests until told to stop.
+
+    ``clocks``: calibrations a previous worker of this server made (a worker restarted after a stop or a
+    crash keeps them instead of calibrating again).
+    """
+    _settle(nice, threads)
+    events.put(_hello(clocks))
     while True:
         request = requests.get()
         if request is None:
             return
         job_id, task, kwargs = request
-
-        def progress(fraction: float, _message: str = "", job_id: int = job_id) -> None:
-            events.put(("progress", job_id, fraction))
-
-        def should_stop(job_id: int = job_id) -> bool:
-            current: int = stop_id.value
-            return current == job_id
-
-        def on_arm(arm: str, arm_result: Any, device: str, device_name: str, job_id: int = job_id) -> None:
-            events.put(("arm", job_id, arm, arm_result, device, device_name))
-
-        result: object
-        try:
-            if task == "compare":
-                result = live.compare(progress=progress, should_stop=should_stop, on_arm=on_arm, **kwargs)
-            elif task == "trace":
-                result = live.gradscaler_trace(**kwargs)
-            elif task == "matmul":
-                result = live.matmul_benchmark(should_stop=should_stop, **kwargs)
-            else:
-                raise LiveError("invalid", f"Unknown task {task!r}.")
-            events.put(("done", job_id, result))
-        except LiveError as exc:
-            # LiveError's own constructor does not survive pickling: send its fields.
-            events.put(("error", job_id, exc.kind, exc.message, exc.numbers))
-        except Exception as exc:  # anything else still ends as a message for the page
-            events.put(("failed", job_id, type(exc).__name__, str(exc)[:300]))
+        _run_task(job_id, task, kwargs, events, stop_id)
 
 
 # --- the server side ---------------------------------------------------------------------------
