@@ -638,10 +638,16 @@ def _block_dims(block: tuple[int | None, int | None], rows: int, cols: int) -> t
 
 
 def _store_piece(
-    xs: NDArray[np.float32], s: Any, rd: _Rounding, sc: _Scratch, k: int, dst: NDArray[np.float64]
+    xs: NDArray[np.float32],
+    s: Any,
+    rd: _Rounding,
+    sc: _Scratch,
+    k: int,
+    dst: NDArray[np.float64],
+    bounds: tuple[NDArray[np.float32], NDArray[np.uint32]],
 ) -> None:
     """One piece of :func:`_stored_in_pieces`: ``xs`` over its scales ``s``, rounded to the element, times ``s``,
-    written to ``dst``."""
+    written to ``dst``; ``bounds`` are ``sc.full`` of the element's largest value and of its lowest exponent."""
     shape = xs.shape
     if np.ndim(s) == 3 and shape[-1] > 1:  # the block scale spread over its values once (see _round_piece)
         full = sc.s[:k].reshape(shape)
@@ -653,10 +659,11 @@ def _store_piece(
     sign = sc.e[:k].reshape(shape)
     np.bitwise_and(bits, np.uint32(0x80000000), out=sign)
     bits &= _MAGNITUDE
-    np.minimum(y, sc.full(rd.limit)[:k].reshape(shape), out=y)  # saturation; a NaN cannot occur here
+    limits, lows = bounds
+    np.minimum(y, limits[:k].reshape(shape), out=y)  # saturation; a NaN cannot occur here
     magic = sc.e2[:k].reshape(shape)
     np.bitwise_and(bits, _EXPONENT, out=magic)
-    np.maximum(magic, sc.full(rd.low)[:k].reshape(shape), out=magic)
+    np.maximum(magic, lows[:k].reshape(shape), out=magic)
     magic += rd.shift
     y += magic.view(np.float32)
     y -= magic.view(np.float32)
@@ -692,9 +699,10 @@ def _stored_in_pieces(x: NDArray[np.float32], r: Recipe) -> NDArray[np.float64] 
         if r.block is None:
             rd = _rounding(r, _block_scales(r, np.array([tensor_amax]), tensor_amax)[0])
             sc = _Scratch((_PIECE,))
+            bounds = sc.full(rd.limit), sc.full(rd.low)
             for i in range(0, t.n, _PIECE):
                 k = min(_PIECE, t.n - i)
-                _store_piece(t.flat[i : i + k], rd.scale, rd, sc, k, out[i : i + k])
+                _store_piece(t.flat[i : i + k], rd.scale, rd, sc, k, out[i : i + k], bounds)
             return out.reshape(x.shape)
         br, bc, nb = _block_dims(r.block, t.rows, t.cols)
         amax = _amax_of(r.block, a16, t.bits, t.lead, t.rows)
@@ -708,16 +716,17 @@ def _store_rows(t: _Rows, rd: _Rounding, nb: int, bc: int, rows_out: NDArray[np.
     n_rows, width = t.lead * t.rows, nb * bc
     step = max(1, _PIECE // width)
     sc = _Scratch((step, width))
+    bounds = sc.full(rd.limit), sc.full(rd.low)
     values = t.flat.reshape(n_rows, t.cols)
     padded = np.empty((step, width), np.float64) if width != t.cols else None
     for i in range(0, n_rows, step):
         k = min(step, n_rows - i)
         if padded is None:  # the rows tile into whole blocks: read them where they are
             xs = values[i : i + k].reshape(k, nb, bc)
-            _store_piece(xs, rd.scale[i : i + k], rd, sc, k, rows_out[i : i + k].reshape(k, nb, bc))
+            _store_piece(xs, rd.scale[i : i + k], rd, sc, k, rows_out[i : i + k].reshape(k, nb, bc), bounds)
             continue
         sc.a[:k, : t.cols] = values[i : i + k]  # the padding columns stay 0
-        _store_piece(sc.a[:k].reshape(k, nb, bc), rd.scale[i : i + k], rd, sc, k, padded[:k].reshape(k, nb, bc))
+        _store_piece(sc.a[:k].reshape(k, nb, bc), rd.scale[i : i + k], rd, sc, k, padded[:k].reshape(k, nb, bc), bounds)
         rows_out[i : i + k] = padded[:k, : t.cols]
 
 
