@@ -1,11 +1,12 @@
 """Step 5 · BF16: FP32's range with fewer significand bits."""
 
+import numpy as np
 import streamlit as st
 
 from lensa import measured
 from lensa.formats import FORMATS, category_shares, fp16_against_bf16, mean_relative_error, representable_between
 from lensa.gradients import gradient_sample
-from lensa.ui import display, figures, format_table, layout, recorded_run, widgets
+from lensa.ui import display, figures, format_table, layout, recorded_run
 from lensa.ui.frame import setup
 
 LESSON_FORMATS = ("fp32", *format_table.SIXTEEN_BIT_KEYS)
@@ -18,12 +19,8 @@ def show_measured(sel: recorded_run.Selection, also: str) -> None:
     zero = {f: measured.zone_shares(stats, f)["zero"] for f in keys}
     errors = measured.mean_relative_errors(stats, keys)
     over16 = measured.zone_shares(stats, "fp16")["overflow"]
-    kind = recorded_run.kind_words(page, sel.kind)
-    source = recorded_run.source_line(page, sel)
-    names = [FORMATS[f].label for f in keys]
-    colours = [figures.FORMAT_COLOURS[f] for f in keys]
     values = {
-        "kind": kind,
+        "kind": recorded_run.kind_words(page, sel.kind),
         "z16": recorded_run.pct(page, zero["fp16"]),
         "zbf": recorded_run.pct(page, zero["bf16"]),
         "e16": recorded_run.pct(page, errors["fp16"]),
@@ -40,47 +37,72 @@ def show_measured(sel: recorded_run.Selection, also: str) -> None:
         ]
     )
     with charts:
-        display.chart(
-            figures.labelled_bars(
-                names,
-                [zero[f] for f in keys],
-                colours,
-                [recorded_run.pct(page, zero[f]) for f in keys],
-                axis_title=page.t("bf16_data.axis_zero"),
-                x_max=recorded_run.bar_top([zero[f] for f in keys], floor=0.01),
-                lang=page.lang,
-                percent=True,
-            ),
-            page.t("bf16_data.zero_title", kind=kind),
-            " ".join([recorded_run.shares_note(page, stats), source]),
-            alt=page.t("bf16_data.alt_zero", **values),
-        )
-        shown, top = recorded_run.finite_bars([errors[f] for f in keys])
-        display.chart(
-            figures.labelled_bars(
-                names,
-                shown,
-                colours,
-                [recorded_run.pct(page, errors[f]) for f in keys],
-                axis_title=page.t("bf16_data.axis_error"),
-                x_max=top,
-                lang=page.lang,
-                percent=True,
-            ),
-            page.t("bf16_data.error_title", kind=kind),
-            page.t("bf16_data.error_caption") + " " + source,
-            alt=page.t("bf16_data.alt_error", **values),
-        )
-        display.chart(
-            figures.precision_ticks(
-                [(key, FORMATS[key].label, representable_between(1.0, 1.0625, key)) for key in ("fp16", "bf16")],
-                page.lang,
-            ),
-            page.t("precision_title"),
-            page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3)),
-        )
+        measured_charts(sel, keys, zero, errors, values)
     verdict = fp16_against_bf16(over16, errors["fp16"], errors["bf16"])
     layout.explain(page, page.t(f"bf16_data.explain_{verdict}", **values), page.t("bf16_data.try"))
+    layer_table(sel)
+    recorded_run.measured_also(page, sel, also, page.t("fp8_explain"))
+
+
+def measured_charts(
+    sel: recorded_run.Selection,
+    keys: tuple[str, ...],
+    zero: dict[str, float],
+    errors: dict[str, float],
+    values: dict[str, str],
+) -> None:
+    """The run's share rounded to 0 and its mean relative error, a bar per format, then the precision ticks."""
+    source = recorded_run.source_line(page, sel)
+    names = [FORMATS[f].label for f in keys]
+    colours = [figures.FORMAT_COLOURS[f] for f in keys]
+    display.chart(
+        figures.labelled_bars(
+            names,
+            [zero[f] for f in keys],
+            colours,
+            [recorded_run.pct(page, zero[f]) for f in keys],
+            axis_title=page.t("bf16_data.axis_zero"),
+            x_max=recorded_run.bar_top([zero[f] for f in keys], floor=0.01),
+            lang=page.lang,
+            percent=True,
+        ),
+        page.t("bf16_data.zero_title", kind=values["kind"]),
+        " ".join([recorded_run.shares_note(page, sel.stats), source]),
+        alt=page.t("bf16_data.alt_zero", **values),
+    )
+    shown, top = recorded_run.finite_bars([errors[f] for f in keys])
+    display.chart(
+        figures.labelled_bars(
+            names,
+            shown,
+            colours,
+            [recorded_run.pct(page, errors[f]) for f in keys],
+            axis_title=page.t("bf16_data.axis_error"),
+            x_max=top,
+            lang=page.lang,
+            percent=True,
+        ),
+        page.t("bf16_data.error_title", kind=values["kind"]),
+        page.t("bf16_data.error_caption") + " " + source,
+        alt=page.t("bf16_data.alt_error", **values),
+    )
+    display.chart(
+        figures.precision_ticks(
+            [(key, FORMATS[key].label, representable_between(1.0, 1.0625, key)) for key in ("fp16", "bf16")],
+            page.lang,
+        ),
+        page.t("precision_title"),
+        precision_caption(),
+    )
+
+
+def precision_caption() -> str:
+    """The caption under the precision ticks: each 16-bit format's machine epsilon."""
+    return page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3))
+
+
+def layer_table(sel: recorded_run.Selection) -> None:
+    """Per layer at the chosen step: what FP16 and BF16 round to 0, and their mean relative error."""
     st.subheader(page.t("bf16_data.layers_title"))
     columns = [
         (page.t("metric_fp16_zero"), "fp16", "zero"),
@@ -90,14 +112,6 @@ def show_measured(sel: recorded_run.Selection, also: str) -> None:
     ]
     rows = measured.layer_rows(sel.run, sel.kind, sel.step, ("fp16", "bf16"))
     st.dataframe(recorded_run.layer_frame(page, rows, columns), hide_index=True)
-    if format_table.shows(also, "fp8"):
-        st.subheader(page.t("fp8_title"))
-        st.dataframe(recorded_run.format_rows(page, stats, keys), hide_index=True)
-        st.markdown(page.t("fp8_explain"))
-    if format_table.shows(also, "narrow"):
-        st.caption(page.t("also.measured_note"))
-    if also != "none":  # every block recipe, from the run's own values (file version 2)
-        recorded_run.recipe_section(page, sel)
 
 
 def illustration(grad: float, also: str) -> None:
@@ -105,12 +119,6 @@ def illustration(grad: float, also: str) -> None:
     sample = gradient_sample(grad)
     s16, sbf = category_shares(sample, "fp16"), category_shares(sample, "bf16")
     e16, ebf = mean_relative_error(sample, "fp16"), mean_relative_error(sample, "bf16")
-    ranges = [
-        figures.FormatRange(
-            key, FORMATS[key].label, FORMATS[key].smallest_subnormal, FORMATS[key].smallest_normal, FORMATS[key].max
-        )
-        for key in (*LESSON_FORMATS, *format_table.also_keys(also))
-    ]
     charts = display.figure_area()
     display.metric_row(
         [
@@ -121,42 +129,8 @@ def illustration(grad: float, also: str) -> None:
         ]
     )
     with charts:
-        display.chart(
-            figures.format_ranges(
-                ranges,
-                sample,
-                {
-                    "gradients": page.t("range_gradients"),
-                    "subnormal": page.t("range_subnormal"),
-                    "normal": page.t("range_normal"),
-                    "hover": page.t("range_hover"),
-                },
-                page.lang,
-            ),
-            page.t("range_title"),
-            page.t("common.illustration"),
-            alt=page.t(
-                "range_alt",
-                ranges="; ".join(f"{r.label} {page.sci(r.smallest_subnormal)} … {page.sci(r.max)}" for r in ranges),
-                grad=page.sci(grad),
-                z16=page.pct(category_shares(sample, "fp16")["zero"]),
-                zbf=page.pct(category_shares(sample, "bf16")["zero"]),
-            ),
-        )
-        grids = {key: representable_between(1.0, 1.0625, key) for key in ("fp16", "bf16")}
-        display.chart(
-            figures.precision_ticks([(key, FORMATS[key].label, grid) for key, grid in grids.items()], page.lang),
-            page.t("precision_title"),
-            page.t("precision_caption", fp16=page.sci(FORMATS["fp16"].eps, 3), bf16=page.sci(FORMATS["bf16"].eps, 3)),
-            alt=page.t(
-                "precision_alt",
-                n16=page.num(len(grids["fp16"])),
-                nbf=page.num(len(grids["bf16"])),
-                fp16=page.sci(FORMATS["fp16"].eps, 3),
-                bf16=page.sci(FORMATS["bf16"].eps, 3),
-            ),
-        )
-
+        range_chart(grad, sample, also)
+        precision_chart()
     values = {
         "grad": page.sci(grad),
         "z16": page.pct(s16["zero"]),
@@ -175,22 +149,58 @@ def illustration(grad: float, also: str) -> None:
         st.markdown(page.t("also.explain_bf16", e2m1_zero=page.pct(category_shares(sample, "fp4_e2m1")["zero"])))
 
 
-def lesson() -> None:
-    """The controls and what they change; a recorded run replaces the illustration."""
-    selection = recorded_run.data_controls(page)
-    if selection is None:
-        grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
-    also = format_table.also_control(page)
-    layout.after_controls(page)
-    if selection is None:
-        illustration(grad, also)
-    else:
-        show_measured(selection, also)
+def range_chart(grad: float, sample: np.ndarray, also: str) -> None:
+    """Each format's range (FP32, the 16-bit formats and those "also show" adds) under the gradients."""
+    ranges = [
+        figures.FormatRange(
+            key, FORMATS[key].label, FORMATS[key].smallest_subnormal, FORMATS[key].smallest_normal, FORMATS[key].max
+        )
+        for key in (*LESSON_FORMATS, *format_table.also_keys(also))
+    ]
+    display.chart(
+        figures.format_ranges(
+            ranges,
+            sample,
+            {
+                "gradients": page.t("range_gradients"),
+                "subnormal": page.t("range_subnormal"),
+                "normal": page.t("range_normal"),
+                "hover": page.t("range_hover"),
+            },
+            page.lang,
+        ),
+        page.t("range_title"),
+        page.t("common.illustration"),
+        alt=page.t(
+            "range_alt",
+            ranges="; ".join(f"{r.label} {page.sci(r.smallest_subnormal)} … {page.sci(r.max)}" for r in ranges),
+            grad=page.sci(grad),
+            z16=page.pct(category_shares(sample, "fp16")["zero"]),
+            zbf=page.pct(category_shares(sample, "bf16")["zero"]),
+        ),
+    )
+
+
+def precision_chart() -> None:
+    """The values FP16 and BF16 can hold between 1 and 1.0625, with their count in the alt text."""
+    grids = {key: representable_between(1.0, 1.0625, key) for key in ("fp16", "bf16")}
+    display.chart(
+        figures.precision_ticks([(key, FORMATS[key].label, grid) for key, grid in grids.items()], page.lang),
+        page.t("precision_title"),
+        precision_caption(),
+        alt=page.t(
+            "precision_alt",
+            n16=page.num(len(grids["fp16"])),
+            nbf=page.num(len(grids["bf16"])),
+            fp16=page.sci(FORMATS["fp16"].eps, 3),
+            bf16=page.sci(FORMATS["bf16"].eps, 3),
+        ),
+    )
 
 
 page = setup("bf16")
 layout.step_header(page)
-layout.lesson(page, lesson)
+layout.lesson(page, lambda: recorded_run.gradient_lesson(page, illustration, show_measured))
 BF16, FP32 = FORMATS["bf16"], FORMATS["fp32"]
 layout.step_end(
     page,

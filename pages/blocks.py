@@ -65,16 +65,6 @@ def lesson() -> None:
     encoded = {r.key: blockscale.encode(x, r) for r in recipes}
     lost = {r.key: blockscale.lost(x, r) for r in recipes}
     names = {o: page.t(f"outcome_{o}") for o in blockscale.OUTCOMES}
-    rows = []
-    for r in recipes:
-        enc = encoded[r.key]
-        marks = blockscale.outcomes(x, enc)
-        stored = [page.sci(float(v), 3) for v in enc.stored]
-        hovers = [
-            page.t("hover", recipe=label[r.key], i=i + 1, x=page.sci(float(x[i]), 3), stored=stored[i], what=names[m])
-            for i, m in enumerate(marks)
-        ]
-        rows.append(figures.BlockRow(label[r.key], [str(m) for m in marks], stored, hovers))
     charts = display.figure_area()
     display.metric_row(
         [
@@ -85,10 +75,48 @@ def lesson() -> None:
     )
     with charts:
         display.chart(
-            figures.block_strips(rows, [page.sci(float(v), 3) for v in x], names, page.t("axis_index"), page.lang),
+            figures.block_strips(
+                strip_rows(x, encoded, label, names),
+                [page.sci(float(v), 3) for v in x],
+                names,
+                page.t("axis_index"),
+                page.lang,
+            ),
             page.t("figure_title", n=n),
             page.t("caption", i=OUTLIER_AT + 1),
         )
+    recipe_table(recipes, label, encoded, lost)
+    layout.explain(page, explanation(lost, outlier), page.t("try"))
+    if selection is not None:
+        recorded_run.recipe_section(page, selection)
+
+
+def strip_rows(
+    x: np.ndarray,
+    encoded: dict[str, blockscale.Encoded],
+    label: dict[str, str],
+    names: dict[str, str],
+) -> list[figures.BlockRow]:
+    """A strip per recipe: what became of each value, the value stored, and a hover saying both."""
+    rows = []
+    for key, enc in encoded.items():
+        marks = blockscale.outcomes(x, enc)
+        stored = [page.sci(float(v), 3) for v in enc.stored]
+        hovers = [
+            page.t("hover", recipe=label[key], i=i + 1, x=page.sci(float(x[i]), 3), stored=stored[i], what=names[m])
+            for i, m in enumerate(marks)
+        ]
+        rows.append(figures.BlockRow(label[key], [str(m) for m in marks], stored, hovers))
+    return rows
+
+
+def recipe_table(
+    recipes: list[blockscale.Recipe],
+    label: dict[str, str],
+    encoded: dict[str, blockscale.Encoded],
+    lost: dict[str, blockscale.Lost],
+) -> None:
+    """A row per recipe: its block scale(s), the share flushed to 0 and saturated, and the SQNR."""
     st.dataframe(
         [
             {
@@ -103,6 +131,10 @@ def lesson() -> None:
         hide_index=True,
         width="stretch",
     )
+
+
+def explanation(lost: dict[str, blockscale.Lost], outlier: float) -> str:
+    """What the block shows: which 4-bit recipes flush values to 0, and whether MXFP8's scale saturates."""
     mx4, nv4 = lost["mxfp4_e2m1"], lost["nvfp4"]
     floor, ceil = lost["mxfp8_e4m3"], lost["mxfp8_e4m3_ceil"]
     values = {
@@ -119,10 +151,9 @@ def lesson() -> None:
         paragraph = page.t("explain_both_flush", **values)
     else:
         paragraph = page.t("explain_nothing_flushed", **values)
-    paragraph += " " + page.t("explain_floor_saturates" if floor.saturated > 0 else "explain_floor_fits", **values)
-    layout.explain(page, paragraph, page.t("try"))
-    if selection is not None:
-        recorded_run.recipe_section(page, selection)
+    return (
+        paragraph + " " + page.t("explain_floor_saturates" if floor.saturated > 0 else "explain_floor_fits", **values)
+    )
 
 
 page = setup("blocks")

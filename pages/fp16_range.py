@@ -1,11 +1,12 @@
 """Step 2 · FP16's narrow range: small gradients round to zero."""
 
+import numpy as np
 import streamlit as st
 
 from lensa import measured
 from lensa.formats import FORMATS, category_shares, largest_magnitude, most_common_category
 from lensa.gradients import gradient_sample
-from lensa.ui import display, format_table, layout, recorded_run, widgets, zone_charts
+from lensa.ui import display, format_table, layout, recorded_run, zone_charts
 from lensa.ui.frame import setup
 
 FP16 = FORMATS["fp16"]
@@ -56,16 +57,7 @@ def show_measured(sel: recorded_run.Selection, also: str) -> None:
     ]
     rows = measured.layer_rows(sel.run, sel.kind, sel.step, ("fp16",))
     st.dataframe(recorded_run.layer_frame(page, rows, columns), hide_index=True)
-    if format_table.shows(also, "fp8"):
-        st.subheader(page.t("fp8_title"))
-        st.dataframe(
-            recorded_run.format_rows(page, stats, (*format_table.SIXTEEN_BIT_KEYS, *format_table.FP8_KEYS)),
-            hide_index=True,
-        )
-    if format_table.shows(also, "narrow"):
-        st.caption(page.t("also.measured_note"))
-    if also != "none":  # every block recipe, from the run's own values (file version 2)
-        recorded_run.recipe_section(page, sel)
+    recorded_run.measured_also(page, sel, also)
 
 
 def illustration(grad: float, also: str) -> None:
@@ -115,6 +107,12 @@ def illustration(grad: float, also: str) -> None:
     if shares["overflow"] > 0:
         paragraph += page.t("explain_overflow", **values)
     layout.explain(page, paragraph, page.t("try"))
+    also_illustrated(sample, also)
+
+
+def also_illustrated(sample: np.ndarray, also: str) -> None:
+    """What "also show" adds to the illustration: the formats' table, and what FP8 and the narrower formats
+    round to 0."""
     if also == "none":
         return
     format_table.also_table(page, sample, also)
@@ -137,22 +135,9 @@ def illustration(grad: float, also: str) -> None:
         )
 
 
-def lesson() -> None:
-    """The controls and what they change; a recorded run replaces the illustration."""
-    selection = recorded_run.data_controls(page)
-    if selection is None:
-        grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
-    also = format_table.also_control(page)
-    layout.after_controls(page)
-    if selection is None:
-        illustration(grad, also)
-    else:
-        show_measured(selection, also)
-
-
 page = setup("fp16_range")
 layout.step_header(page)
-layout.lesson(page, lesson)
+layout.lesson(page, lambda: recorded_run.gradient_lesson(page, illustration, show_measured))
 
 
 def depth_sentence() -> str:

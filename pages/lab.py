@@ -1,8 +1,10 @@
 """Live lab: FP32, FP16 + GradScaler and BF16 autocast trained on this machine, and a real scaler provoked."""
 
+from collections.abc import Sequence
+
 import streamlit as st
 
-from lensa.measured import history_of
+from lensa.measured import ScalerHistory, history_of
 from lensa.scaling import scale_from_exp
 from lensa.ui import display, figures, jobs, layout, live_view, recorded_run, widgets
 from lensa.ui.frame import setup
@@ -25,15 +27,18 @@ if not live_view.torch_available():
 from lensa import live  # noqa: E402  (settings and tables only: the runs themselves happen in the worker process)
 
 
-def scale_labels(line: str) -> figures.RunLabels:
-    """The words of a loss-scale chart whose line is called ``line``."""
-    return figures.RunLabels(
+def scale_chart(history: ScalerHistory, line: str, overlay: tuple[str, Sequence[float]] | None = None) -> object:
+    """A loss scale's history, not animated, its line called ``line``; ``overlay`` (name, log2 scales) over it."""
+    labels = figures.RunLabels(
         axis_step=page.t("step_axis"),
         axis_scale="log2 S",
         clean=line,
         skipped=page.t("loss_scaling.run_skipped"),
         hover_clean=page.t("loss_scaling.run_hover"),
         hover_skipped=page.t("loss_scaling.run_hover_skipped"),
+    )
+    return figures.scaler_run(
+        history.steps, history.log2_scales, history.skipped, labels, animate=False, overlay=overlay, lang=page.lang
     )
 
 
@@ -223,17 +228,7 @@ with results_area:
             )
             if "fp16" in arms:
                 fp16 = live.arm_scale_history(arms["fp16"])
-                display.chart(
-                    figures.scaler_run(
-                        fp16.steps,
-                        fp16.log2_scales,
-                        fp16.skipped,
-                        scale_labels(page.t("arm_fp16")),
-                        animate=False,
-                        lang=page.lang,
-                    ),
-                    page.t("scale_title"),
-                )
+                display.chart(scale_chart(fp16, page.t("arm_fp16")), page.t("scale_title"))
             st.download_button(
                 page.t("download"),
                 live.rows_to_csv(live.comparison_rows(comparison)),
@@ -275,18 +270,8 @@ with trace_result_area:
         trace, init_scale, interval = st.session_state[TRACE]
         predicted, differs = live_view.trace_against_prediction(trace, init_scale, interval)
         real = history_of(trace)
-        display.chart(
-            figures.scaler_run(
-                real.steps,
-                real.log2_scales,
-                real.skipped,
-                scale_labels(page.t("trace_real")),
-                animate=False,
-                overlay=(page.t("trace_predicted"), history_of(predicted).log2_scales),
-                lang=page.lang,
-            ),
-            page.t("trace_chart"),
-        )
+        overlay = (page.t("trace_predicted"), history_of(predicted).log2_scales)
+        display.chart(scale_chart(real, page.t("trace_real"), overlay), page.t("trace_chart"))
         skipped = len(real.skipped_steps)
         if differs is None:
             st.success(

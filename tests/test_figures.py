@@ -134,3 +134,21 @@ def test_number_line_draws_and_names_the_format_it_is_given(fmt):
     # Every other format's label is absent: nothing is named FP16 unless the grid is FP16's.
     others = {f.label for key, f in FORMATS.items() if key != fmt and f.label not in label}
     assert not any(o in json.dumps(spec) for o in others)
+
+
+def test_the_format_ranges_table_writes_each_limit_exactly_where_it_is_short():
+    """The table under step 5's range chart: FP16's largest value is 65,504 (not 66,000), FP6 E2M3's 7.5."""
+    import ml_dtypes
+
+    labels = {"gradients": "g", "subnormal": "{fmt} s", "normal": "{fmt} n", "hover": "{fmt}{lo}{hi}"}
+    ranges = [
+        figures.FormatRange(
+            k, FORMATS[k].label, FORMATS[k].smallest_subnormal, FORMATS[k].smallest_normal, FORMATS[k].max
+        )
+        for k in ("fp16", "fp6_e2m3")
+    ]
+    rows = {row[0]: row[1:] for row in figures.format_ranges(ranges, gradient_sample(1e-6), labels, "en").table.rows}
+    fp16, e2m3 = ml_dtypes.finfo(np.float16), ml_dtypes.finfo(ml_dtypes.float6_e2m3fn)
+    assert float(fp16.max) == 65504 and float(e2m3.max) == 7.5 and float(e2m3.smallest_subnormal) == 0.125
+    assert rows[FORMATS["fp16"].label] == ("6.0e-8", "6.1e-5", "65,504")
+    assert rows[FORMATS["fp6_e2m3"].label] == ("0.125", "1", "7.5")

@@ -340,6 +340,22 @@ HIST_LO, HIST_HI = -12, 8
 BINS_PER_DECADE = 4
 
 
+def _stacked_counts_layout(
+    marks: Sequence[tuple[float, str]], axis_title: str, ticks: Spec, count_title: str, lang: str, **counts_axis: object
+) -> Spec:
+    """The layout of counts stacked by category on a log10 axis (``ticks``), the format's limits marked."""
+    shapes, annotations = _log_marks(marks)
+    return _layout(
+        360,
+        lang,
+        barmode="stack",
+        shapes=shapes,
+        annotations=annotations,
+        xaxis={"title": {"text": axis_title}, **ticks, "fixedrange": True},
+        yaxis={"title": {"text": count_title}, "fixedrange": True, "rangemode": "tozero", **counts_axis},
+    )
+
+
 def category_histogram(
     values: np.ndarray,
     categories: np.ndarray,
@@ -373,16 +389,7 @@ def category_histogram(
                 cat, labels[cat], _floats(centres[used]), [int(counts[i]) for i in used], 1 / BINS_PER_DECADE, hovertext
             )
         )
-    shapes, annotations = _log_marks(marks)
-    layout = _layout(
-        360,
-        lang,
-        barmode="stack",
-        shapes=shapes,
-        annotations=annotations,
-        xaxis={"title": {"text": axis_title}, **decade_ticks(HIST_LO, HIST_HI), "fixedrange": True},
-        yaxis={"title": {"text": count_title}, "fixedrange": True, "rangemode": "tozero"},
-    )
+    layout = _stacked_counts_layout(marks, axis_title, decade_ticks(HIST_LO, HIST_HI), count_title, lang)
     occupied = [i for i in range(len(centres)) if any(c[i] for c in columns.values())]
     table = _table(
         lang,
@@ -794,37 +801,8 @@ def labelled_bars(
     ``percent``: the values are shares (0..1) and the axis is labelled in percent. Without ``x_max`` the axis
     reaches ``headroom`` times the longest bar (or the line), leaving room for the written values.
     """
-    data: list[Spec] = [
-        {
-            "type": "bar",
-            "y": [i],  # numeric rows with labelled ticks draw faster than a category axis
-            "x": [float(value)],
-            "orientation": "h",
-            "marker": {"color": colour, "pattern": _hatch(patterns[i] if patterns else "")},
-            "text": [text],
-            "textposition": "outside",
-            "cliponaxis": False,
-            "hovertext": [hovers[i] if hovers else f"{name}: {text}"],
-            "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
-            "showlegend": False,
-        }
-        for i, (name, value, colour, text) in enumerate(zip(names, values, colours, texts, strict=True))
-    ]
-    shapes, annotations = [], []
-    if line is not None:
-        at, label = line
-        shapes.append(_vline(at, dash="dash", width=2))
-        annotations.append(
-            {
-                "x": at,
-                "y": 1,
-                "yref": "paper",
-                "text": label,
-                "showarrow": False,
-                "yanchor": "bottom",
-                "font": {"size": 12},
-            }
-        )
+    data = _bar_traces(names, values, colours, texts, patterns, hovers)
+    shapes, annotations = _labelled_line(line)
     top = x_max if x_max is not None else max([*values, line[0] if line else 0.0]) * headroom or 1.0
     layout = _layout(
         height,
@@ -853,6 +831,50 @@ def labelled_bars(
     table = _table(lang, (_words(lang, "col_item"), axis_title or _words(lang, "col_value")), rows)
     alt = _words(lang, "alt_bars", bars="; ".join(f"{name}: {text}" for name, text in rows))
     return _figure(data, layout, table=table, alt=alt)
+
+
+def _bar_traces(
+    names: Sequence[str],
+    values: Sequence[float],
+    colours: Sequence[str],
+    texts: Sequence[str],
+    patterns: Sequence[str] | None,
+    hovers: Sequence[str] | None,
+) -> list[Spec]:
+    """A horizontal bar per row, its value written beside it; the hover says ``hovers[i]`` or "name: text"."""
+    return [
+        {
+            "type": "bar",
+            "y": [i],  # numeric rows with labelled ticks draw faster than a category axis
+            "x": [float(value)],
+            "orientation": "h",
+            "marker": {"color": colour, "pattern": _hatch(patterns[i] if patterns else "")},
+            "text": [text],
+            "textposition": "outside",
+            "cliponaxis": False,
+            "hovertext": [hovers[i] if hovers else f"{name}: {text}"],
+            "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+            "showlegend": False,
+        }
+        for i, (name, value, colour, text) in enumerate(zip(names, values, colours, texts, strict=True))
+    ]
+
+
+def _labelled_line(line: tuple[float, str] | None) -> tuple[list[Spec], list[Spec]]:
+    """The shapes and annotations of a dashed vertical line at ``line``'s value, its label above the plot."""
+    if line is None:
+        return [], []
+    at, label = line
+    annotation = {
+        "x": at,
+        "y": 1,
+        "yref": "paper",
+        "text": label,
+        "showarrow": False,
+        "yanchor": "bottom",
+        "font": {"size": 12},
+    }
+    return [_vline(at, dash="dash", width=2)], [annotation]
 
 
 # Step 6's two bar charts: a row per math mode, over room for the axis (and the GPU line's label above).
@@ -923,15 +945,9 @@ class FormatRange:
     max: float
 
 
-def format_ranges(
-    ranges: Sequence[FormatRange],
-    sample: np.ndarray,
-    labels: dict[str, str],
-    lang: str,
-) -> go.Figure:
-    """Each format's subnormal and normal range on one log axis, with the gradient sample as a strip."""
+def _range_bars(ranges: Sequence[FormatRange], labels: dict[str, str], lang: str) -> list[Spec]:
+    """One bar trace per kind (subnormal, normal) with a bar per format, on a log10 axis: fewer traces to draw."""
     data: list[Spec] = []
-    # One bar trace per kind (subnormal, normal) with a bar per format: fewer traces to draw.
     for kind, low, high, opacity in (
         ("subnormal", "smallest_subnormal", "smallest_normal", 0.4),
         ("normal", "smallest_normal", "max", 1.0),
@@ -956,22 +972,35 @@ def format_ranges(
                 "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
             }
         )
-    sample = np.asarray(sample, dtype=np.float64)
+    return data
+
+
+def _sample_strip(sample: np.ndarray, name: str) -> Spec:
+    """The gradient sample as a strip of dots on the log10 axis, jittered (with a fixed seed) around row 0."""
     jitter = np.random.default_rng(0).uniform(-0.25, 0.25, len(sample))
-    data.append(
-        {
-            "type": "scatter",
-            "x": _floats(np.log10(sample)),
-            "y": _floats(jitter),
-            "mode": "markers",
-            "name": labels["gradients"],
-            "marker": {"size": 4, "color": NEUTRAL},
-            # plotly formats the 400 hover values in the browser (with the layout's decimal mark)
-            "customdata": _floats(sample),
-            "hovertemplate": "%{customdata:.3~e}" + HIDE_TRACE_NAME,
-            "showlegend": False,
-        }
-    )
+    return {
+        "type": "scatter",
+        "x": _floats(np.log10(sample)),
+        "y": _floats(jitter),
+        "mode": "markers",
+        "name": name,
+        "marker": {"size": 4, "color": NEUTRAL},
+        # plotly formats the 400 hover values in the browser (with the layout's decimal mark)
+        "customdata": _floats(sample),
+        "hovertemplate": "%{customdata:.3~e}" + HIDE_TRACE_NAME,
+        "showlegend": False,
+    }
+
+
+def format_ranges(
+    ranges: Sequence[FormatRange],
+    sample: np.ndarray,
+    labels: dict[str, str],
+    lang: str,
+) -> go.Figure:
+    """Each format's subnormal and normal range on one log axis, with the gradient sample as a strip."""
+    sample = np.asarray(sample, dtype=np.float64)
+    data = [*_range_bars(ranges, labels, lang), _sample_strip(sample, labels["gradients"])]
     layout = _layout(
         130 + 50 * len(ranges),
         lang,
@@ -985,7 +1014,10 @@ def format_ranges(
         },
         xaxis={**decade_ticks(RANGE_LO, RANGE_HI, every=10), "fixedrange": True},
     )
-    rows = [(r.label, *(i18n.sci(v, lang) for v in (r.smallest_subnormal, r.smallest_normal, r.max))) for r in ranges]
+    rows = [
+        (r.label, *(i18n.exact_or_sci(v, lang) for v in (r.smallest_subnormal, r.smallest_normal, r.max)))
+        for r in ranges
+    ]
     headers = (_words(lang, "col_format"), *(_words(lang, k) for k in ("col_subnormal", "col_normal", "col_max")))
     alt = _words(lang, "alt_ranges", ranges="; ".join(f"{r[0]}: {r[1]} … {r[3]}" for r in rows))
     if len(sample):  # the strip's extent: its smallest value under "smallest", its largest under "largest"
@@ -1077,17 +1109,9 @@ def binade_zones(
     data_hi = float(present.max() + 1) * LOG10_2 if present.size else max(mark_logs, default=0.0)
     lo = math.floor(min([data_lo, *mark_logs])) - 1
     hi = math.ceil(max([data_hi, *mark_logs])) + 1
-    shapes, annotations = _log_marks(marks)
     every = 2 if hi - lo <= 24 else 4
-    layout = _layout(
-        360,
-        lang,
-        barmode="stack",
-        shapes=shapes,
-        annotations=annotations,
-        xaxis={"title": {"text": axis_title}, **decade_ticks(lo, hi, every), "fixedrange": True},
-        yaxis={"title": {"text": count_title}, "fixedrange": True, "rangemode": "tozero", "separatethousands": True},
-    )
+    ticks = decade_ticks(lo, hi, every)
+    layout = _stacked_counts_layout(marks, axis_title, ticks, count_title, lang, separatethousands=True)
     zones = [cat for cat in CATEGORY_COLOURS if np.asarray(counts.get(cat, ()), dtype=np.int64).any()]
     rows = [
         (
@@ -1333,6 +1357,32 @@ class BlockRow:
     hovers: Sequence[str]
 
 
+def _outcome_markers(rows: Sequence[BlockRow], outcome: str, name: str) -> Spec:
+    """One trace of the cells, in every strip, where the recipe's outcome was ``outcome``."""
+    xs, ys, hovers = [], [], []
+    for r, row in enumerate(rows):
+        for i, o in enumerate(row.outcomes):
+            if o == outcome:
+                xs.append(i + 1)
+                ys.append(r)
+                hovers.append(row.hovers[i])
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "x": xs,
+        "y": ys,
+        "name": name,
+        "marker": {
+            "symbol": OUTCOME_SYMBOLS[outcome],
+            "size": 15,
+            "color": OUTCOME_COLOURS[outcome],
+            "line": {"color": OUTLINE, "width": 1},
+        },
+        "hovertext": hovers,
+        "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+    }
+
+
 def block_strips(
     rows: Sequence[BlockRow],
     values: Sequence[str],
@@ -1345,32 +1395,7 @@ def block_strips(
     ``values`` are the block's values as written for the table; ``outcome_names`` the words for kept,
     rounded, flushed and saturated. The data table lists every value with what each recipe stores.
     """
-    data: list[Spec] = []
-    for outcome, name in outcome_names.items():
-        xs, ys, hovers = [], [], []
-        for r, row in enumerate(rows):
-            for i, o in enumerate(row.outcomes):
-                if o == outcome:
-                    xs.append(i + 1)
-                    ys.append(r)
-                    hovers.append(row.hovers[i])
-        data.append(
-            {
-                "type": "scatter",
-                "mode": "markers",
-                "x": xs,
-                "y": ys,
-                "name": name,
-                "marker": {
-                    "symbol": OUTCOME_SYMBOLS[outcome],
-                    "size": 15,
-                    "color": OUTCOME_COLOURS[outcome],
-                    "line": {"color": OUTLINE, "width": 1},
-                },
-                "hovertext": hovers,
-                "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
-            }
-        )
+    data = [_outcome_markers(rows, outcome, name) for outcome, name in outcome_names.items()]
     n = max((len(row.outcomes) for row in rows), default=0)
     layout = _layout(
         90 + 42 * len(rows),

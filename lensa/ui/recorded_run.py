@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NoReturn
+from functools import partial
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 import streamlit as st
@@ -28,12 +29,13 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from lensa import measured
 from lensa.formats import FORMATS
 from lensa.runstats import MAX_FILE_BYTES, RunStats, RunStatsError, TensorStats, load
-from lensa.ui import limits, widgets
+from lensa.ui import format_table, layout, limits, widgets
 from lensa.ui.controls import ChoiceControl, NumberControl
 from lensa.ui.frame import Page, link_params, remembered
 from lensa.ui.site import DATA, PAGES, PAGES_BY_KEY, RECIPE
 
 LOG = logging.getLogger(__name__)
+T = TypeVar("T")
 LAB_RUN = "lensa.data.lab"  # this session's last live-lab run, as {arm: RunStats}
 UPLOAD = "lensa.data.upload"  # this session's uploaded file: (file id, name, {arm: RunStats})
 UPLOAD_REFUSED = "lensa.data.upload_refused"  # the id of an uploaded file refused by the kept-runs budget
@@ -492,6 +494,50 @@ def recipe_section(page: Page, sel: Selection) -> None:
     _recipe_over_training(page, sel, recipe)
     _verdicts(page, sel)
     _delayed(page, sel)
+
+
+def illustration_or_run(
+    page: Page,
+    illustration_controls: Callable[[], T],
+    illustration: Callable[[T, str], None],
+    show_measured: Callable[[Selection, str], None],
+) -> None:
+    """A lesson that a recorded run can replace: the data source, the illustration's own controls (drawn only
+    without a run), the "also show" choice, then the illustration or the recorded run."""
+    selection = data_controls(page)
+    draw: Callable[[str], None]
+    draw = partial(illustration, illustration_controls()) if selection is None else partial(show_measured, selection)
+    also = format_table.also_control(page)
+    layout.after_controls(page)
+    draw(also)
+
+
+def gradient_lesson(
+    page: Page, illustration: Callable[[float, str], None], show_measured: Callable[[Selection, str], None]
+) -> None:
+    """Steps 2 and 5: :func:`illustration_or_run` with the typical size of a gradient as the illustration's control."""
+    illustration_or_run(
+        page,
+        lambda: widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help")),
+        illustration,
+        show_measured,
+    )
+
+
+def measured_also(page: Page, sel: Selection, also: str, fp8_note: str | None = None) -> None:
+    """What "also show" adds under a recorded run: the 16-bit and FP8 formats on the run's values (and
+    ``fp8_note`` under them), a note that the narrower formats need the values themselves, and every block
+    recipe (file version 2)."""
+    if format_table.shows(also, "fp8"):
+        st.subheader(page.t("fp8_title"))
+        keys = (*format_table.SIXTEEN_BIT_KEYS, *format_table.FP8_KEYS)
+        st.dataframe(format_rows(page, sel.stats, keys), hide_index=True)
+        if fp8_note is not None:
+            st.markdown(fp8_note)
+    if format_table.shows(also, "narrow"):
+        st.caption(page.t("also.measured_note"))
+    if also != "none":
+        recipe_section(page, sel)
 
 
 def _lost_cells(page: Page, lost: tuple[float, float, float]) -> dict[str, str]:
