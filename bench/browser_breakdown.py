@@ -31,8 +31,8 @@ from __future__ import annotations
 import argparse
 
 from bench.browser_roundtrip import BARE_APP
-from bench.common import median, percentile, table
-from tests.e2e.harness import Server, browser, chromium_missing_reason, wait_for_app
+from bench.common import first_slider, median, need_chromium, percentile, table
+from tests.e2e.harness import Server, browser
 
 # Installed before Streamlit's own code runs, so its websocket is the wrapped one.
 INIT = """(() => {
@@ -132,10 +132,7 @@ def one_move(page, slider, key: str, settle_ms: int = 600) -> dict:
 
 def open_page(context, url: str):
     page = context.new_page()
-    page.goto(url)
-    wait_for_app(page)
-    slider = page.locator('[data-testid="stSlider"] input[type="range"]').first
-    slider.focus()
+    slider = first_slider(page, url)
     one_move(page, slider, "ArrowRight")
     one_move(page, slider, "ArrowLeft")
     return page, slider
@@ -155,9 +152,7 @@ def main() -> None:
     parser.add_argument("--moves", type=int, default=20)
     parser.add_argument("--pages", default="fp16_range,bf16")
     args = parser.parse_args()
-    reason = chromium_missing_reason()
-    if reason:
-        raise SystemExit(f"cannot run: {reason}")
+    need_chromium()
     results: dict[str, list[dict]] = {}
     with browser() as chromium, Server(app=BARE_APP) as bare, Server() as lensa:
         context = chromium.new_context(viewport={"width": 1280, "height": 900})

@@ -30,8 +30,8 @@ import tempfile
 from pathlib import Path
 
 from bench.browser_roundtrip import BARE_APP, TARGET_RATIO, moves_on
-from bench.common import ROOT, median, percentile, publish, table
-from tests.e2e.harness import Server, browser, chromium_missing_reason
+from bench.common import ROOT, median, need_chromium, percentile, publish, table
+from tests.e2e.harness import Server, browser
 
 # The page: a step's frame (lensa.ui, as the lesson steps use it) with the bare app's script as its lesson.
 FRAME_APP = '''"""Step 2's frame around the bare app's slider and metric (written by bench/browser_floor.py)."""
@@ -70,9 +70,7 @@ def main() -> None:
     parser.add_argument("--moves", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    reason = chromium_missing_reason()
-    if reason:
-        raise SystemExit(f"cannot run: {reason}")
+    need_chromium()
     arms = {"bare": [], "whole": [], "fragment": []}
     with tempfile.TemporaryDirectory(prefix="lensa-floor-") as tmp, browser() as chromium:
         script = str(frame_app(Path(tmp)))

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 
-from bench.common import median, percentile, publish, table, verdict
+from bench.common import first_slider, median, need_chromium, percentile, publish, table, verdict
 from lensa.ui.site import STEPS
-from tests.e2e.harness import Server, browser, chromium_missing_reason, wait_for_app
+from tests.e2e.harness import Server, browser
 
 TARGET_P95_MS = 250.0
 TARGET_RATIO = 1.5
@@ -53,10 +53,7 @@ def measure(page, slider, key: str) -> float:
 
 def moves_on(page, url: str, moves: int) -> list[float]:
     """Open ``url``, warm up with one move each way, then time ``moves`` moves of its first slider."""
-    page.goto(url)
-    wait_for_app(page)
-    slider = page.locator('[data-testid="stSlider"] input[type="range"]').first
-    slider.focus()
+    slider = first_slider(page, url)
     measure(page, slider, "ArrowRight")
     measure(page, slider, "ArrowLeft")
     return [measure(page, slider, "ArrowRight" if i % 2 == 0 else "ArrowLeft") for i in range(moves)]
@@ -66,9 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--moves", type=int, default=20)
     args = parser.parse_args()
-    reason = chromium_missing_reason()
-    if reason:
-        raise SystemExit(f"cannot run: {reason}")
+    need_chromium()
     rows, everything = [], []
     with browser() as chromium:
         page = chromium.new_page(viewport={"width": 1280, "height": 900})

@@ -91,7 +91,33 @@ def main() -> None:
     torch.set_num_threads(1)
     recorded = log_spaced_steps(r.steps, r.recorded_steps)
 
-    # --- part 1: whole runs --------------------------------------------------------------------------------
+    rows1, bare_step = _whole_runs(r, recorded, args.repeats, options)
+
+    # --- part 2: the synchronous cost of each kind, CPU time -----------------------------------------------
+    params = sum(p.numel() for p in setup(r)[0].parameters())
+    if args.no_kinds:
+        part2, what = "", ""
+    else:
+        part2, what = _kinds(r, args.kind_steps, options)
+    flags = [f"`{k}=True`" for k, on in options.items() if on]
+    body = (
+        f"The reference model ({r.n_layers} layers, d_model {r.d_model}, context {r.context}, batch {r.batch_size}, "
+        f"{params:,} parameters), FP32, torch {torch.__version__} training on one thread.{what} "
+        + (f"Every recorder here runs with {' and '.join(flags)}. " if flags else "")
+        + "\n\n"
+        + _whole_runs_text(r, recorded, args.repeats, bare_step, rows1)
+        + part2
+    )
+    name, title = "capture_overhead", "Capture overhead of the Recorder"
+    if flags:
+        name += "".join(f"_{k}" for k, on in options.items() if on)
+        title += f" ({', '.join(flags).replace('`', '')})"
+    publish(name, title, body)
+
+
+def _whole_runs(r, recorded: list[int], repeats: int, options: dict[str, bool]) -> tuple[list[tuple], list[float]]:
+    """Part 1: whole runs without a recorder, with it in the background and with it inside the step, taking
+    turns ``repeats`` times; the table's rows and each repeat's bare median step."""
     modes = ("bare", "background", "synchronous")
     steps_of: dict[str, list[list[float]]] = {m: [] for m in modes}  # per repeat, every step's time
     single: dict[str, list[float]] = {m: [] for m in modes}  # each recorded step of each run over its bare median
@@ -100,7 +126,7 @@ def main() -> None:
     plain: dict[str, list[float]] = {m: [] for m in modes}  # per run: its median step that does not record
     bare_step: list[float] = []
     kept = [s for s in recorded if s > 1]  # step 1 also warms torch up
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         runs = {m: _run(r, r.steps, m, options) for m in modes}
         base = median(runs["bare"][0])
         bare_step.append(base)
@@ -137,21 +163,14 @@ def main() -> None:
                 target,
             )
         )
+    return rows1, bare_step
 
-    # --- part 2: the synchronous cost of each kind, CPU time -----------------------------------------------
-    params = sum(p.numel() for p in setup(r)[0].parameters())
-    if args.no_kinds:
-        part2, what = "", ""
-    else:
-        part2, what = _kinds(r, args.kind_steps, options)
-    flags = [f"`{k}=True`" for k, on in options.items() if on]
-    body = (
-        f"The reference model ({r.n_layers} layers, d_model {r.d_model}, context {r.context}, batch {r.batch_size}, "
-        f"{params:,} parameters), FP32, torch {torch.__version__} training on one thread.{what} "
-        + (f"Every recorder here runs with {' and '.join(flags)}. " if flags else "")
-        + "\n\n"
+
+def _whole_runs_text(r, recorded: list[int], repeats: int, bare_step: list[float], rows1: list[tuple]) -> str:
+    """Part 1's text and table."""
+    return (
         f"**Whole runs** of the recipe ({r.steps} steps; recorded: {', '.join(map(str, recorded))}), "
-        f"{args.repeats} of each, taking turns. A step's time is the training thread's CPU time plus any wait for "
+        f"{repeats} of each, taking turns. A step's time is the training thread's CPU time plus any wait for "
         "room in the recorder's ring (wall time swings with this shared machine's load, which other engineers' "
         "jobs share; this does not). "
         "A recorded step's ratio is the median of its time over the repeats divided by the median of the same "
@@ -176,13 +195,7 @@ def main() -> None:
             ],
             rows1,
         )
-        + part2
     )
-    name, title = "capture_overhead", "Capture overhead of the Recorder"
-    if flags:
-        name += "".join(f"_{k}" for k, on in options.items() if on)
-        title += f" ({', '.join(flags).replace('`', '')})"
-    publish(name, title, body)
 
 
 def _kinds(r, kind_steps: int, options: dict[str, bool]) -> tuple[str, str]:

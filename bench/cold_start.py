@@ -15,9 +15,9 @@ import argparse
 import time
 from pathlib import Path
 
-from bench.common import median, publish, table
+from bench.common import median, need_chromium, publish, table
 from lensa.ui.site import PAGES
-from tests.e2e.harness import Server, browser, chromium_missing_reason, wait_for_app
+from tests.e2e.harness import Server, browser, wait_for_app
 
 
 def torch_loaded(pid: int) -> bool:
@@ -36,9 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    reason = chromium_missing_reason()
-    if reason:
-        raise SystemExit(f"cannot run: {reason}")
+    need_chromium()
     healthy, first_page, lesson_rss, torch_after_lessons, torch_after_lab = [], [], [], [], []
     with browser() as chromium:
         for _ in range(args.runs):

@@ -14,6 +14,7 @@ import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -74,3 +75,23 @@ def publish(name: str, title: str, body: str) -> None:
 
 def verdict(ok: bool) -> str:
     return "met" if ok else "missed"
+
+
+def need_chromium() -> None:
+    """Stop with a clear message when no Chromium is there for a browser benchmark to drive."""
+    from tests.e2e.harness import chromium_missing_reason
+
+    reason = chromium_missing_reason()
+    if reason:
+        raise SystemExit(f"cannot run: {reason}")
+
+
+def first_slider(page: Any, url: str) -> Any:
+    """Open ``url`` in ``page``, wait for the app, and focus its first slider (returned), ready for arrow keys."""
+    from tests.e2e.harness import wait_for_app
+
+    page.goto(url)
+    wait_for_app(page)
+    slider = page.locator('[data-testid="stSlider"] input[type="range"]').first
+    slider.focus()
+    return slider

@@ -58,7 +58,8 @@ import math
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from functools import cache
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -426,6 +427,12 @@ class _Rounding:
     saturates: bool  # False where the rule keeps amax within the element's range (the rounded-up MX scale)
 
 
+@cache
+def _tie_goes_up(f: FloatFormat) -> bool:
+    """Whether a value exactly at ``f``'s overflow threshold saturates (exact, so worked out once a format)."""
+    return str(classify(f.overflow_threshold, f)) == "overflow"
+
+
 def _rounding(r: Recipe, scale: NDArray[np.float32]) -> _Rounding:
     f = r.element_format
     threshold = f.overflow_threshold
@@ -434,7 +441,7 @@ def _rounding(r: Recipe, scale: NDArray[np.float32]) -> _Rounding:
         scale=scale,
         limit=np.float32(f.max),
         threshold=np.float32(threshold),
-        tie_goes_up=str(classify(threshold, f)) == "overflow",
+        tie_goes_up=_tie_goes_up(f),
         low=np.uint32((f.emin + 127) << 23),
         shift=np.uint32((23 - f.significand_bits) << 23),
         power_of_two=r.rule in ("mx_floor", "mx_ceil"),
@@ -602,95 +609,125 @@ def _amax_of(
     return np.ascontiguousarray(per).view(np.float32)
 
 
-def _stored_in_pieces(x: NDArray[np.float32], r: Recipe) -> NDArray[np.float64] | None:
-    """:func:`encode`'s stored values for a finite tensor, the same numbers, in pieces that stay in cache (see
-    :func:`lost_all`); None for a tensor with an infinity or a NaN (their blocks take :func:`encode`'s path).
+class _Rows(NamedTuple):
+    """A finite-or-not float32 tensor as :func:`lost_all` and :func:`_stored_in_pieces` read it: flat, and as
+    rows (the matrices stacked) of its last axis, with their bits."""
 
-    Per piece: the values divided by their scales in float32, clamped to the element's largest value, rounded
-    to its grid by the magic-number addition (``round_float32``'s arithmetic, with the bounds held as arrays),
-    and multiplied back by the scale in float64."""
+    flat: NDArray[np.float32]
+    n: int
+    rows: int  # of one matrix
+    cols: int
+    lead: int  # matrices
+    bits: NDArray[np.uint32]  # (lead * rows, cols)
+
+
+def _as_rows(x: NDArray[np.float32]) -> _Rows:
     flat = np.ascontiguousarray(x).reshape(-1)
     n = flat.size
     rows = 1 if x.ndim < 2 else x.shape[-2]
     cols = 1 if x.ndim == 0 else x.shape[-1]
     lead = n // (rows * cols)
-    m_bits = flat.view(np.uint32).reshape(lead * rows, cols)
-    a16 = _amax16(m_bits, 1)
+    return _Rows(flat, n, rows, cols, lead, flat.view(np.uint32).reshape(lead * rows, cols))
+
+
+def _block_dims(block: tuple[int | None, int | None], rows: int, cols: int) -> tuple[int, int, int]:
+    """(block rows, block columns, blocks a row) of ``block`` on a matrix of ``rows`` x ``cols``."""
+    bc = cols if block[1] is None or block[1] > cols else block[1]
+    br = rows if block[0] is None or block[0] > rows else block[0]
+    return br, bc, -(-cols // bc)
+
+
+def _store_piece(
+    xs: NDArray[np.float32],
+    s: Any,
+    rd: _Rounding,
+    sc: _Scratch,
+    k: int,
+    dst: NDArray[np.float64],
+    bounds: tuple[NDArray[np.float32], NDArray[np.uint32]],
+) -> None:
+    """One piece of :func:`_stored_in_pieces`: ``xs`` over its scales ``s``, rounded to the element, times ``s``,
+    written to ``dst``; ``bounds`` are ``sc.full`` of the element's largest value and of its lowest exponent."""
+    shape = xs.shape
+    if np.ndim(s) == 3 and shape[-1] > 1:  # the block scale spread over its values once (see _round_piece)
+        full = sc.s[:k].reshape(shape)
+        np.copyto(full, s)
+        s = full
+    y = sc.y[:k].reshape(shape)
+    np.divide(xs, s, out=y)
+    bits = y.view(np.uint32)
+    sign = sc.e[:k].reshape(shape)
+    np.bitwise_and(bits, np.uint32(0x80000000), out=sign)
+    bits &= _MAGNITUDE
+    limits, lows = bounds
+    np.minimum(y, limits[:k].reshape(shape), out=y)  # saturation; a NaN cannot occur here
+    magic = sc.e2[:k].reshape(shape)
+    np.bitwise_and(bits, _EXPONENT, out=magic)
+    np.maximum(magic, lows[:k].reshape(shape), out=magic)
+    magic += rd.shift
+    y += magic.view(np.float32)
+    y -= magic.view(np.float32)
+    bits |= sign
+    if rd.power_of_two:  # element * 2**k is exact in float32 (see _round_piece): multiply, then widen
+        np.multiply(y, s, out=y)
+        np.copyto(dst, y)
+    else:  # exact in float64; widened first, as numpy's mixed float32 -> float64 multiply is slow
+        np.copyto(dst, y)
+        wide = sc.s64[:k].reshape(shape) if np.ndim(s) == 3 else None
+        if wide is None:
+            np.multiply(dst, np.float64(s), out=dst)
+        else:
+            np.copyto(wide, s)
+            np.multiply(dst, wide, out=dst)
+
+
+def _stored_in_pieces(x: NDArray[np.float32], r: Recipe) -> NDArray[np.float64] | None:
+    """:func:`encode`'s stored values for a finite tensor, the same numbers, in pieces that stay in cache (see
+    :func:`lost_all`); None for a tensor with an infinity or a NaN (their blocks take :func:`encode`'s path).
+
+    Per piece (:func:`_store_piece`): the values divided by their scales in float32, clamped to the element's
+    largest value, rounded to its grid by the magic-number addition (``round_float32``'s arithmetic, with the
+    bounds held as arrays), and multiplied back by the scale in float64."""
+    t = _as_rows(x)
+    a16 = _amax16(t.bits, 1)
     top = a16.max()
     if top >= _EXPONENT:
         return None
     tensor_amax = np.uint32(top).view(np.float32)
-    f = r.element_format
-    limit = np.float32(f.max)
-    low = np.uint32((f.emin + 127) << 23)
-    shift = np.uint32((23 - f.significand_bits) << 23)
-    power_of_two = r.rule in ("mx_floor", "mx_ceil")
-    out = np.empty(n, np.float64)
-
-    def piece(xs: NDArray[np.float32], s: Any, sc: _Scratch, k: int, dst: NDArray[np.float64]) -> None:
-        shape = xs.shape
-        if np.ndim(s) == 3 and shape[-1] > 1:  # the block scale spread over its values once (see _round_piece)
-            full = sc.s[:k].reshape(shape)
-            np.copyto(full, s)
-            s = full
-        y = sc.y[:k].reshape(shape)
-        np.divide(xs, s, out=y)
-        bits = y.view(np.uint32)
-        sign = sc.e[:k].reshape(shape)
-        np.bitwise_and(bits, np.uint32(0x80000000), out=sign)
-        bits &= _MAGNITUDE
-        np.minimum(y, limits[:k].reshape(shape), out=y)  # saturation; a NaN cannot occur here
-        magic = sc.e2[:k].reshape(shape)
-        np.bitwise_and(bits, _EXPONENT, out=magic)
-        np.maximum(magic, lows[:k].reshape(shape), out=magic)
-        magic += shift
-        y += magic.view(np.float32)
-        y -= magic.view(np.float32)
-        bits |= sign
-        if power_of_two:  # element * 2**k is exact in float32 (see _round_piece): multiply, then widen
-            np.multiply(y, s, out=y)
-            np.copyto(dst, y)
-        else:  # exact in float64; widened first, as numpy's mixed float32 -> float64 multiply is slow
-            np.copyto(dst, y)
-            wide = sc.s64[:k].reshape(shape) if np.ndim(s) == 3 else None
-            if wide is None:
-                np.multiply(dst, np.float64(s), out=dst)
-            else:
-                np.copyto(wide, s)
-                np.multiply(dst, wide, out=dst)
-
+    out = np.empty(t.n, np.float64)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
         if r.block is None:
-            scale = _block_scales(r, np.array([tensor_amax]), tensor_amax)[0]
+            rd = _rounding(r, _block_scales(r, np.array([tensor_amax]), tensor_amax)[0])
             sc = _Scratch((_PIECE,))
-            limits, lows = sc.full(limit), sc.full(low)
-            for i in range(0, n, _PIECE):
-                k = min(_PIECE, n - i)
-                piece(flat[i : i + k], scale, sc, k, out[i : i + k])
+            bounds = sc.full(rd.limit), sc.full(rd.low)
+            for i in range(0, t.n, _PIECE):
+                k = min(_PIECE, t.n - i)
+                _store_piece(t.flat[i : i + k], rd.scale, rd, sc, k, out[i : i + k], bounds)
             return out.reshape(x.shape)
-        bc = cols if r.block[1] is None or r.block[1] > cols else r.block[1]
-        br = rows if r.block[0] is None or r.block[0] > rows else r.block[0]
-        nb = -(-cols // bc)
-        width = nb * bc
-        amax = _amax_of(r.block, a16, m_bits, lead, rows)
-        scale = np.ascontiguousarray(_per_row(_block_scales(r, amax, tensor_amax), br, rows)).reshape(-1, nb, 1)
-        n_rows = lead * rows
-        step = max(1, _PIECE // width)
-        sc = _Scratch((step, width))
-        limits, lows = sc.full(limit), sc.full(low)
-        values = flat.reshape(n_rows, cols)
-        rows_out = out.reshape(n_rows, cols)
-        padded = np.empty((step, width), np.float64) if width != cols else None
-        for i in range(0, n_rows, step):
-            k = min(step, n_rows - i)
-            if padded is None:  # the rows tile into whole blocks: read them where they are
-                xs = values[i : i + k].reshape(k, nb, bc)
-                piece(xs, scale[i : i + k], sc, k, rows_out[i : i + k].reshape(k, nb, bc))
-                continue
-            sc.a[:k, :cols] = values[i : i + k]  # the padding columns stay 0
-            piece(sc.a[:k].reshape(k, nb, bc), scale[i : i + k], sc, k, padded[:k].reshape(k, nb, bc))
-            rows_out[i : i + k] = padded[:k, :cols]
+        br, bc, nb = _block_dims(r.block, t.rows, t.cols)
+        amax = _amax_of(r.block, a16, t.bits, t.lead, t.rows)
+        scale = np.ascontiguousarray(_per_row(_block_scales(r, amax, tensor_amax), br, t.rows)).reshape(-1, nb, 1)
+        _store_rows(t, _rounding(r, scale), nb, bc, out.reshape(t.lead * t.rows, t.cols))
     return out.reshape(x.shape)
+
+
+def _store_rows(t: _Rows, rd: _Rounding, nb: int, bc: int, rows_out: NDArray[np.float64]) -> None:
+    """:func:`_stored_in_pieces` for a recipe of blocks: whole rows a piece, padded to ``nb`` blocks of ``bc``."""
+    n_rows, width = t.lead * t.rows, nb * bc
+    step = max(1, _PIECE // width)
+    sc = _Scratch((step, width))
+    bounds = sc.full(rd.limit), sc.full(rd.low)
+    values = t.flat.reshape(n_rows, t.cols)
+    padded = np.empty((step, width), np.float64) if width != t.cols else None
+    for i in range(0, n_rows, step):
+        k = min(step, n_rows - i)
+        if padded is None:  # the rows tile into whole blocks: read them where they are
+            xs = values[i : i + k].reshape(k, nb, bc)
+            _store_piece(xs, rd.scale[i : i + k], rd, sc, k, rows_out[i : i + k].reshape(k, nb, bc), bounds)
+            continue
+        sc.a[:k, : t.cols] = values[i : i + k]  # the padding columns stay 0
+        _store_piece(sc.a[:k].reshape(k, nb, bc), rd.scale[i : i + k], rd, sc, k, padded[:k].reshape(k, nb, bc), bounds)
+        rows_out[i : i + k] = padded[:k, : t.cols]
 
 
 def lost_all(values: ArrayLike, recipes: Iterable[str | Recipe] | None = None, workers: int = 1) -> dict[str, Lost]:
@@ -710,94 +747,100 @@ def lost_all(values: ArrayLike, recipes: Iterable[str | Recipe] | None = None, w
     x = _as_float32(values)
     if x.size == 0:
         return {r.key: _lost_from_encoding(x, r) for r in chosen}
-    flat = np.ascontiguousarray(x).reshape(-1)
-    n = flat.size
-    rows = 1 if x.ndim < 2 else x.shape[-2]
-    cols = 1 if x.ndim == 0 else x.shape[-1]
-    lead = n // (rows * cols)
-    m_bits = flat.view(np.uint32).reshape(lead * rows, cols)
-    a16 = _amax16(m_bits, workers)
+    t = _as_rows(x)
+    a16 = _amax16(t.bits, workers)
     top = a16.max()
     if top >= _EXPONENT:  # an infinity or a NaN
         return {r.key: _lost_from_encoding(x, r) for r in chosen}
-    tensor_amax = np.uint32(top).view(np.float32)
+    layouts = _layouts(chosen, t, a16, np.uint32(top).view(np.float32))
+    sums = {r.key: [0, 0, 0.0] for r in chosen}  # saturated, elements not 0, noise
+    signal, nonzero = 0.0, 0
+    for layout, group in layouts.items():
+        if layout == "flat":
+            signal, nonzero = _flat_pass(t, group, workers, sums)
+        else:
+            _row_pass(t, int(layout), group, workers, sums)
+    out: dict[str, Lost] = {}
+    for r in chosen:
+        saturated, kept, noise = sums[r.key]
+        flushed = (nonzero - int(kept)) / nonzero if nonzero else 0.0
+        out[r.key] = Lost(float(flushed), int(saturated) / t.n, _db(signal, float(noise)))
+    return out
 
-    # Recipes by how their pieces lie: "flat" (the whole tensor) or the padded row width.
+
+def _layouts(chosen: list[Recipe], t: _Rows, a16: NDArray[np.uint32], tensor_amax: Any) -> dict[Any, list[_Rounding]]:
+    """The recipes by how their pieces lie: "flat" (the whole tensor, always there) or the padded row width."""
     layouts: dict[Any, list[_Rounding]] = {"flat": []}
     for r in chosen:
         if r.block is None:
             layouts["flat"].append(_rounding(r, _block_scales(r, np.array([tensor_amax]), tensor_amax)[:1]))
             continue
-        bc = cols if r.block[1] is None or r.block[1] > cols else r.block[1]
-        br = rows if r.block[0] is None or r.block[0] > rows else r.block[0]
-        nb = -(-cols // bc)
-        amax = _amax_of(r.block, a16, m_bits, lead, rows)
-        scale = _per_row(_block_scales(r, amax, tensor_amax), br, rows)
-        layouts.setdefault(nb * bc, []).append(_rounding(r, np.ascontiguousarray(scale).reshape(lead * rows, nb, 1)))
+        br, bc, nb = _block_dims(r.block, t.rows, t.cols)
+        amax = _amax_of(r.block, a16, t.bits, t.lead, t.rows)
+        scale = _per_row(_block_scales(r, amax, tensor_amax), br, t.rows)
+        layouts.setdefault(nb * bc, []).append(_rounding(r, np.ascontiguousarray(scale).reshape(-1, nb, 1)))
+    return layouts
 
-    sums = {r.key: [0, 0, 0.0] for r in chosen}  # saturated, elements not 0, noise
+
+def _add_piece(sums: dict[str, list[Any]], group: list[_Rounding], per: list[tuple[int, int, float]]) -> None:
+    for rd, (sat, kept, noise) in zip(group, per, strict=True):
+        acc = sums[rd.key]
+        acc[0] += sat
+        acc[1] += kept
+        acc[2] += noise
+
+
+def _flat_pass(t: _Rows, group: list[_Rounding], workers: int, sums: dict[str, list[Any]]) -> tuple[float, int]:
+    """:func:`lost_all`'s pass over the flat tensor: the tensor-scaled recipes of ``group`` into ``sums``; returns
+    the signal power and the count of values not 0."""
+    n = t.n
+
+    def part(lo: int, hi: int) -> list[tuple[float, int, list[Any]]]:
+        sc = _Scratch((_PIECE,))
+        got = []
+        for p in range(lo, hi):
+            i = p * _PIECE
+            k = min(_PIECE, n - i)
+            a = sc.a[:k]
+            np.bitwise_and(t.flat.view(np.uint32)[i : i + k], _MAGNITUDE, out=a.view(np.uint32))
+            sq = sc.sq[:k]
+            np.square(a, out=sq, dtype=np.float64)
+            power, kept = float(np.sum(sq)), int(np.count_nonzero(a))
+            got.append((power, kept, [_round_piece(a, rd.scale[0], rd, sc, k) for rd in group]))
+        return got
+
     signal, nonzero = 0.0, 0
-    n_rows = lead * rows
-    for layout, group in layouts.items():
-        if layout == "flat":
-            count = -(-n // _PIECE)
+    for got in _on_threads(part, -(-n // _PIECE), workers):
+        for power, kept, per in got:
+            signal += power
+            nonzero += kept
+            _add_piece(sums, group, per)
+    return signal, nonzero
 
-            def flat_part(lo: int, hi: int, group: list[_Rounding] = group) -> list[tuple[float, int, list[Any]]]:
-                sc = _Scratch((_PIECE,))
-                got = []
-                for p in range(lo, hi):
-                    i = p * _PIECE
-                    k = min(_PIECE, n - i)
-                    a = sc.a[:k]
-                    np.bitwise_and(flat.view(np.uint32)[i : i + k], _MAGNITUDE, out=a.view(np.uint32))
-                    sq = sc.sq[:k]
-                    np.square(a, out=sq, dtype=np.float64)
-                    power, kept = float(np.sum(sq)), int(np.count_nonzero(a))
-                    got.append((power, kept, [_round_piece(a, rd.scale[0], rd, sc, k) for rd in group]))
-                return got
 
-            for part in _on_threads(flat_part, count, workers):
-                for power, kept, per in part:
-                    signal += power
-                    nonzero += kept
-                    for rd, (sat, kept, noise) in zip(group, per, strict=True):
-                        acc = sums[rd.key]
-                        acc[0] += sat
-                        acc[1] += kept
-                        acc[2] += noise
-            continue
-        width = int(layout)
-        step = max(1, _PIECE // width)
+def _row_pass(t: _Rows, width: int, group: list[_Rounding], workers: int, sums: dict[str, list[Any]]) -> None:
+    """:func:`lost_all`'s pass over whole rows padded to ``width``, for the block recipes of ``group``."""
+    n_rows = t.lead * t.rows
+    step = max(1, _PIECE // width)
 
-        def row_part(lo: int, hi: int, group: list[_Rounding] = group, width: int = width, step: int = step) -> Any:
-            sc = _Scratch((step, width))
-            got = []
-            for p in range(lo, hi):
-                i = p * step
-                k = min(step, n_rows - i)
-                np.bitwise_and(m_bits[i : i + k], _MAGNITUDE, out=sc.a.view(np.uint32)[:k, :cols])
-                per = []
-                for rd in group:
-                    nb = rd.scale.shape[1]
-                    a = sc.a[:k].reshape(k, nb, width // nb)
-                    per.append(_round_piece(a, rd.scale[i : i + k], rd, sc, k))
-                got.append(per)
-            return got
+    def part(lo: int, hi: int) -> list[list[tuple[int, int, float]]]:
+        sc = _Scratch((step, width))
+        got = []
+        for p in range(lo, hi):
+            i = p * step
+            k = min(step, n_rows - i)
+            np.bitwise_and(t.bits[i : i + k], _MAGNITUDE, out=sc.a.view(np.uint32)[:k, : t.cols])
+            per = []
+            for rd in group:
+                nb = rd.scale.shape[1]
+                a = sc.a[:k].reshape(k, nb, width // nb)
+                per.append(_round_piece(a, rd.scale[i : i + k], rd, sc, k))
+            got.append(per)
+        return got
 
-        for part in _on_threads(row_part, -(-n_rows // step), workers):
-            for per in part:
-                for rd, (sat, kept, noise) in zip(group, per, strict=True):
-                    acc = sums[rd.key]
-                    acc[0] += sat
-                    acc[1] += kept
-                    acc[2] += noise
-
-    out: dict[str, Lost] = {}
-    for r in chosen:
-        saturated, kept, noise = sums[r.key]
-        flushed = (nonzero - int(kept)) / nonzero if nonzero else 0.0
-        out[r.key] = Lost(float(flushed), int(saturated) / n, _db(signal, float(noise)))
-    return out
+    for got in _on_threads(part, -(-n_rows // step), workers):
+        for per in got:
+            _add_piece(sums, group, per)
 
 
 def lost(values: ArrayLike, recipe: str | Recipe) -> Lost:

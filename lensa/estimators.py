@@ -252,9 +252,15 @@ def how_others_count(
     if not 0 <= lm_head_params < p:
         raise ValueError("lm_head_params must be >= 0 and below the model's parameters")
     acc = accelerate_estimate(p - lm_head_params, block)
+    rows = _counted_rows(p, gpus, largest, acc)
+    return OthersComparison(params=p, gpus=gpus, rows=rows, accelerate=acc)
+
+
+def _counted_rows(p: float, gpus: int, largest: float, acc: AccelerateEstimate) -> tuple[OtherCount, ...]:
+    """:func:`how_others_count`'s rows for ``p`` parameters on ``gpus`` GPUs, ``largest`` DeepSpeed's largest layer."""
     src = OTHER_TOOL_SOURCES
     lensa_src = "This lesson: ZeRO paper Fig. 1, 2 + 2 + 12 bytes a parameter"
-    rows = (
+    return (
         OtherCount("lensa_zero2", "Lensa", 2, True, model_state_bytes(p, "mixed", "adam", 2, gpus), lensa_src),
         OtherCount("lensa_zero3", "Lensa", 3, True, model_state_bytes(p, "mixed", "adam", 3, gpus), lensa_src),
         OtherCount(
@@ -279,4 +285,3 @@ def how_others_count(
         OtherCount("accelerate_fp16", "accelerate", None, False, acc.training_bytes("float16"), src["accelerate"]),
         OtherCount("accelerate_fp32", "accelerate", None, False, acc.training_bytes("float32"), src["accelerate"]),
     )
-    return OthersComparison(params=p, gpus=gpus, rows=rows, accelerate=acc)

@@ -115,27 +115,10 @@ def lab_mlp_memory(
     to the byte (tests/test_memory_calculators.py).
 
     ``peak`` predicts ``torch.cuda.max_memory_allocated`` from the second step
-    on, as the largest of three moments, on top of the FP32 weights, Adam's m
-    and v (12 B a parameter) and ``resident_samples`` x (F + 1) x 4 bytes of
-    data (default: one batch; lensa.live keeps its whole training pool and
-    the evaluation set on the device, ``cfg.train_batches("cuda") *
-    batch_size + eval_size`` samples):
-
-    1. end of forward: every saved tensor plus autocast's cached 16-bit copies
-       of the first weight and the biases;
-    2. backward, layer by layer from the top: the FP32 gradients made so far,
-       the saved tensors not yet released, the incoming and outgoing
-       activation gradients and the layer's weight gradient (under autocast
-       in 16 bits and then in FP32);
-    3. the optimizer step: FP32 gradients plus foreach Adam's temporary
-       sqrt(v), 8 B a parameter.
-
-    It leaves out the CUDA caching allocator's rounding of every block to a
-    multiple of 512 B (it matters for the many small tensors: biases,
-    scalars), cuBLAS's workspace, the loss and scale scalars, and any other
-    temporary a kernel may allocate; the CUDA context is not in
-    ``max_memory_allocated`` at all. Unchecked here (no GPU on the build
-    machine), so read it as an estimate.
+    on, on top of ``resident_samples`` x (F + 1) x 4 bytes of data (default:
+    one batch; lensa.live keeps its whole training pool and the evaluation set
+    on the device, ``cfg.train_batches("cuda") * batch_size + eval_size``
+    samples); :func:`_peak_bytes` says how, and what it leaves out.
     """
     for name, value in (("width", width), ("depth", depth), ("features", features), ("batch_size", batch_size)):
         _whole(name, value)
@@ -159,15 +142,77 @@ def lab_mlp_memory(
     in_data = first_input_in_data + b * 4  # the batch (FP32 arm) and the targets are views into the data
     data = resident_samples * (features + 1) * LAB_SAMPLE_BYTES_PER_COLUMN
 
-    resident = params * (LAB_WEIGHT_BYTES + LAB_ADAM_BYTES) + data
     extra = [inputs[k] + copies[k] for k in range(len(dims))]
     extra[0] -= first_input_in_data
-    saved_extra = sum(extra) + b * 4 + scaler  # + the FP32 logits
+    resident = params * (LAB_WEIGHT_BYTES + LAB_ADAM_BYTES) + data
+    peak = _peak_bytes(dims, inputs, extra, b, c, autocast, resident, scaler)
+
+    return LabMemory(
+        arm=arm,
+        params=params,
+        weights=params * LAB_WEIGHT_BYTES,
+        gradients=params * LAB_GRAD_BYTES,
+        optimizer=params * LAB_ADAM_BYTES,
+        layer_inputs=sum(inputs),
+        weight_copies=sum(copies),
+        loss_inputs=loss_inputs,
+        scaler=scaler,
+        data=data,
+        in_data=in_data,
+        peak=peak,
+    )
+
+
+def _peak_bytes(
+    dims: list[tuple[int, int]],
+    inputs: list[int],
+    extra: list[int],
+    b: int,
+    c: int,
+    autocast: bool,
+    resident: int,
+    scaler: int,
+) -> int:
+    """The largest of three moments of a training step, in bytes.
+
+    ``dims`` are the (in, out) of each Linear, ``inputs`` the bytes of each
+    Linear's saved input, ``extra`` what each Linear saves beyond the data
+    (input and 16-bit weight), ``b`` the batch, ``c`` the bytes of the compute
+    dtype, ``resident`` what lives all step: the FP32 weights, Adam's m and v
+    (12 B a parameter) and the data on the device; ``scaler`` GradScaler's
+    scale, kept by the ``loss * scale`` product until backward.
+
+    1. end of forward: every saved tensor plus autocast's cached 16-bit copies
+       of the first weight and the biases;
+    2. backward, layer by layer from the top: the FP32 gradients made so far,
+       the saved tensors not yet released, the incoming and outgoing
+       activation gradients and the layer's weight gradient (under autocast
+       in 16 bits and then in FP32);
+    3. the optimizer step: FP32 gradients plus foreach Adam's temporary
+       sqrt(v), 8 B a parameter.
+
+    It leaves out the CUDA caching allocator's rounding of every block to a
+    multiple of 512 B (it matters for the many small tensors: biases,
+    scalars), cuBLAS's workspace, the loss and scale scalars, and any other
+    temporary a kernel may allocate; the CUDA context is not in
+    ``max_memory_allocated`` at all. Unchecked here (no GPU on the build
+    machine), so read it as an estimate.
+    """
+    params = sum(i * o + o for i, o in dims)
     biases = sum(o for _, o in dims)
     cache_only = 2 * (dims[0][0] * dims[0][1] + biases) if autocast else 0
-    moments = [resident + saved_extra + cache_only]
+    end_of_forward = resident + sum(extra) + b * 4 + scaler + cache_only  # + the FP32 logits
+    backward = _backward_moments(dims, inputs, extra, b, c, autocast, resident)
+    step = resident + params * (LAB_GRAD_BYTES + LAB_ADAM_TEMP_BYTES)
+    return max(end_of_forward, *backward, step)
 
-    grads = 0  # FP32 gradients accumulated so far, walking down from the top layer
+
+def _backward_moments(
+    dims: list[tuple[int, int]], inputs: list[int], extra: list[int], b: int, c: int, autocast: bool, resident: int
+) -> list[int]:
+    """The bytes held at each moment of backward, walking down from the top layer (see :func:`_peak_bytes`)."""
+    moments = []
+    grads = 0  # FP32 gradients accumulated so far
     for k in range(len(dims) - 1, -1, -1):
         i, o = dims[k]
         below = sum(extra[:k])  # saved tensors of the layers under this one
@@ -183,22 +228,7 @@ def lab_mlp_memory(
         grads += 4 * (i * o + o)
         if k:  # ReLU backward: its saved output, the incoming gradient and the outgoing one
             moments.append(resident + grads + below + mine + 2 * g_in)
-    moments.append(resident + params * (LAB_GRAD_BYTES + LAB_ADAM_TEMP_BYTES))
-
-    return LabMemory(
-        arm=arm,
-        params=params,
-        weights=params * LAB_WEIGHT_BYTES,
-        gradients=params * LAB_GRAD_BYTES,
-        optimizer=params * LAB_ADAM_BYTES,
-        layer_inputs=sum(inputs),
-        weight_copies=sum(copies),
-        loss_inputs=loss_inputs,
-        scaler=scaler,
-        data=data,
-        in_data=in_data,
-        peak=max(moments),
-    )
+    return moments
 
 
 def peak_bounds(predicted_peak: int) -> tuple[float, float]:

@@ -25,7 +25,7 @@ bare parameter count (rule in its docstring).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from lensa.estimators import OthersComparison, how_others_count
@@ -188,24 +188,36 @@ def parameter_count(p: ModelPreset) -> ParamCount:
 _HF = "config.json of the Hugging Face repository"
 _COUNT_LLAMA = "the checkpoint's parameter tensors summed (BF16 safetensors total size / 2 bytes) and the model card"
 
+# The lesson's 7B chat model has its shape.
+_LLAMA2_7B = ModelPreset(
+    "llama2-7b",
+    "Llama 2 7B",
+    4096,
+    32,
+    32,
+    32,
+    11008,
+    32000,
+    4096,
+    False,
+    "gated",
+    6_738_415_616,
+    f"{_HF} meta-llama/Llama-2-7b-hf",
+    _COUNT_LLAMA,
+)
+
 PRESETS: dict[str, ModelPreset] = {
     p.key: p
     for p in (
-        ModelPreset(
-            "chat7b",
-            "The lesson's 7B chat model",
-            4096,
-            32,
-            32,
-            32,
-            11008,
-            32000,
-            4096,
-            False,
-            "gated",
-            6_740_000_000,
-            f"Llama 2 7B's shape ({_HF} meta-llama/Llama-2-7b-hf)",
-            "Llama 2 7B's 6,738,415,616 rounded to 6.74e9, as the lesson does; this rounding gives its 117.0 GB",
+        replace(
+            _LLAMA2_7B,
+            key="chat7b",
+            name="The lesson's 7B chat model",
+            published_params=6_740_000_000,
+            config_source=f"Llama 2 7B's shape ({_HF} meta-llama/Llama-2-7b-hf)",
+            count_source=(
+                "Llama 2 7B's 6,738,415,616 rounded to 6.74e9, as the lesson does; this rounding gives its 117.0 GB"
+            ),
         ),
         ModelPreset(
             "gpt2",
@@ -224,22 +236,7 @@ PRESETS: dict[str, ModelPreset] = {
             "n_positions 1024, lm_head tied to the token embeddings)",
             "the checkpoint's parameter tensors summed, tied lm_head counted once; published by OpenAI as '124M'",
         ),
-        ModelPreset(
-            "llama2-7b",
-            "Llama 2 7B",
-            4096,
-            32,
-            32,
-            32,
-            11008,
-            32000,
-            4096,
-            False,
-            "gated",
-            6_738_415_616,
-            f"{_HF} meta-llama/Llama-2-7b-hf",
-            _COUNT_LLAMA,
-        ),
+        _LLAMA2_7B,
         ModelPreset(
             "llama2-13b",
             "Llama 2 13B",

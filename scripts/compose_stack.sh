@@ -27,6 +27,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
 
 ACTION="${1:-up}"
 export LENSA_PORT="${LENSA_PORT:-8080}"
@@ -53,16 +55,6 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/lensa-compose.XXXXXX")"
 WHEEL_SERVER_PID=""
 declare -a TIMINGS=()
 
-log() { printf '\n== %s\n' "$*"; }
-die() {
-    printf '\nFAIL: %s\n' "$*" >&2
-    exit 1
-}
-now_us() { local t="${EPOCHREALTIME/./}"; printf '%s' "$t"; }
-elapsed() { # start_us -> "12.3"
-    local d=$(($(now_us) - $1))
-    printf '%d.%d' $((d / 1000000)) $((d % 1000000 / 100000))
-}
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
@@ -121,16 +113,7 @@ engine() {
     [[ "$(id -u)" -eq 0 ]] || die "needs root (apt-get, dockerd, debootstrap): sudo $0 $ACTION"
     [[ -x /usr/bin/docker || -n "$(command -v docker || true)" ]] && command -v dockerd >/dev/null || missing+=(docker.io)
     command -v docker-compose >/dev/null || missing+=(docker-compose)
-    if ((${#missing[@]})); then
-        command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get to install them"
-        echo "installing: ${missing[*]}"
-        export DEBIAN_FRONTEND=noninteractive
-        if ! timeout 900 apt-get install -y -q "${missing[@]}" >"$WORK/apt.log" 2>&1; then
-            timeout 300 apt-get update -q >>"$WORK/apt.log" 2>&1 || true
-            timeout 900 apt-get install -y -q "${missing[@]}" >>"$WORK/apt.log" 2>&1 ||
-                die "apt-get install ${missing[*]} failed, see $WORK/apt.log"
-        fi
-    fi
+    ((${#missing[@]} == 0)) || apt_install "${missing[@]}"
     DOCKER="$(docker_bin)"
     if ! timeout 20 "$DOCKER" info >/dev/null 2>&1; then
         mkdir -p "$CACHE_DIR"
@@ -148,19 +131,8 @@ engine() {
 }
 
 # ---------------------------------------------------------------- 2. base image
-debian_mirror() {
-    local m
-    m="$(
-        {
-            grep -hsE '^[[:space:]]*URIs:' /etc/apt/sources.list.d/*.sources | awk '{ for (i = 2; i <= NF; i++) print $i }'
-            grep -hsE '^[[:space:]]*deb[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
-                sed -E 's/\[[^]]*\]//' | awk '{ print $2 }'
-        } | grep -E '^https?://[^ ]*/debian/?$' | head -n 1 || true
-    )"
-    printf '%s' "${m:-http://deb.debian.org/debian}"
-}
 base_image() {
-    local t note mirror rootfs base_py
+    local t note
     t="$(now_us)"
     log "2/5 base image $BASE_IMAGE_NAME"
     if [[ "$BASE_REBUILD" != 1 ]] && timeout 60 "$DOCKER" image inspect "$BASE_IMAGE_NAME" >/dev/null 2>&1; then
@@ -171,24 +143,7 @@ base_image() {
             DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -q debootstrap debian-archive-keyring \
                 >"$WORK/apt-debootstrap.log" 2>&1 || die "apt-get install debootstrap failed, see $WORK/apt-debootstrap.log"
         fi
-        mirror="${DEBIAN_MIRROR:-$(debian_mirror)}"
-        rootfs="$WORK/rootfs"
-        echo "debootstrap bookworm from $mirror (log: $WORK/debootstrap.log)"
-        timeout 900 debootstrap --variant=minbase --include=ca-certificates,python3,python3-venv \
-            bookworm "$rootfs" "$mirror" >"$WORK/debootstrap.log" 2>&1 ||
-            die "debootstrap failed, see $WORK/debootstrap.log"
-        rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-        # As Debian's -slim images do: no documentation, man pages or translations.
-        rm -rf "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/*
-        base_py="$(chroot "$rootfs" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-        [[ "$base_py" == "$PY_VERSION" ]] || die "the base image has Python $base_py, not $PY_VERSION"
-        timeout 600 tar -C "$rootfs" --numeric-owner -cf - . |
-            timeout 600 "$DOCKER" import \
-                --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-                --change 'ENV LANG=C.UTF-8' \
-                --change 'CMD ["python3"]' \
-                - "$BASE_IMAGE_NAME" >/dev/null
-        rm -rf "$rootfs"
+        import_base_image "$BASE_IMAGE_NAME" "$DOCKER"
         note=built
     fi
     TIMINGS+=("base image $(elapsed "$t") s ($note)")
@@ -196,18 +151,13 @@ base_image() {
 
 # ---------------------------------------------------------------- 3. wheelhouse
 wheelhouse() {
-    local t note req_hash arch torch_req torch_wheels wheelhouse_dir v
+    local t note torch_req wheelhouse_dir
     t="$(now_us)"
     log "3/5 wheelhouse"
-    req_hash="$(sha256sum requirements.txt | cut -c1-12)"
-    wheelhouse_dir="$CACHE_DIR/wheelhouse-py$PY_VERSION-$req_hash"
+    wheelhouse_dir="$(wheelhouse_path)"
     mkdir -p "$wheelhouse_dir"
-    arch="$(uname -m)"
-    local -a pip_target=(--only-binary=:all: --python-version "$PY_VERSION" --implementation cp --abi "cp${PY_VERSION/./}")
-    for v in $(seq 36 -1 17); do pip_target+=(--platform "manylinux_2_${v}_${arch}"); done # bookworm: glibc 2.36
-    pip_target+=(--platform "manylinux2014_${arch}" --platform "manylinux_2_12_${arch}" --platform "manylinux2010_${arch}"
-        --platform "manylinux_2_5_${arch}" --platform "manylinux1_${arch}")
-    torch_req="$(sed -n -e 's/[[:space:]]*#.*$//' -e 's/^[[:space:]]*\(torch[[:space:]]*[=<>~!].*\)$/\1/p' requirements.txt | head -n 1)"
+    pip_target_args
+    torch_req="$(torch_requirement)"
     if [[ -e "$wheelhouse_dir/.complete" ]]; then
         note=cached
     else
@@ -216,37 +166,23 @@ wheelhouse() {
         local torch_index="${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
         if [[ -n "$torch_req" ]] && ! compgen -G "$wheelhouse_dir/torch-*+cpu-*.whl" >/dev/null &&
             curl -fsS -m 10 -o /dev/null "$torch_index/torch/" 2>/dev/null; then
-            timeout 1200 python3 -m pip download -q --no-deps --index-url "$torch_index" "${pip_target[@]}" \
+            timeout 1200 python3 -m pip download -q --no-deps --index-url "$torch_index" "${PIP_TARGET[@]}" \
                 -d "$wheelhouse_dir" "$torch_req" >"$WORK/pip-torch.log" 2>&1 ||
                 die "pip download $torch_req failed, see $WORK/pip-torch.log"
         fi
-        timeout 1200 python3 -m pip download -q --find-links "$wheelhouse_dir" "${pip_target[@]}" \
+        timeout 1200 python3 -m pip download -q --find-links "$wheelhouse_dir" "${PIP_TARGET[@]}" \
             -d "$wheelhouse_dir" -r requirements.txt >"$WORK/pip-download.log" 2>&1 ||
             die "pip download -r requirements.txt failed, see $WORK/pip-download.log"
         note=downloaded
     fi
-    if [[ -n "$torch_req" ]]; then
-        torch_wheels="$(find "$wheelhouse_dir" -maxdepth 1 -name 'torch-*.whl' -printf '%f\n')"
-        grep -q '+cpu-' <<<"$torch_wheels" || die "no CPU torch wheel in $wheelhouse_dir (got: ${torch_wheels:-none})"
-        if grep -qv '+cpu-' <<<"$torch_wheels"; then
-            die "a non-CPU (CUDA) torch wheel is in $wheelhouse_dir; remove it: $torch_wheels"
-        fi
-    fi
+    [[ -z "$torch_req" ]] || check_torch_wheels "$wheelhouse_dir"
     touch "$wheelhouse_dir/.complete"
     echo "$(find "$wheelhouse_dir" -maxdepth 1 -name '*.whl' | wc -l) wheels, $(du -sh "$wheelhouse_dir" | cut -f1) in $wheelhouse_dir"
     # A fixed port: WHEELHOUSE_URL is a build argument, and a new value would miss Docker's layer cache.
     WHEEL_PORT="${WHEEL_PORT:-38652}"
     python3 -c 'import socket, sys; socket.create_server(("127.0.0.1", int(sys.argv[1]))).close()' "$WHEEL_PORT" \
         2>/dev/null || die "port $WHEEL_PORT (the wheel server) is taken; set WHEEL_PORT"
-    setsid python3 -m http.server --bind 127.0.0.1 --directory "$wheelhouse_dir" "$WHEEL_PORT" \
-        >"$WORK/wheel-server.log" 2>&1 </dev/null &
-    WHEEL_SERVER_PID=$!
-    WHEELHOUSE_URL="http://127.0.0.1:$WHEEL_PORT/"
-    for _ in $(seq 1 50); do
-        curl -fsS -m 2 -o /dev/null "$WHEELHOUSE_URL" 2>/dev/null && break
-        sleep 0.2
-    done
-    curl -fsS -m 5 -o /dev/null "$WHEELHOUSE_URL" || die "the wheel server on $WHEELHOUSE_URL did not come up"
+    serve_wheelhouse "$wheelhouse_dir" "$WHEEL_PORT"
     TIMINGS+=("wheelhouse $(elapsed "$t") s ($note)")
 }
 

@@ -28,6 +28,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
 
 IMAGE="${IMAGE:-localhost/lensa:check}"
 LESSON_IMAGE="${LESSON_IMAGE:-localhost/lensa:check-lesson}"
@@ -48,16 +50,6 @@ WHEEL_SERVER_PID=""
 KEEP_WORK=1
 declare -a TIMINGS=()
 
-log() { printf '\n== %s\n' "$*"; }
-die() {
-    printf '\nFAIL: %s\n' "$*" >&2
-    exit 1
-}
-now_us() { local t="${EPOCHREALTIME/./}"; printf '%s' "$t"; }
-elapsed() { # start_us -> "12.3"
-    local d=$(($(now_us) - $1))
-    printf '%d.%d' $((d / 1000000)) $((d % 1000000 / 100000))
-}
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1]); s.close()'
 }
@@ -113,55 +105,18 @@ for tool in podman buildah debootstrap curl; do
     command -v "$tool" >/dev/null || missing+=("$tool")
 done
 [[ -e /usr/share/keyrings/debian-archive-keyring.gpg ]] || missing+=(debian-archive-keyring)
-if ((${#missing[@]})); then
-    command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get to install them"
-    echo "installing: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    if ! timeout 900 apt-get install -y -q "${missing[@]}" >"$WORK/apt.log" 2>&1; then
-        timeout 300 apt-get update -q >>"$WORK/apt.log" 2>&1 || true
-        timeout 900 apt-get install -y -q "${missing[@]}" >>"$WORK/apt.log" 2>&1 ||
-            die "apt-get install ${missing[*]} failed, see $WORK/apt.log"
-    fi
-fi
+((${#missing[@]} == 0)) || apt_install "${missing[@]}"
 echo "$(podman --version) | $(buildah --version | cut -d' ' -f1-3) | debootstrap $(dpkg-query -W -f='${Version}' debootstrap 2>/dev/null || echo '?')"
 TIMINGS+=("tools $(elapsed "$t") s")
 
 # ---------------------------------------------------------------- 2. base image
 log "2/5 base image $BASE_IMAGE_NAME"
 t="$(now_us)"
-debian_mirror() {
-    local m
-    m="$(
-        {
-            grep -hsE '^[[:space:]]*URIs:' /etc/apt/sources.list.d/*.sources | awk '{ for (i = 2; i <= NF; i++) print $i }'
-            grep -hsE '^[[:space:]]*deb[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
-                sed -E 's/\[[^]]*\]//' | awk '{ print $2 }'
-        } | grep -E '^https?://[^ ]*/debian/?$' | head -n 1 || true
-    )"
-    printf '%s' "${m:-http://deb.debian.org/debian}"
-}
 if [[ "$BASE_REBUILD" != 1 ]] && timeout 60 podman image exists "$BASE_IMAGE_NAME"; then
     echo "cached: $BASE_IMAGE_NAME"
     base_note="cached"
 else
-    mirror="${DEBIAN_MIRROR:-$(debian_mirror)}"
-    rootfs="$WORK/rootfs"
-    echo "debootstrap bookworm from $mirror (log: $WORK/debootstrap.log)"
-    timeout 900 debootstrap --variant=minbase --include=ca-certificates,python3,python3-venv \
-        bookworm "$rootfs" "$mirror" >"$WORK/debootstrap.log" 2>&1 ||
-        die "debootstrap failed, see $WORK/debootstrap.log"
-    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-    # As Debian's -slim images (under python:3.11-slim) do: no documentation, man pages or translations.
-    rm -rf "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/*
-    base_py="$(chroot "$rootfs" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-    [[ "$base_py" == "$PY_VERSION" ]] || die "the base image has Python $base_py, not $PY_VERSION"
-    timeout 600 tar -C "$rootfs" --numeric-owner -cf - . |
-        timeout 600 podman import \
-            --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-            --change 'ENV LANG=C.UTF-8' \
-            --change 'CMD ["python3"]' \
-            - "$BASE_IMAGE_NAME" >/dev/null
-    rm -rf "$rootfs"
+    import_base_image "$BASE_IMAGE_NAME" podman
     base_note="built"
 fi
 TIMINGS+=("base image $(elapsed "$t") s ($base_note)")
@@ -169,22 +124,17 @@ TIMINGS+=("base image $(elapsed "$t") s ($base_note)")
 # ---------------------------------------------------------------- 3. wheelhouse
 log "3/5 wheelhouse"
 t="$(now_us)"
-req_hash="$(sha256sum requirements.txt | cut -c1-12)"
-WHEELHOUSE="$CACHE_DIR/wheelhouse-py$PY_VERSION-$req_hash"
+WHEELHOUSE="$(wheelhouse_path)"
 mkdir -p "$WHEELHOUSE"
-arch="$(uname -m)"
-pip_target=(--only-binary=:all: --python-version "$PY_VERSION" --implementation cp --abi "cp${PY_VERSION/./}")
-for v in $(seq 36 -1 17); do pip_target+=(--platform "manylinux_2_${v}_${arch}"); done # bookworm: glibc 2.36
-pip_target+=(--platform "manylinux2014_${arch}" --platform "manylinux_2_12_${arch}" --platform "manylinux2010_${arch}"
-    --platform "manylinux_2_5_${arch}" --platform "manylinux1_${arch}")
-torch_req="$(sed -n -e 's/[[:space:]]*#.*$//' -e 's/^[[:space:]]*\(torch[[:space:]]*[=<>~!].*\)$/\1/p' requirements.txt | head -n 1)"
+pip_target_args
+torch_req="$(torch_requirement)"
 download_wheelhouse() {
     # The CPU torch wheel first: PyPI's torch is the multi-GB CUDA build. From the PyTorch CPU index when it
     # answers, otherwise from whatever pip is configured with here (this machine has the CPU wheel on disk).
     if [[ -n "$torch_req" ]] && ! compgen -G "$WHEELHOUSE/torch-*+cpu-*.whl" >/dev/null; then
         if curl -fsS -m 10 -o /dev/null "$TORCH_CPU_INDEX/torch/" 2>/dev/null; then
             echo "torch from $TORCH_CPU_INDEX"
-            timeout 1200 python3 -m pip download -q --no-deps --index-url "$TORCH_CPU_INDEX" "${pip_target[@]}" \
+            timeout 1200 python3 -m pip download -q --no-deps --index-url "$TORCH_CPU_INDEX" "${PIP_TARGET[@]}" \
                 -d "$WHEELHOUSE" "$torch_req" >"$WORK/pip-torch.log" 2>&1 ||
                 die "pip download $torch_req failed, see $WORK/pip-torch.log"
         else
@@ -192,7 +142,7 @@ download_wheelhouse() {
         fi
     fi
     # --find-links the wheelhouse itself so the CPU torch already there (2.13.0+cpu sorts above 2.13.0) wins.
-    timeout 1200 python3 -m pip download -q --find-links "$WHEELHOUSE" "${pip_target[@]}" \
+    timeout 1200 python3 -m pip download -q --find-links "$WHEELHOUSE" "${PIP_TARGET[@]}" \
         -d "$WHEELHOUSE" -r requirements.txt >"$WORK/pip-download.log" 2>&1 ||
         die "pip download -r requirements.txt failed, see $WORK/pip-download.log"
 }
@@ -202,13 +152,7 @@ else
     download_wheelhouse
     wheel_note="downloaded"
 fi
-if [[ -n "$torch_req" ]]; then
-    torch_wheels="$(find "$WHEELHOUSE" -maxdepth 1 -name 'torch-*.whl' -printf '%f\n')"
-    grep -q '+cpu-' <<<"$torch_wheels" || die "no CPU torch wheel in $WHEELHOUSE (got: ${torch_wheels:-none})"
-    if grep -qv '+cpu-' <<<"$torch_wheels"; then
-        die "a non-CPU (CUDA) torch wheel is in $WHEELHOUSE; remove it: $torch_wheels"
-    fi
-fi
+[[ -z "$torch_req" ]] || check_torch_wheels "$WHEELHOUSE"
 touch "$WHEELHOUSE/.complete"
 echo "$(find "$WHEELHOUSE" -maxdepth 1 -name '*.whl' | wc -l) wheels, $(du -sh "$WHEELHOUSE" | cut -f1) in $WHEELHOUSE"
 # A fixed port by default: WHEELHOUSE_URL is a build arg, and a new value would miss the layer cache.
@@ -217,15 +161,7 @@ if ! python3 -c 'import socket, sys; socket.create_server(("127.0.0.1", int(sys.
     echo "port $WHEEL_PORT is taken; serving the wheels on a free port (the dependency layer will be rebuilt)"
     WHEEL_PORT="$(free_port)"
 fi
-setsid python3 -m http.server --bind 127.0.0.1 --directory "$WHEELHOUSE" "$WHEEL_PORT" \
-    >"$WORK/wheel-server.log" 2>&1 &
-WHEEL_SERVER_PID=$!
-WHEELHOUSE_URL="http://127.0.0.1:$WHEEL_PORT/"
-for _ in $(seq 1 50); do
-    curl -fsS -m 2 -o /dev/null "$WHEELHOUSE_URL" 2>/dev/null && break
-    sleep 0.2
-done
-curl -fsS -m 5 -o /dev/null "$WHEELHOUSE_URL" || die "the wheel server on $WHEELHOUSE_URL did not come up"
+serve_wheelhouse "$WHEELHOUSE" "$WHEEL_PORT"
 echo "served on $WHEELHOUSE_URL"
 TIMINGS+=("wheelhouse $(elapsed "$t") s ($wheel_note)")
 

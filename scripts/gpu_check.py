@@ -80,6 +80,18 @@ def run(args: argparse.Namespace) -> int:
     checks = Checks()
     kind = live.resolve_device(args.device)
     info = live.device_info(kind)
+    _device(kind, info)
+    cfg, comp = _compare(args, kind)
+    _memory(cfg, comp, checks)
+    _arm_checks(cfg, comp, kind, checks)
+    _matmul(args, kind, info, checks)
+    _gradscaler(kind, checks)
+    section("Checks")
+    print(checks.report())
+    return 0 if checks.passed else 1
+
+
+def _device(kind: str, info: live.DeviceInfo) -> None:
     section("Device")
     print(info.summary())
     if kind == "cpu":
@@ -87,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
     for note in info.notes:
         print(f"note: {note}")
 
+
+def _compare(args: argparse.Namespace, kind: str) -> tuple[live.RunConfig, live.Comparison]:
+    """The FP32 / FP16 / BF16 comparison, run and printed; its configuration and result."""
     cfg = replace(SMALL if args.small else live.suggested_config(kind), device=kind)
     if args.steps:
         cfg = replace(cfg, steps=args.steps)
@@ -128,7 +143,11 @@ def run(args: argparse.Namespace) -> int:
     for note in comp.notes:
         print(f"note: {note}")
     print(f"comparison wall time {time.perf_counter() - t0:.1f} s")
-    # Lensa's byte-by-byte prediction (lensa.lab_memory.lab_mlp_memory) next to what the run measured.
+    return cfg, comp
+
+
+def _memory(cfg: live.RunConfig, comp: live.Comparison, checks: Checks) -> None:
+    """Lensa's byte-by-byte prediction (lensa.lab_memory.lab_mlp_memory) next to what the run measured."""
     resident = cfg.train_batches(comp.device) * cfg.batch_size + cfg.eval_size
     memory_rows = []
     for name, a in comp.arms.items():
@@ -181,6 +200,9 @@ def run(args: argparse.Namespace) -> int:
             f"{PEAK_SLACK_BYTES / 2**20:.0f} MiB more above (cuBLAS/cuBLASLt workspaces, 512 B block rounding)"
         )
 
+
+def _arm_checks(cfg: live.RunConfig, comp: live.Comparison, kind: str, checks: Checks) -> None:
+    """Each arm ran in its dtypes, with finite losses, near FP32's final loss; every arm ran or says why."""
     want = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
     for name, a in comp.arms.items():
         checks.add(
@@ -200,6 +222,8 @@ def run(args: argparse.Namespace) -> int:
             checks.add(f"{name}: final loss within {LOSS_GAP} of FP32", gap <= LOSS_GAP, f"gap {gap:.4f}")
     checks.add("every arm ran or has a reason", set(comp.arms) | set(comp.not_run) == set(live.ARMS))
 
+
+def _matmul(args: argparse.Namespace, kind: str, info: live.DeviceInfo, checks: Checks) -> None:
     section("Matrix multiply throughput")
     if args.skip_bench:
         print("skipped (--skip-bench)")
@@ -229,6 +253,9 @@ def run(args: argparse.Namespace) -> int:
         if kind == "cpu":
             checks.add("tf32 marked not applicable on CPU", not by_mode["tf32"]["applicable"])
 
+
+def _gradscaler(kind: str, checks: Checks) -> None:
+    """A real FP16 run with a forced overflow: its GradScaler trace against lensa.scaling.simulate."""
     section("GradScaler trace (real FP16 run, forced overflow)")
     settings = {"init_scale": 2.0**24, "growth_interval": 3}
     trace = live.gradscaler_trace(steps=30, spike_steps=(20,), spike_factor=1e6, device=kind, **settings)
@@ -251,10 +278,6 @@ def run(args: argparse.Namespace) -> int:
         "overflow really happened and those steps were skipped",
         bool(overflowed) and all(s.skipped == s.found_inf for s in trace),
     )
-
-    section("Checks")
-    print(checks.report())
-    return 0 if checks.passed else 1
 
 
 def main(argv: list[str] | None = None) -> int:

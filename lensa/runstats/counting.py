@@ -24,7 +24,7 @@ This module imports numpy (and the rest of :mod:`lensa.runstats`, :mod:`lensa.fo
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -291,14 +291,8 @@ def summarize_update(w_before: ArrayLike, w_after: ArrayLike, recipes: bool = Fa
             stored = cast(wb, name).astype(np.float32)  # exact: every stored value is a float32
             again = cast(stored + update, name).astype(np.float32)
             lost.append(int(np.count_nonzero(moved & (again == stored))))
-    return TensorStats(
-        size=stats.size,
-        exact_zero=stats.exact_zero,
-        inf=stats.inf,
-        nan=stats.nan,
-        binade_lo=stats.binade_lo,
-        table=stats.table,
-        rel_error_sum=stats.rel_error_sum,
+    return replace(
+        stats,
         lost_counts=tuple(lost),
         recipes=recipe_records(update.reshape(before.shape)) if recipes else None,
     )

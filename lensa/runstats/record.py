@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -132,7 +132,7 @@ class TensorStats:
     def with_recipes(self, values: ArrayLike, workers: int = 1) -> TensorStats:
         """This record with what every block recipe loses on ``values`` (the tensor it summarises, shaped),
         worked out on ``workers`` threads."""
-        return _replace_recipes(self, recipe_records(values, workers))
+        return replace(self, recipes=recipe_records(values, workers))
 
     @property
     def finite_nonzero(self) -> int:
@@ -238,20 +238,6 @@ def recipe_records(values: ArrayLike, workers: int = 1) -> tuple[tuple[float, fl
     ``workers`` threads (the same numbers on any count)."""
     got = lost_all(values, RECIPE_KEYS, workers=workers)
     return tuple((got[k].flushed, got[k].saturated, got[k].sqnr_db) for k in RECIPE_KEYS)
-
-
-def _replace_recipes(s: TensorStats, recipes: tuple[tuple[float, float, float], ...] | None) -> TensorStats:
-    return TensorStats(
-        size=s.size,
-        exact_zero=s.exact_zero,
-        inf=s.inf,
-        nan=s.nan,
-        binade_lo=s.binade_lo,
-        table=s.table,
-        rel_error_sum=s.rel_error_sum,
-        lost_counts=s.lost_counts,
-        recipes=recipes,
-    )
 
 
 # --- a record from fine histograms, whoever binned them -----------------------------------------------------
