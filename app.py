@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from lensa.ui import layout
+from lensa.ui import i18n, layout
 from lensa.ui.frame import link_params, page_label, setup
 from lensa.ui.site import STEP_COUNT, STEPS
 
@@ -19,7 +19,13 @@ st.page_link(
     query_params=link_params(STEPS[0].key, page.lang),
 )
 
-st.subheader(page.t("ideas_title", steps=page.num(STEP_COUNT)))
+st.subheader(
+    page.t(
+        "ideas_title",
+        Steps=i18n.count_in_words(STEP_COUNT, page.lang, capital=True),
+        steps=i18n.count_in_words(STEP_COUNT, page.lang),
+    )
+)
 for step in STEPS:
     text_column, link_column = st.columns([5, 2], vertical_alignment="center")
     text_column.markdown(page.t(f"idea_{step.key}"))

@@ -93,8 +93,9 @@ for lang in i18n.LANGUAGES:
     assert first.caption[0].value == i18n.text(lang, "nav.step_of", n=1, total=7)
     home = open_page("overview", lang=lang)
     assert not home.exception, [e.value for e in home.exception]
-    title = i18n.text(lang, "overview.ideas_title", steps="7")
-    assert title.count("7") == 2 and title in [h.value for h in home.subheader]
+    seven = {"en": "seven", "id": "tujuh"}[lang]
+    title = i18n.text(lang, "overview.ideas_title", Steps=seven.capitalize(), steps=seven)
+    assert title.lower().count(seven) == 2 and title in [h.value for h in home.subheader]
     assert i18n.text(lang, "overview.idea_doubling") in [m.value for m in home.markdown]
 print("seven steps")
 """

@@ -335,3 +335,31 @@ def _renamed(source: str, names: dict[str, str]) -> str:
 
 def _lines(path: Path) -> int:
     return len(path.read_text().splitlines())
+
+
+def test_small_counts_are_written_as_words_in_both_languages():
+    assert [i18n.count_in_words(n, "en") for n in (1, 6, 7, 12)] == ["one", "six", "seven", "twelve"]
+    assert [i18n.count_in_words(n, "id") for n in (1, 6, 7, 11, 12)] == [
+        "satu",
+        "enam",
+        "tujuh",
+        "sebelas",
+        "dua belas",
+    ]
+    assert (
+        i18n.count_in_words(6, "id", capital=True) == "Enam" and i18n.count_in_words(12, "en", capital=True) == "Twelve"
+    )
+    assert i18n.count_in_words(13, "en") == "13" and i18n.count_in_words(1200, "id") == i18n.number(1200, "id")
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_the_overview_heading_says_the_count_of_steps_in_words(lang):
+    from lensa.ui.site import STEP_COUNT
+    from tests.pagetools import open_page
+
+    home = open_page("overview", lang=lang)
+    words = i18n.count_in_words(STEP_COUNT, lang)
+    heading = i18n.text(lang, "overview.ideas_title", Steps=words.capitalize(), steps=words)
+    assert heading in [h.value for h in home.subheader]
+    if STEP_COUNT == 6:  # the lesson as it ships
+        assert heading == {"en": "Six ideas in six steps", "id": "Enam gagasan dalam enam langkah"}[lang]

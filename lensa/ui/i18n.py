@@ -144,6 +144,23 @@ def significant(x: float, lang: str, digits: int = 2) -> str:
     return _localise(f"{r:,f}", lang)
 
 
+# Counts up to twelve as a heading says them ("Six ideas in six steps", "Enam gagasan dalam enam langkah").
+_COUNT_WORDS = {
+    "en": ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"),
+    "id": (
+        "nol", "satu", "dua", "tiga", "empat", "lima", "enam", "tujuh", "delapan", "sembilan", "sepuluh", "sebelas",
+        "dua belas",
+    ),
+}  # fmt: skip
+
+
+def count_in_words(n: int, lang: str, capital: bool = False) -> str:
+    """A small count as a word (0 to 12: ``six``, ``enam``; ``Six`` with ``capital``), else in digits."""
+    words = _COUNT_WORDS.get(lang, _COUNT_WORDS["en"])
+    text = words[n] if 0 <= n < len(words) else number(n, lang)
+    return text[:1].upper() + text[1:] if capital else text
+
+
 def percent(share: float, lang: str, digits: int = 2) -> str:
     """A share (0..1) as a percentage to 2 significant digits: ``4.3%``, ``91%``, ``0%``."""
     return significant(share * 100, lang, digits) + "%"
