@@ -6,15 +6,12 @@ The same 10^7 float32 values as ``bench.runstats_speed`` (log-uniform over 2**-4
 shaped as a 10^4 × 10^3 matrix, so that every recipe's blocks (rows, 1×128 tiles, 128×128 blocks, MX's 32
 and NVFP4's 16) are real. Timed in the same run, interleaved; the ratio is the recipe record's median time
 over ``summarize``'s (target: at most 3×). ``summarize`` counts on ``WORKERS`` threads as in
-``bench.runstats_speed``. The recipe record is timed twice: ``summarize(x, workers, recipes=True)`` as it is
-called today, and ``summarize(x, workers)`` followed by :func:`lensa.blockscale.lost_all` on the same
-``WORKERS`` threads, which is what that call costs where ``summarize`` hands ``workers`` on to the recipes.
+``bench.runstats_speed``, and hands the same threads on to the recipes (:func:`lensa.blockscale.lost_all`).
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import time
 
 from bench.common import WORKERS, median, publish, table, verdict
@@ -37,13 +34,8 @@ def main() -> None:
     def with_recipes() -> object:
         return runstats.summarize(x, workers=WORKERS, recipes=True)
 
-    def threaded() -> object:
-        stats = runstats.summarize(x, workers=WORKERS)
-        return stats, blockscale.lost_all(x, runstats.RECIPE_KEYS, workers=WORKERS)
-
-    passed_on = "workers" in inspect.signature(runstats.recipe_records).parameters
-    assert threaded()[1] == blockscale.lost_all(x, runstats.RECIPE_KEYS)  # threads change no number
-    arms = {"today": today, "with_recipes": with_recipes, "threaded": threaded}
+    assert with_recipes() == runstats.summarize(x, recipes=True)  # threads change no number
+    arms = {"today": today, "with_recipes": with_recipes}
     times: dict[str, list[float]] = {k: [] for k in arms}
     cpu: dict[str, list[float]] = {k: [] for k in arms}  # the process's CPU time, every thread's
     for fn in arms.values():  # warm up
@@ -56,24 +48,20 @@ def main() -> None:
             cpu[key].append(time.process_time() - c0)
     m = {k: median(v) for k, v in times.items()}
     c = {k: median(v) for k, v in cpu.items()}
-    rows = [["`runstats.summarize(x, workers)`", f"{m['today'] * 1e3:.0f}", "1.00×", f"{c['today'] * 1e3:.0f}", "—"]]
-    for key, label in (
-        ("with_recipes", "`runstats.summarize(x, workers, recipes=True)`"),
-        ("threaded", "`runstats.summarize(x, workers)` + `blockscale.lost_all(x, workers=workers)`"),
-    ):
-        ratio = m[key] / m["today"]
-        rows.append(
-            [label, f"{m[key] * 1e3:.0f}", f"{ratio:.1f}×", f"{c[key] * 1e3:.0f}", f"≤ 3×: {verdict(ratio <= 3.0)}"]
-        )
-    plumbing = (
-        "`summarize` hands `workers` on to the recipes, so the two recipe rows do the same work."
-        if passed_on
-        else "`summarize(..., recipes=True)` does not yet hand `workers` on to the recipes (they run on one "
-        "thread there); the last row is what it costs once it does."
-    )
+    ratio = m["with_recipes"] / m["today"]
+    rows = [
+        ["`runstats.summarize(x, workers)`", f"{m['today'] * 1e3:.0f}", "1.00×", f"{c['today'] * 1e3:.0f}", "—"],
+        [
+            "`runstats.summarize(x, workers, recipes=True)`",
+            f"{m['with_recipes'] * 1e3:.0f}",
+            f"{ratio:.1f}×",
+            f"{c['with_recipes'] * 1e3:.0f}",
+            f"≤ 3×: {verdict(ratio <= 3.0)}",
+        ],
+    ]
     body = (
         f"{x.size:,} float32 values as a {x.shape[0]:,} × {x.shape[1]:,} matrix; {len(blockscale.RECIPES)} "
-        f"recipes; median of {args.repeats} interleaved runs, {WORKERS} threads. {plumbing} "
+        f"recipes; median of {args.repeats} interleaved runs, {WORKERS} threads, the recipes on the same threads. "
         "Shared machine (other engineers' jobs on the same 2 cores): read the ratios, not the times; the CPU "
         "column (the process's, all threads) moves less with the neighbours' load than the wall time does.\n\n"
         + table(["what", "median ms", "× summarize", "CPU ms", "target"], rows)
