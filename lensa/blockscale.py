@@ -64,6 +64,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from lensa import blockscale_jit
 from lensa.formats import FORMATS, FloatFormat, classify, get_format, round_float32
 
 ScaleRule = Literal["amax", "mx_floor", "mx_ceil", "nvfp4"]
@@ -195,17 +196,33 @@ def _exponent_floor(amax: NDArray[np.float32]) -> NDArray[np.int32]:
 
 
 def _mx_exponent(amax: NDArray[np.float32], f: FloatFormat, rule: ScaleRule) -> NDArray[np.int32]:
-    """The E8M0 exponent of each block's scale, clipped to E8M0's range; 2**-127 for a block of zeros."""
+    """The E8M0 exponent of each block's scale, clipped to E8M0's range; 2**-127 for a block of zeros.
+
+    Read from the bits (several times faster than frexp and clip): a normal amax is m * 2**E, E its exponent field
+    less 127, and the floor rule gives E - emax. The round-up rule gives one more where m exceeds max_elem's
+    significand M (amax = m * 2**E <= M * 2**emax * 2**e first holds at e = E - emax when m <= M), compared as
+    fraction bits. A zero or subnormal amax (below 2**-126) comes out at most -126 - emax under either rule, which
+    the clip takes to -127 when emax >= 1, as every element format's is: the block of zeros' 2**-127 included.
+    The largest finite amax gives 127 - emax (128 - emax rounded up), within E8M0's 127.
+    """
+    if f.emax < 1:  # a format of one's own making: frexp, exactly
+        return _mx_exponent_frexp(amax, f, rule)
+    bits = np.ascontiguousarray(amax, dtype=np.float32).view(np.uint32)
+    e = (bits >> np.uint32(23)).astype(np.int32)
+    e -= np.int32(127 + f.emax)
+    if rule == "mx_ceil":
+        top = np.float32(f.max).view(np.uint32) & np.uint32(0x7FFFFF)
+        e += (bits & np.uint32(0x7FFFFF)) > top
+    np.maximum(e, np.int32(_E8M0_LO), out=e)
+    return e
+
+
+def _mx_exponent_frexp(amax: NDArray[np.float32], f: FloatFormat, rule: ScaleRule) -> NDArray[np.int32]:
+    """:func:`_mx_exponent` through frexp, for any element format."""
     positive = amax > 0
     safe = np.where(positive, amax, np.float32(1.0))
     if rule == "mx_floor":
         e = _exponent_floor(safe) - f.emax
-    elif bool(np.all(safe >= np.float32(2.0**-126))):
-        # amax = m * 2**E and max = M * 2**emax (m, M in [1, 2)): amax <= max * 2**e first holds at e = E - emax
-        # when m <= M, else one step up; m and M compared as significand bits
-        top = np.float32(f.max).view(np.uint32) & np.uint32(0x7FFFFF)
-        above = (np.ascontiguousarray(safe, np.float32).view(np.uint32) & np.uint32(0x7FFFFF)) > top
-        e = _exponent_floor(safe) - f.emax + above.astype(np.int32)
     else:
         # Smallest e with amax <= max_elem * 2**e: start from floor(log2(amax / max)), step up where short.
         _, ex = np.frexp(np.float64(f.max))
@@ -214,6 +231,14 @@ def _mx_exponent(amax: NDArray[np.float32], f: FloatFormat, rule: ScaleRule) -> 
         e = np.where(safe.astype(np.float64) <= np.ldexp(f.max, e - 1), e - 1, e).astype(np.int32)
     e = np.clip(e, _E8M0_LO, _E8M0_HI)
     return np.where(positive, e, np.int32(_E8M0_LO)).astype(np.int32)
+
+
+def _powers_of_two(e: NDArray[np.int32]) -> NDArray[np.float32]:
+    """2**e in float32 for e in -127 ... 127, from the bits: (e + 127) << 23, and 2**-127 (a float32 subnormal,
+    bits 0x400000) where that gives 0."""
+    bits = (e + np.int32(127)).astype(np.uint32) << np.uint32(23)
+    np.maximum(bits, np.uint32(0x400000), out=bits)
+    return bits.view(np.float32)
 
 
 def _blocked(a: NDArray[np.float32], block: tuple[int | None, int | None] | None) -> tuple[NDArray[np.float32], Any]:
@@ -402,9 +427,7 @@ def _block_scales(r: Recipe, amax: NDArray[np.float32], tensor_amax: np.float32)
             scales: NDArray[np.float32] = round_float32(block, e4m3, inplace=True)
             scales *= ts
             return scales
-        e = _mx_exponent(amax, f, r.rule)
-        powers: NDArray[np.float32] = np.ldexp(np.float32(1.0), e).astype(np.float32)
-        return powers
+        return _powers_of_two(_mx_exponent(amax, f, r.rule))
 
 
 _MAGNITUDE = np.uint32(0x7FFFFFFF)
@@ -423,7 +446,7 @@ class _Rounding:
     tie_goes_up: bool
     low: np.uint32  # the bits of the element's smallest normal exponent: the floor of the rounding exponent
     shift: np.uint32  # (23 - fraction bits) << 23: the magic number's distance above the value's binade
-    power_of_two: bool  # MX: value minus stored value is exact in float32
+    power_of_two: bool  # MX: dividing by the scale is multiplying by its exact inverse (the compiled pass does)
     saturates: bool  # False where the rule keeps amax within the element's range (the rounded-up MX scale)
 
 
@@ -509,24 +532,18 @@ def _round_piece(a: NDArray[np.float32], s: Any, rd: _Rounding, sc: _Scratch, k:
     np.not_equal(y, 0, out=flags)
     kept = int(np.count_nonzero(flags))
     sq = sc.sq[:k].reshape(shape)
-    if rd.power_of_two:
-        # element * 2**k is exact in float32 and so is |x| minus it (within a factor 2 of each other, or 0): the
-        # same difference as encode()'s float64 one; its square is exact in float64 (24 bits squared)
-        np.multiply(y, s, out=y)
-        np.subtract(a, y, out=y)
-        np.square(y, out=sq, dtype=np.float64)
-    else:
-        # element * scale is exact in float64, and so is |x| minus it (the two lie within a factor 2 of each other,
-        # or the element is 0): the same terms as encode()'s stored values give
-        np.copyto(sq, y)
-        if np.ndim(s) == 0:
-            np.multiply(sq, np.float64(s), out=sq)
-        else:  # widened first, as numpy's mixed float32 -> float64 multiply is slow
-            wide = sc.s64[:k].reshape(shape)
-            np.copyto(wide, s)
-            np.multiply(sq, wide, out=sq)
-        np.subtract(a, sq, out=sq)
-        np.multiply(sq, sq, out=sq)
+    # element * scale is exact in float64, and so is |x| minus it (the two lie within a factor 2 of each other, or
+    # the element is 0): the same terms as encode()'s stored values give. (Not in float32, even for a power-of-two
+    # scale: a rounded-up MX scale can put element * scale at 2**128, past FP32's largest value.)
+    np.copyto(sq, y)
+    if np.ndim(s) == 0:
+        np.multiply(sq, np.float64(s), out=sq)
+    else:  # widened first, as numpy's mixed float32 -> float64 multiply is slow
+        wide = sc.s64[:k].reshape(shape)
+        np.copyto(wide, s)
+        np.multiply(sq, wide, out=sq)
+    np.subtract(a, sq, out=sq)
+    np.multiply(sq, sq, out=sq)
     return saturated, kept, float(np.sum(sq))
 
 
@@ -574,6 +591,12 @@ def _amax16(m_bits: NDArray[np.uint32], workers: int) -> NDArray[np.uint32]:
 
     _on_threads(part, -(-n_rows // step), workers)
     return out
+
+
+def _amax16_of(bits: NDArray[np.uint32], width: int, workers: int, on_threads: Any) -> NDArray[np.uint32]:
+    """:func:`_amax16` as :func:`lensa.blockscale_jit.row_maxima` is called (its width is always 16 here)."""
+    assert width == _AMAX_WIDTH
+    return _amax16(bits, workers)
 
 
 def _amax_of(
@@ -668,17 +691,15 @@ def _store_piece(
     y += magic.view(np.float32)
     y -= magic.view(np.float32)
     bits |= sign
-    if rd.power_of_two:  # element * 2**k is exact in float32 (see _round_piece): multiply, then widen
-        np.multiply(y, s, out=y)
-        np.copyto(dst, y)
-    else:  # exact in float64; widened first, as numpy's mixed float32 -> float64 multiply is slow
-        np.copyto(dst, y)
-        wide = sc.s64[:k].reshape(shape) if np.ndim(s) == 3 else None
-        if wide is None:
-            np.multiply(dst, np.float64(s), out=dst)
-        else:
-            np.copyto(wide, s)
-            np.multiply(dst, wide, out=dst)
+    # element * scale, exact in float64 (in float32 a rounded-up MX scale can pass FP32's range: see _round_piece);
+    # widened first, as numpy's mixed float32 -> float64 multiply is slow
+    np.copyto(dst, y)
+    wide = sc.s64[:k].reshape(shape) if np.ndim(s) == 3 else None
+    if wide is None:
+        np.multiply(dst, np.float64(s), out=dst)
+    else:
+        np.copyto(wide, s)
+        np.multiply(dst, wide, out=dst)
 
 
 def _stored_in_pieces(x: NDArray[np.float32], r: Recipe) -> NDArray[np.float64] | None:
@@ -687,15 +708,21 @@ def _stored_in_pieces(x: NDArray[np.float32], r: Recipe) -> NDArray[np.float64] 
 
     Per piece (:func:`_store_piece`): the values divided by their scales in float32, clamped to the element's
     largest value, rounded to its grid by the magic-number addition (``round_float32``'s arithmetic, with the
-    bounds held as arrays), and multiplied back by the scale in float64."""
+    bounds held as arrays), and multiplied back by the scale in float64. Compiled where numba is
+    (:func:`lensa.blockscale_jit.store`): the same arithmetic, value by value, in one loop."""
     t = _as_rows(x)
-    a16 = _amax16(t.bits, 1)
+    compiled = t.n >= blockscale_jit.MIN_VALUES and blockscale_jit.available()
+    a16 = (blockscale_jit.row_maxima if compiled else _amax16_of)(t.bits, _AMAX_WIDTH, 1, _on_threads)
     top = a16.max()
     if top >= _EXPONENT:
         return None
     tensor_amax = np.uint32(top).view(np.float32)
     out = np.empty(t.n, np.float64)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
+        if compiled:
+            (layout,) = _jit_layouts(_layouts([r], t, a16, tensor_amax), t.cols)
+            blockscale_jit.store(t.bits, layout, out.reshape(t.lead * t.rows, t.cols), 1, _on_threads)
+            return out.reshape(x.shape)
         if r.block is None:
             rd = _rounding(r, _block_scales(r, np.array([tensor_amax]), tensor_amax)[0])
             sc = _Scratch((_PIECE,))
@@ -748,18 +775,25 @@ def lost_all(values: ArrayLike, recipes: Iterable[str | Recipe] | None = None, w
     if x.size == 0:
         return {r.key: _lost_from_encoding(x, r) for r in chosen}
     t = _as_rows(x)
-    a16 = _amax16(t.bits, workers)
+    compiled = t.n >= blockscale_jit.MIN_VALUES and blockscale_jit.available()
+    maxima = blockscale_jit.row_maxima if compiled else _amax16_of
+    a16 = maxima(t.bits, _AMAX_WIDTH, workers, _on_threads)
     top = a16.max()
     if top >= _EXPONENT:  # an infinity or a NaN
         return {r.key: _lost_from_encoding(x, r) for r in chosen}
     layouts = _layouts(chosen, t, a16, np.uint32(top).view(np.float32))
     sums = {r.key: [0, 0, 0.0] for r in chosen}  # saturated, elements not 0, noise
     signal, nonzero = 0.0, 0
-    for layout, group in layouts.items():
-        if layout == "flat":
-            signal, nonzero = _flat_pass(t, group, workers, sums)
-        else:
-            _row_pass(t, int(layout), group, workers, sums)
+    if compiled:
+        group = [rd for rds in layouts.values() for rd in rds]
+        signal, nonzero, per = blockscale_jit.run(t.bits, _jit_layouts(layouts, t.cols), workers, _on_threads)
+        _add_piece(sums, group, per)
+    else:
+        for layout, group in layouts.items():
+            if layout == "flat":
+                signal, nonzero = _flat_pass(t, group, workers, sums)
+            else:
+                _row_pass(t, int(layout), group, workers, sums)
     out: dict[str, Lost] = {}
     for r in chosen:
         saturated, kept, noise = sums[r.key]
@@ -771,15 +805,44 @@ def lost_all(values: ArrayLike, recipes: Iterable[str | Recipe] | None = None, w
 def _layouts(chosen: list[Recipe], t: _Rows, a16: NDArray[np.uint32], tensor_amax: Any) -> dict[Any, list[_Rounding]]:
     """The recipes by how their pieces lie: "flat" (the whole tensor, always there) or the padded row width."""
     layouts: dict[Any, list[_Rounding]] = {"flat": []}
+    maxima: dict[tuple[int, int], NDArray[np.float32]] = {}  # the block maxima, once per block shape (MX's seven)
     for r in chosen:
         if r.block is None:
             layouts["flat"].append(_rounding(r, _block_scales(r, np.array([tensor_amax]), tensor_amax)[:1]))
             continue
         br, bc, nb = _block_dims(r.block, t.rows, t.cols)
-        amax = _amax_of(r.block, a16, t.bits, t.lead, t.rows)
+        if (br, bc) not in maxima:
+            maxima[br, bc] = _amax_of(r.block, a16, t.bits, t.lead, t.rows)
+        amax = maxima[br, bc]
         scale = _per_row(_block_scales(r, amax, tensor_amax), br, t.rows)
         layouts.setdefault(nb * bc, []).append(_rounding(r, np.ascontiguousarray(scale).reshape(-1, nb, 1)))
     return layouts
+
+
+def _jit_layouts(layouts: dict[Any, list[_Rounding]], cols: int) -> list[blockscale_jit.Layout]:
+    """The recipes of :func:`_layouts` as the compiled pass reads them (:class:`lensa.blockscale_jit.Layout`), in
+    the same order. A threshold that saturates when reached becomes the float32 just below it (above it, then);
+    a recipe that cannot saturate gets inf."""
+    out = []
+    for layout, group in layouts.items():
+        for rd in group:
+            per_row = 0 if layout == "flat" else rd.scale.shape[1]
+            top = np.nextafter(rd.threshold, np.float32(0)) if rd.tie_goes_up else rd.threshold
+            if not rd.saturates:
+                top = np.float32(np.inf)
+            out.append(
+                blockscale_jit.Layout(
+                    scales=np.ascontiguousarray(rd.scale, np.float32).reshape(-1),
+                    per_row=per_row,
+                    width=cols if layout == "flat" else int(layout) // per_row,
+                    power_of_two=rd.power_of_two,
+                    top=np.float32(top),
+                    limit=rd.limit,
+                    low=rd.low,
+                    shift=rd.shift,
+                )
+            )
+    return out
 
 
 def _add_piece(sums: dict[str, list[Any]], group: list[_Rounding], per: list[tuple[int, int, float]]) -> None:

@@ -9,18 +9,22 @@ differently in the last bits, on an AVX2-only EPYC than on an AVX-512 Xeon. Both
   where this CPU has it (``/proc/cpuinfo``'s flags, else ``lscpu``'s): torch would not run what the CPU lacks.
 - numpy: ``NPY_DISABLE_CPU_FEATURES`` naming every target numpy dispatches to at run time (X86_V3, X86_V4, ... as
   this numpy reports them), so only its baseline (X86_V2 for numpy 2.4's x86-64 wheels) is left.
+- numba (lensa.blockscale_jit's compiled pass): ``NUMBA_CPU_NAME=generic`` compiles for the baseline CPU of the
+  architecture instead of this one (numba keeps the two in its cache apart).
 
 Three sets, the first the least any x86-64 CPU has:
 
-1. ``torch default + numpy baseline``: both libraries without vector kernels beyond their baseline, every test
-   marked ``torch_kernels`` or ``numpy_kernels`` (the oldest CPU's case, in one run instead of two);
+1. ``torch default + numpy baseline``: both libraries without vector kernels beyond their baseline, and numba
+   compiling for the baseline CPU, every test marked ``torch_kernels`` or ``numpy_kernels`` (the oldest CPU's case,
+   in one run instead of two);
 2. ``torch avx2``, the tests marked ``torch_kernels``, where the CPU has AVX2 and FMA;
 3. ``torch avx512``, the same, where the CPU has what ATen's AVX512 kernels need.
 
 tests/test_kernel_markers.py checks that every test file computing with those kernels carries its mark. Before each
 set a fresh interpreter checks that it took effect (torch.backends.cpu.get_cpu_capability(), numpy's dispatched
-targets), and the set fails if it did not. It prints what it runs, what it skips and why, and each set's counts and
-time; it exits 1 when any set fails. A failure in set 1 is told apart by rerunning with one variable only.
+targets, numba's CPU name), and the set fails if it did not. It prints what it runs, what it skips and why, and each
+set's counts and time; it exits 1 when any set fails. A failure in set 1 is told apart by rerunning with one variable
+only.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "NPY_DISABLE_CPU_FEATURES")
+KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "NPY_DISABLE_CPU_FEATURES", "NUMBA_CPU_NAME")
 # The flags ATen's kernels of each capability need (aten/src/ATen/native/DispatchStub.cpp asks cpuinfo for these).
 TORCH_NEEDS = {"avx2": ("avx2", "fma"), "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512dq")}
 
@@ -87,16 +91,17 @@ NUMPY_PROBE = (
     "print(json.dumps({'baseline': list(__cpu_baseline__), "
     "'dispatched': [f for f in __cpu_dispatch__ if __cpu_features__.get(f)]}))"
 )
+NUMBA_PROBE = "import numba; print(numba.config.CPU_NAME)"
 
 
 def configs() -> list[Config]:
     flags = cpu_flags()
     first = Config(
         name="torch default + numpy baseline",
-        env={"ATEN_CPU_CAPABILITY": "default"},
+        env={"ATEN_CPU_CAPABILITY": "default", "NUMBA_CPU_NAME": "generic"},
         marker="torch_kernels or numpy_kernels",
-        expect={"torch": "DEFAULT"},
-        why="torch without vector kernels",
+        expect={"torch": "DEFAULT", "numba": "generic"},
+        why="torch without vector kernels; numba compiling for the baseline CPU",
     )
     if platform.machine().lower() in ("x86_64", "amd64"):
         targets = numpy_dispatch_targets()
@@ -128,12 +133,12 @@ def clean_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def probe(config: Config, library: str) -> str:
-    """What a fresh interpreter under the configuration reports for ``library`` ("torch" or "numpy")."""
-    code = TORCH_PROBE if library == "torch" else NUMPY_PROBE
+    """What a fresh interpreter under the configuration reports for ``library`` ("torch", "numpy" or "numba")."""
+    code = {"torch": TORCH_PROBE, "numpy": NUMPY_PROBE, "numba": NUMBA_PROBE}[library]
     out = subprocess.run([sys.executable, "-c", code], env=clean_env(config.env), capture_output=True, text=True)
     if out.returncode:
         return f"error: {out.stderr.strip()[-500:]}"
-    if library == "torch":
+    if library != "numpy":
         return out.stdout.strip()
     seen = json.loads(out.stdout)
     return f"dispatched={seen['dispatched']} (baseline {' '.join(seen['baseline'])})"

@@ -203,6 +203,8 @@ LOST_ALL_CASES = {
     "tiny": lambda rng: rng.standard_normal((20, 64)) * 1e-41,
     "huge": lambda rng: rng.standard_normal((20, 64)) * 1e36,
     "one row": lambda rng: rng.standard_normal(5000) * 1e-5,
+    # at the top of FP32's range a rounded-up MX scale stores element * scale = 2**128, which only float64 holds
+    "float32's largest": lambda rng: rng.choice([3.4028235e38, -3.4028235e38, 1e38, 1.0], (80, 64)),
     # each MX element's overflow threshold (E4M3 464 = 1.8125 * 2**8, E5M2 1.875 * 2**15, E3M2 1.875 * 2**4,
     # E2M3 1.9375 * 2**2, E2M1 1.75 * 2**2) as a block's largest value: the tie that saturates or not
     "ties at the top": lambda rng: (
@@ -315,3 +317,24 @@ def test_replay_delayed_simple_cases():
     assert B.replay_delayed([1.0, 2.0], margin=1).tolist() == [False, False]  # a margin of 1 leaves room for 2×
     with pytest.raises(ValueError, match="at least 1"):
         B.replay_delayed([1.0], history=0)
+
+
+@pytest.mark.parametrize("element", ["fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3", "fp4_e2m1"])
+@pytest.mark.parametrize("rule", ["mx_floor", "mx_ceil"])
+def test_the_e8m0_exponent_from_the_bits_equals_frexps(element, rule):
+    """The scale exponent read from amax's bits against frexp's, on zeros, float32 subnormals, each element's own
+    largest significand and one ulp either side, the top of FP32, and a million random finite magnitudes."""
+    f = F.get_format(element)
+    rng = np.random.default_rng(25)
+    top = np.float32(f.max)
+    edges = [0.0, 1e-45, 1e-40, 2.0**-127, 2.0**-126, 3.4028235e38, 1.0, top]
+    with np.errstate(over="ignore"):  # what passes FP32's largest is inf, and dropped below
+        edges += [top * np.float32(2.0**k) for k in range(-140, 120, 7)]
+        edges = np.array(edges, np.float32)
+        edges = np.concatenate([edges, np.nextafter(edges, np.float32(np.inf)), np.nextafter(edges, np.float32(0))])
+    random = rng.integers(0, 0x7F800000, 10**6, dtype=np.uint32).view(np.float32)
+    amax = np.concatenate([edges[np.isfinite(edges)], random])
+    got = B._mx_exponent(amax, f, rule)
+    want = B._mx_exponent_frexp(amax, f, rule)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(B._powers_of_two(got), np.ldexp(np.float32(1.0), got).astype(np.float32))

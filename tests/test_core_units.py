@@ -167,8 +167,9 @@ def test_step_time_invariants():
 def test_core_imports_no_view_or_torch():
     code = (
         "import sys, lensa, lensa.formats, lensa.gradients, lensa.memory, lensa.estimators, lensa.lab_memory,"
-        " lensa.scaling, lensa.master, lensa.speed, lensa.facts, lensa.measured;"
-        "bad = [m for m in ('streamlit', 'plotly', 'torch') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
+        " lensa.scaling, lensa.master, lensa.speed, lensa.facts, lensa.measured, lensa.blockscale, lensa.runstats;"
+        "bad = [m for m in ('streamlit', 'plotly', 'torch', 'numba') if m in sys.modules];"
+        "print(bad); sys.exit(bool(bad))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -77,7 +77,9 @@ def test_the_wheels_metadata(wheel):
     app = [r for r in requires if 'extra == "app"' in r]
     assert sorted(re.split(r"[<>=!~ ]", r)[0] for r in app) == ["plotly", "streamlit"]
     assert not [r for r in requires if r.startswith("torch")]  # the user's own
-    assert set(meta.get_all("Provides-Extra")) == {"record", "app"}
+    fast = [r for r in requires if 'extra == "fast"' in r]
+    assert [re.split(r"[<>=!~ ]", r)[0] for r in fast] == ["numba"]  # the compiled block-recipe pass, optional
+    assert set(meta.get_all("Provides-Extra")) == {"record", "app", "fast"}
     assert "lensa = lensa.__main__:main" in entry_points
     assert any(c.startswith("Programming Language :: Python :: 3.11") for c in meta.get_all("Classifier"))
 

@@ -264,7 +264,7 @@ def test_language_switch_changes_the_text_and_the_links():
     assert all("lang=id" in q for q in targets.values()), targets
 
 
-def test_lesson_pages_do_not_import_torch():
+def test_lesson_pages_do_not_import_torch_or_numba():
     code = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r})
@@ -275,7 +275,7 @@ for p in PAGES:
         continue  # the live lab is the one page that uses torch
     at = open_page(p.key, lang="en")
     assert not at.exception, (p.key, at.exception)
-heavy = [m for m in ("torch",) if m in sys.modules]
+heavy = [m for m in ("torch", "numba") if m in sys.modules]
 print(heavy)
 sys.exit(1 if heavy else 0)
 """

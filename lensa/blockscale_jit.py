@@ -1,0 +1,207 @@
+""":func:`lensa.blockscale.lost_all`'s pass, compiled with numba: every recipe over each stretch of a row, in one read.
+
+The numpy pass of :mod:`lensa.blockscale` makes about ten whole-array passes per recipe over each cached piece.
+Compiled (:mod:`lensa.blockscale_kernels`), each recipe is one loop over values already in the first-level cache,
+and the twelve recipes of :data:`lensa.blockscale.RECIPES` together cost about a quarter of the numpy pass
+(``bench.recipes_speed``). The arithmetic is the numpy pass's, value for value: ``|x| / scale`` in FP32 (times
+the exact inverse where the scale is a power of two, the same number), the saturation test, the magic-number
+rounding to the element's grid, and the squared error ``(|x| - element * scale)**2``, exact in float64. So the
+counts are the numpy pass's and the squared errors are the same numbers; only the order in which they are
+summed differs, which can move an SQNR in its last bits (``tests/test_blockscale_jit.py`` holds the two passes to
+a relative 1e-12 and the counts to equality).
+
+The sums are made in an order fixed by the tensor's shape alone, not by the CPU or the threads: the values are
+read in *stretches* (a row, or a part of a long row of at most :data:`STRETCH` values that starts on a block
+boundary of every recipe), gathered into *chunks* of about :data:`CHUNK` values (:func:`stretches`). Within a
+chunk each squared error goes to one of eight running sums by its place in its stretch (``i % 8``); each chunk's
+eight sums are added in order, and the chunks in order. Threads take whole chunks. Every operation is IEEE float32
+or float64 arithmetic, neither reassociated nor contracted (numba's default), so the numbers are the same whatever
+vector width LLVM compiles for (``make test-kernels`` compiles for the baseline x86-64 CPU too).
+
+numba is optional: :func:`available` says whether it is installed and not switched off (``LENSA_NUMBA=0``); the
+numpy pass runs where it is not, and for tensors of fewer than :data:`MIN_VALUES` values. The lesson pages never
+import it: numba loads (and compiles, or reads its cache) on the first large tensor a process summarises.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+MIN_VALUES = 4096  # fewer values take the numpy pass, and no compiler is loaded for them
+STRETCH = 8192  # values a stretch of a long row reads at most
+CHUNK = 1 << 16  # values a chunk gathers (about): the unit of the summing order and of the threads
+
+_loading = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One recipe as the compiled pass reads it: its block scales, how they lie, and its element's constants.
+
+    ``scales``: FP32, ``per_row`` to a row of the tensor's rows (0: one scale for the whole tensor), each over
+    ``width`` values of its row. ``top``: a scaled value above it saturates (inf for a recipe whose scale keeps
+    every value within the element's range). The rest as ``lensa.blockscale._Rounding``.
+    """
+
+    scales: NDArray[np.float32]
+    per_row: int
+    width: int
+    power_of_two: bool
+    top: np.float32
+    limit: np.float32
+    low: np.uint32
+    shift: np.uint32
+
+
+def available() -> bool:
+    """Whether the compiled pass runs here: numba installed, and ``LENSA_NUMBA`` not set to ``0``."""
+    if os.environ.get("LENSA_NUMBA", "").strip() == "0":
+        return False
+    return _kernels() is not None
+
+
+@cache
+def _kernels() -> ModuleType | None:
+    with _loading:
+        try:
+            from lensa import blockscale_kernels
+        except ImportError:  # numba (or its llvmlite) is not installed
+            return None
+        except RuntimeError:  # numba found nowhere writable to keep its cache: compile in each process instead
+            sys.modules.pop("lensa.blockscale_kernels", None)
+            os.environ["LENSA_NUMBA_CACHE"] = "0"
+            from lensa import blockscale_kernels
+        return blockscale_kernels
+
+
+def stretches(rows: int, cols: int, widths: Sequence[int]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The stretches of a ``rows`` x ``cols`` matrix, as (row, first column, end column), and the chunks as
+    bounds into them (chunk k is stretches ``marks[k]`` to ``marks[k + 1]``), for recipes of these block widths.
+
+    A row longer than :data:`STRETCH` is cut into stretches of a multiple of every block width narrower than the
+    row (so each starts on a block boundary), as long as :data:`STRETCH` allows; otherwise a stretch is a row.
+    A chunk is CHUNK / (the stretch length), rounded up, stretches in a row (the last chunk may have fewer): about
+    :data:`CHUNK` values, fewer where rows end in short stretches."""
+    narrow = [w for w in widths if w < cols]
+    common = math.lcm(*narrow) if narrow else 1
+    step = STRETCH // common * common if cols > STRETCH and common <= STRETCH else cols
+    step = max(step, 1)
+    per_row = -(-cols // step)
+    n = rows * per_row
+    table = np.empty((n, 3), np.int64)
+    table[:, 0] = np.repeat(np.arange(rows, dtype=np.int64), per_row)
+    table[:, 1] = np.tile(np.arange(per_row, dtype=np.int64) * step, rows)
+    table[:, 2] = np.minimum(table[:, 1] + step, cols)
+    group = max(1, -(-CHUNK // step))
+    marks = np.append(np.arange(0, n, group, dtype=np.int64), np.int64(n))
+    return table, marks
+
+
+def row_maxima(
+    bits: NDArray[np.uint32], width: int, workers: int, on_threads: Callable[[Callable[[int, int], Any], int, int], Any]
+) -> NDArray[np.uint32]:
+    """Each row's largest magnitudes, as bits, in blocks of ``width`` columns (a last partial block included):
+    what ``lensa.blockscale._amax16`` gives, in one compiled read."""
+    k = _loaded()
+    rows, cols = bits.shape
+    out = np.empty((rows, -(-cols // width)), np.uint32)
+    on_threads(lambda r0, r1: k.row_maxima(bits, out, r0, r1, width), rows, workers)
+    return out
+
+
+def _loaded() -> ModuleType:
+    k = _kernels()
+    if k is None:
+        raise RuntimeError("numba is not installed: the compiled pass is not available here")
+    return k
+
+
+def run(
+    bits: NDArray[np.uint32],
+    layouts: Sequence[Layout],
+    workers: int,
+    on_threads: Callable[[Callable[[int, int], Any], int, int], Any],
+) -> tuple[float, int, list[tuple[int, int, float]]]:
+    """The pass over ``bits`` (the tensor's rows, as uint32) for every layout: (the sum of x**2, the count of values
+    not 0, and per layout (values saturated, elements not 0, the sum of squared errors)). ``on_threads(fn, count,
+    workers)`` runs ``fn(start, stop)`` over ranges of the chunks (``lensa.blockscale._on_threads``)."""
+    k = _loaded()
+    rows, cols = bits.shape
+    table, marks = stretches(rows, cols, [lay.width for lay in layouts])
+    n_chunks, n_rec = marks.size - 1, len(layouts)
+    scales = np.concatenate([lay.scales.reshape(-1).astype(np.float32) for lay in layouts])
+    first = np.cumsum([0] + [lay.scales.size for lay in layouts[:-1]], dtype=np.int64)
+
+    def column(name: str, dtype: Any) -> NDArray[Any]:
+        return np.array([getattr(lay, name) for lay in layouts], dtype)
+
+    consts = (
+        scales,
+        first,
+        column("per_row", np.int64),
+        column("width", np.int64),
+        column("power_of_two", np.bool_),
+        column("top", np.float32),
+        column("limit", np.float32),
+        column("low", np.uint32),
+        column("shift", np.uint32),
+    )
+    out_sat = np.zeros((n_chunks, n_rec), np.int64)
+    out_kept = np.zeros((n_chunks, n_rec), np.int64)
+    out_noise = np.zeros((n_chunks, n_rec, k.LANES))
+    out_signal = np.zeros((n_chunks, 1, k.LANES))
+    out_nonzero = np.zeros(n_chunks, np.int64)
+    signal_rows = out_signal.reshape(n_chunks, k.LANES)
+
+    def part(k0: int, k1: int) -> None:
+        k.chunks_pass(bits, table, marks, k0, k1, *consts, out_sat, out_kept, out_noise, signal_rows, out_nonzero)
+
+    on_threads(part, n_chunks, workers)
+    noise = k.in_order(out_noise)
+    sat, kept = out_sat.sum(axis=0), out_kept.sum(axis=0)
+    per = [(int(sat[r]), int(kept[r]), float(noise[r])) for r in range(n_rec)]
+    return float(k.in_order(out_signal)[0]), int(out_nonzero.sum()), per
+
+
+def store(
+    bits: NDArray[np.uint32],
+    layout: Layout,
+    out: NDArray[np.float64],
+    workers: int,
+    on_threads: Callable[[Callable[[int, int], Any], int, int], Any],
+) -> None:
+    """What one recipe stores for the tensor whose rows are ``bits`` (``lensa.blockscale.quantize``), into ``out``
+    (float64, the same rows): element * scale, with each value's sign, as ``lensa.blockscale._store_piece``."""
+    k = _loaded()
+    rows, cols = bits.shape
+    table, _ = stretches(rows, cols, [layout.width])
+    scales = np.ascontiguousarray(layout.scales, np.float32).reshape(-1)
+
+    def part(u0: int, u1: int) -> None:
+        k.store_pass(
+            bits,
+            table,
+            u0,
+            u1,
+            scales,
+            layout.per_row,
+            layout.width,
+            layout.power_of_two,
+            layout.limit,
+            layout.low,
+            layout.shift,
+            out,
+        )
+
+    on_threads(part, len(table), workers)

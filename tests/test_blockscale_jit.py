@@ -1,0 +1,202 @@
+"""The compiled pass of lensa.blockscale.lost_all (lensa.blockscale_jit) against the numpy pass, and its summing order.
+
+The numpy pass is itself checked against encode() (tests/test_blockscale.py), and encode against gfloat and NVFP4's
+formulas. Here both passes run on the same tensors: the counts must be equal and the SQNR equal to a relative
+1e-12 (the same exact squared errors, summed in another order). ``make test-kernels`` reruns this file with numba
+compiling for the baseline x86-64 CPU (NUMBA_CPU_NAME=generic): the numbers must not move.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from lensa import blockscale as B
+from lensa import blockscale_jit as J
+from tests.test_blockscale import LOST_ALL_CASES
+
+pytest.importorskip("numba", reason="numba is not installed: lost_all takes the numpy pass")
+
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels, numba compiling for the baseline CPU too
+ROOT = Path(__file__).resolve().parents[1]
+
+SHAPES = {
+    "a long row, cut into stretches": lambda rng: rng.standard_normal(3 * J.STRETCH + 1000) * 1e-3,
+    "long rows whose blocks do not divide them": lambda rng: rng.standard_normal((3, 2 * J.STRETCH + 77)),
+    "one column": lambda rng: rng.standard_normal((6000, 1)),
+    "rows of 16": lambda rng: np.exp2(rng.uniform(-30, 5, (700, 16))),
+    "rows of 20": lambda rng: rng.standard_normal((400, 20)) * 1e4,
+    "zero rows among others": lambda rng: rng.standard_normal((64, 160)) * (rng.random((64, 1)) < 0.5),
+    "float32 subnormals beside normals": lambda rng: np.where(
+        rng.random((50, 128)) < 0.5, rng.standard_normal((50, 128)) * 1e-42, rng.standard_normal((50, 128))
+    ),
+}
+CASES = {**LOST_ALL_CASES, **SHAPES}
+
+
+def both_passes(x: np.ndarray, monkeypatch: pytest.MonkeyPatch, workers: int = 1) -> tuple[dict, dict]:
+    with monkeypatch.context() as m:
+        m.setattr(J, "MIN_VALUES", 0)  # every tensor, however small, through the compiled pass
+        compiled = B.lost_all(x, workers=workers)
+    with monkeypatch.context() as m:
+        m.setenv("LENSA_NUMBA", "0")
+        assert not J.available()
+        plain = B.lost_all(x, workers=workers)
+    return compiled, plain
+
+
+def assert_same(compiled: dict, plain: dict, what: str) -> None:
+    assert compiled.keys() == plain.keys()
+    for key in plain:
+        got, want = compiled[key], plain[key]
+        assert (got.flushed, got.saturated) == (want.flushed, want.saturated), (what, key, got, want)
+        if math.isinf(want.sqnr_db) or math.isnan(want.sqnr_db):
+            assert got.sqnr_db == want.sqnr_db or (math.isnan(got.sqnr_db) and math.isnan(want.sqnr_db)), (what, key)
+        else:
+            assert got.sqnr_db == pytest.approx(want.sqnr_db, rel=1e-12), (what, key)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_compiled_pass_counts_what_the_numpy_pass_counts(case, monkeypatch):
+    rng = np.random.default_rng(21)
+    x = CASES[case](rng).astype(np.float32)
+    x[rng.random(x.shape) < 0.03] = 0.0
+    compiled, plain = both_passes(x, monkeypatch)
+    assert_same(compiled, plain, case)
+    assert any(v.flushed > 0 or v.saturated > 0 or v.sqnr_db < math.inf for v in plain.values())  # something to see
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_quantize_compiled_stores_what_the_numpy_pieces_store(case, monkeypatch):
+    rng = np.random.default_rng(26)
+    x = CASES[case](rng).astype(np.float32)
+    x[rng.random(x.shape) < 0.03] = -0.0
+    for key in B.RECIPES:
+        with monkeypatch.context() as m:
+            m.setattr(J, "MIN_VALUES", 0)
+            compiled = B.quantize(x, key)
+        with monkeypatch.context() as m:
+            m.setenv("LENSA_NUMBA", "0")
+            plain = B.quantize(x, key)
+        np.testing.assert_array_equal(compiled, plain, err_msg=f"{case} {key}")
+        assert (np.signbit(compiled) == np.signbit(plain)).all(), (case, key)  # -0.0 stays -0.0
+
+
+@pytest.mark.parametrize("case", ["rows 300 x 1000", "a long row, cut into stretches", "one column"])
+def test_threads_change_no_number_of_the_compiled_pass(case):
+    rng = np.random.default_rng(22)
+    x = CASES[case](rng).astype(np.float32)
+    assert x.size >= J.MIN_VALUES and J.available()
+    one = B.lost_all(x)
+    for workers in (2, 3, 5):
+        assert B.lost_all(x, workers=workers) == one  # bit for bit: threads take whole chunks
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    x=hnp.arrays(
+        np.float32,
+        hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=140),
+        elements=st.floats(-1e6, 1e6, width=32, allow_nan=False, allow_infinity=False, allow_subnormal=True),
+    )
+)
+def test_the_compiled_pass_on_any_finite_tensor(x):
+    mp = pytest.MonkeyPatch()
+    try:
+        compiled, plain = both_passes(x, mp)
+    finally:
+        mp.undo()
+    assert_same(compiled, plain, str(x.shape))
+
+
+def test_a_tensor_with_nan_or_inf_takes_encodes_path_either_way(monkeypatch):
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((100, 64)).astype(np.float32)
+    x[3, 5], x[50, 1] = np.nan, np.inf
+    compiled, plain = both_passes(x, monkeypatch)
+    assert compiled == plain
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.integers(1, 50),
+    cols=st.integers(1, 5 * J.STRETCH),
+    widths=st.lists(st.sampled_from([16, 32, 128, 100, 7, 10**6]), min_size=1, max_size=4),
+)
+def test_stretches_cover_every_value_once_and_start_on_block_boundaries(rows, cols, widths):
+    table, marks = J.stretches(rows, cols, widths)
+    covered = np.zeros((rows, cols), np.int64)
+    for row, c0, c1 in table.tolist():
+        assert c0 < c1 <= cols and (c1 - c0 <= J.STRETCH or (c0, c1) == (0, cols))
+        assert all(c0 % w == 0 for w in widths if w < cols)  # every recipe's block starts with the stretch
+        covered[row, c0:c1] += 1
+    assert (covered == 1).all()
+    assert marks[0] == 0 and marks[-1] == len(table) and (np.diff(marks) > 0).all()
+    step = int(table[0, 2] - table[0, 1])  # the stretch length (a row's last may be shorter)
+    counts = np.diff(marks)
+    assert (counts[:-1] == -(-J.CHUNK // step)).all() and counts[-1] <= -(-J.CHUNK // step)
+
+
+def test_switched_off_it_is_not_loaded_and_small_tensors_never_load_it():
+    code = (
+        "import sys, numpy as np\n"
+        "from lensa import blockscale as B, runstats\n"
+        "x = np.linspace(-3, 3, 4000, dtype=np.float32).reshape(40, 100)\n"
+        "B.lost_all(x); runstats.summarize(x, recipes=True)\n"
+        "assert 'numba' not in sys.modules, 'a small tensor loaded numba'\n"
+        "import os; os.environ['LENSA_NUMBA'] = '0'\n"
+        "B.lost_all(np.ones((100, 100), np.float32))\n"
+        "assert 'numba' not in sys.modules, 'LENSA_NUMBA=0 loaded numba'\n"
+        "print('clean')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0 and "clean" in out.stdout, out.stderr[-2000:]
+
+
+def test_where_numba_can_keep_no_cache_it_compiles_in_the_process():
+    code = (
+        "import math, os, numpy as np, numba.core.caching as c\n"
+        "c.CacheImpl._locator_classes = []  # as in a read-only install with a read-only home\n"
+        "from lensa import blockscale as B, blockscale_jit as J\n"
+        "x = np.linspace(-3, 3, 8192, dtype=np.float32).reshape(64, 128)\n"
+        "assert J.available()\n"
+        "got = B.lost_all(x)\n"
+        "os.environ['LENSA_NUMBA'] = '0'\n"
+        "for k, v in B.lost_all(x).items():\n"
+        "    assert (got[k].flushed, got[k].saturated) == (v.flushed, v.saturated)\n"
+        "    assert math.isclose(got[k].sqnr_db, v.sqnr_db, rel_tol=1e-12)\n"
+        "print('compiled without a cache:', os.environ['LENSA_NUMBA_CACHE'])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0 and "compiled without a cache: 0" in out.stdout, out.stderr[-2000:]
+
+
+def test_the_same_numbers_compiled_for_the_baseline_cpu():
+    """The summing order is the code's, not the vector width's: numba compiling for x86-64's baseline (no AVX)
+    gives every number bit for bit as it does for this CPU."""
+    code = (
+        "import json, numpy as np\n"
+        "from lensa import blockscale as B\n"
+        "rng = np.random.default_rng(24)\n"
+        "x = (rng.standard_normal((300, 700)) * np.exp2(rng.uniform(-20, 10, (300, 1)))).astype(np.float32)\n"
+        "print(json.dumps({k: [v.flushed, v.saturated, v.sqnr_db.hex()] for k, v in B.lost_all(x).items()}))"
+    )
+    seen = []
+    for cpu in ("host", "generic"):
+        env = {**os.environ, "NUMBA_CPU_NAME": cpu}
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        seen.append(json.loads(out.stdout))
+    assert seen[0] == seen[1]
