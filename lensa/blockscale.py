@@ -593,10 +593,12 @@ def _amax16(m_bits: NDArray[np.uint32], workers: int) -> NDArray[np.uint32]:
     return out
 
 
-def _amax16_of(bits: NDArray[np.uint32], width: int, workers: int, on_threads: Any) -> NDArray[np.uint32]:
-    """:func:`_amax16` as :func:`lensa.blockscale_jit.row_maxima` is called (its width is always 16 here)."""
-    assert width == _AMAX_WIDTH
-    return _amax16(bits, workers)
+def _compiled(t: _Rows, chosen: tuple[Recipe, ...]) -> blockscale_jit.Constants | None:
+    """The compiled pass's constants for ``chosen`` where that pass runs on ``t`` (numba there, the tensor not
+    small, the recipes within its reach); None for the numpy pass."""
+    if t.n < blockscale_jit.MIN_VALUES or not blockscale_jit.available():
+        return None
+    return _jit_constants(chosen)
 
 
 def _amax_of(
@@ -711,18 +713,17 @@ def _stored_in_pieces(x: NDArray[np.float32], r: Recipe) -> NDArray[np.float64] 
     bounds held as arrays), and multiplied back by the scale in float64. Compiled where numba is
     (:func:`lensa.blockscale_jit.store`): the same arithmetic, value by value, in one loop."""
     t = _as_rows(x)
-    compiled = t.n >= blockscale_jit.MIN_VALUES and blockscale_jit.available()
-    a16 = (blockscale_jit.row_maxima if compiled else _amax16_of)(t.bits, _AMAX_WIDTH, 1, _on_threads)
+    out = np.empty(t.n, np.float64)
+    consts = _compiled(t, (r,))
+    if consts is not None:
+        stored = blockscale_jit.store(t.bits, t.lead, t.rows, consts, out.reshape(-1, t.cols), _on_threads)
+        return out.reshape(x.shape) if stored else None
+    a16 = _amax16(t.bits, 1)
     top = a16.max()
     if top >= _EXPONENT:
         return None
     tensor_amax = np.uint32(top).view(np.float32)
-    out = np.empty(t.n, np.float64)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
-        if compiled:
-            (layout,) = _jit_layouts(_layouts([r], t, a16, tensor_amax), t.cols)
-            blockscale_jit.store(t.bits, layout, out.reshape(t.lead * t.rows, t.cols), 1, _on_threads)
-            return out.reshape(x.shape)
         if r.block is None:
             rd = _rounding(r, _block_scales(r, np.array([tensor_amax]), tensor_amax)[0])
             sc = _Scratch((_PIECE,))
@@ -775,20 +776,22 @@ def lost_all(values: ArrayLike, recipes: Iterable[str | Recipe] | None = None, w
     if x.size == 0:
         return {r.key: _lost_from_encoding(x, r) for r in chosen}
     t = _as_rows(x)
-    compiled = t.n >= blockscale_jit.MIN_VALUES and blockscale_jit.available()
-    maxima = blockscale_jit.row_maxima if compiled else _amax16_of
-    a16 = maxima(t.bits, _AMAX_WIDTH, workers, _on_threads)
-    top = a16.max()
-    if top >= _EXPONENT:  # an infinity or a NaN
-        return {r.key: _lost_from_encoding(x, r) for r in chosen}
-    layouts = _layouts(chosen, t, a16, np.uint32(top).view(np.float32))
+    consts = _compiled(t, tuple(chosen))
     sums = {r.key: [0, 0, 0.0] for r in chosen}  # saturated, elements not 0, noise
     signal, nonzero = 0.0, 0
-    if compiled:
-        group = [rd for rds in layouts.values() for rd in rds]
-        signal, nonzero, per = blockscale_jit.run(t.bits, _jit_layouts(layouts, t.cols), workers, _on_threads)
-        _add_piece(sums, group, per)
+    if consts is not None:
+        got = blockscale_jit.lost(t.bits, t.lead, t.rows, consts, workers, _on_threads)
+        if got is None:  # an infinity or a NaN
+            return {r.key: _lost_from_encoding(x, r) for r in chosen}
+        signal, nonzero, per = got
+        for r, counts in zip(chosen, per, strict=True):
+            sums[r.key] = list(counts)
     else:
+        a16 = _amax16(t.bits, workers)
+        top = a16.max()
+        if top >= _EXPONENT:  # an infinity or a NaN
+            return {r.key: _lost_from_encoding(x, r) for r in chosen}
+        layouts = _layouts(chosen, t, a16, np.uint32(top).view(np.float32))
         for layout, group in layouts.items():
             if layout == "flat":
                 signal, nonzero = _flat_pass(t, group, workers, sums)
@@ -819,30 +822,46 @@ def _layouts(chosen: list[Recipe], t: _Rows, a16: NDArray[np.uint32], tensor_ama
     return layouts
 
 
-def _jit_layouts(layouts: dict[Any, list[_Rounding]], cols: int) -> list[blockscale_jit.Layout]:
-    """The recipes of :func:`_layouts` as the compiled pass reads them (:class:`lensa.blockscale_jit.Layout`), in
-    the same order. A threshold that saturates when reached becomes the float32 just below it (above it, then);
-    a recipe that cannot saturate gets inf."""
-    out = []
-    for layout, group in layouts.items():
-        for rd in group:
-            per_row = 0 if layout == "flat" else rd.scale.shape[1]
-            top = np.nextafter(rd.threshold, np.float32(0)) if rd.tie_goes_up else rd.threshold
-            if not rd.saturates:
-                top = np.float32(np.inf)
-            out.append(
-                blockscale_jit.Layout(
-                    scales=np.ascontiguousarray(rd.scale, np.float32).reshape(-1),
-                    per_row=per_row,
-                    width=cols if layout == "flat" else int(layout) // per_row,
-                    power_of_two=rd.power_of_two,
-                    top=np.float32(top),
-                    limit=rd.limit,
-                    low=rd.low,
-                    shift=rd.shift,
-                )
-            )
-    return out
+_RULE_CODES = {"amax": 0, "mx_floor": 1, "mx_ceil": 2, "nvfp4": 3}  # lensa.blockscale_kernels' codes
+
+
+@cache
+def _jit_constants(chosen: tuple[Recipe, ...]) -> blockscale_jit.Constants | None:
+    """The recipes as the compiled pass reads them (:class:`lensa.blockscale_jit.Constants`), made once per tuple
+    of recipes; None where one is beyond it (an MX element format of one's own with emax below 1). A threshold
+    that saturates when reached becomes the float32 just below it (above it, then); a rule that cannot saturate
+    gets inf."""
+    if any(r.rule in ("mx_floor", "mx_ceil") and r.element_format.emax < 1 for r in chosen):
+        return None
+    rds = [_rounding(r, np.zeros(1, np.float32)) for r in chosen]
+
+    def top(rd: _Rounding) -> np.float32:
+        if not rd.saturates:
+            return np.float32(np.inf)
+        return np.float32(np.nextafter(rd.threshold, np.float32(0)) if rd.tie_goes_up else rd.threshold)
+
+    def side(n: int | None) -> int:
+        return -1 if n is None else n
+
+    e4m3 = FORMATS["fp8_e4m3"]
+    grid = _rounding(Recipe("", "", "fp8_e4m3", None, "fp32", "amax"), np.zeros(1, np.float32))
+    return blockscale_jit.Constants(
+        rule=np.array([_RULE_CODES[r.rule] for r in chosen], np.int64),
+        block_rows=np.array([-2 if r.block is None else side(r.block[0]) for r in chosen], np.int64),
+        block_cols=np.array([-2 if r.block is None else side(r.block[1]) for r in chosen], np.int64),
+        max_elem=np.array([r.element_format.max for r in chosen], np.float32),
+        emax=np.array([r.element_format.emax for r in chosen], np.int64),
+        frac_top=np.array(
+            [np.float32(r.element_format.max).view(np.uint32) & np.uint32(0x7FFFFF) for r in chosen], np.uint32
+        ),
+        two=np.array([rd.power_of_two for rd in rds], np.bool_),
+        top=np.array([top(rd) for rd in rds], np.float32),
+        limit=np.array([rd.limit for rd in rds], np.float32),
+        low=np.array([rd.low for rd in rds], np.uint32),
+        shift=np.array([rd.shift for rd in rds], np.uint32),
+        e4m3=np.array([e4m3.smallest_normal, e4m3.max, _NVFP4_TENSOR_DIVISOR], np.float32),
+        grid=np.array([grid.low, grid.shift], np.uint32),
+    )
 
 
 def _add_piece(sums: dict[str, list[Any]], group: list[_Rounding], per: list[tuple[int, int, float]]) -> None:

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-MIN_VALUES = 4096  # fewer values take the numpy pass, and no compiler is loaded for them
+MIN_VALUES = 64  # fewer take the numpy pass and load no compiler: the Block scaling page's block of 16 or 32
 STRETCH = 8192  # values a stretch of a long row reads at most
 CHUNK = 1 << 16  # values a chunk gathers (about): the unit of the summing order and of the threads
 
@@ -46,22 +46,33 @@ _loading = threading.Lock()
 
 
 @dataclass(frozen=True)
-class Layout:
-    """One recipe as the compiled pass reads it: its block scales, how they lie, and its element's constants.
+class Constants:
+    """Recipes as the compiled pass reads them: one entry per recipe in each array (``lensa.blockscale`` makes them,
+    once per tuple of recipes).
 
-    ``scales``: FP32, ``per_row`` to a row of the tensor's rows (0: one scale for the whole tensor), each over
-    ``width`` values of its row. ``top``: a scaled value above it saturates (inf for a recipe whose scale keeps
-    every value within the element's range). The rest as ``lensa.blockscale._Rounding``.
+    ``rule``: the scale rule's code (:mod:`lensa.blockscale_kernels`' ``AMAX``, ``MX_FLOOR``, ``MX_CEIL``,
+    ``NVFP4``). ``block_rows``, ``block_cols``: the block shape, ``WHOLE`` (-1) for a whole axis, and
+    ``block_rows`` ``TENSOR`` (-2) for one block over the tensor. ``max_elem``, ``emax``, ``frac_top``: the
+    element's largest value, its largest exponent and the largest value's fraction bits (the MX rules). ``two``:
+    a power-of-two scale (divide by multiplying by its exact inverse). ``top``: a scaled value above it saturates
+    (inf where the rule keeps every value within range). ``limit``, ``low``, ``shift``: the element's largest
+    value and the rounding's constants, as ``lensa.blockscale._Rounding``. ``e4m3``: E4M3's smallest normal, its
+    largest value, and NVFP4's tensor divisor 448 * 6; ``grid``: E4M3's ``low`` and ``shift`` (NVFP4's scales).
     """
 
-    scales: NDArray[np.float32]
-    per_row: int
-    width: int
-    power_of_two: bool
-    top: np.float32
-    limit: np.float32
-    low: np.uint32
-    shift: np.uint32
+    rule: NDArray[np.int64]
+    block_rows: NDArray[np.int64]
+    block_cols: NDArray[np.int64]
+    max_elem: NDArray[np.float32]
+    emax: NDArray[np.int64]
+    frac_top: NDArray[np.uint32]
+    two: NDArray[np.bool_]
+    top: NDArray[np.float32]
+    limit: NDArray[np.float32]
+    low: NDArray[np.uint32]
+    shift: NDArray[np.uint32]
+    e4m3: NDArray[np.float32]
+    grid: NDArray[np.uint32]
 
 
 def available() -> bool:
@@ -127,42 +138,43 @@ def _loaded() -> ModuleType:
     return k
 
 
-def run(
-    bits: NDArray[np.uint32],
-    layouts: Sequence[Layout],
-    workers: int,
-    on_threads: Callable[[Callable[[int, int], Any], int, int], Any],
-) -> tuple[float, int, list[tuple[int, int, float]]]:
-    """The pass over ``bits`` (the tensor's rows, as uint32) for every layout: (the sum of x**2, the count of values
-    not 0, and per layout (values saturated, elements not 0, the sum of squared errors)). ``on_threads(fn, count,
-    workers)`` runs ``fn(start, stop)`` over ranges of the chunks (``lensa.blockscale._on_threads``)."""
+OnThreads = Callable[[Callable[[int, int], Any], int, int], Any]
+
+
+def _scales(bits: NDArray[np.uint32], lead: int, rows: int, c: Constants, workers: int, on_threads: OnThreads) -> Any:
+    """(scales, first, per_row, width) for every recipe of ``c`` (:func:`lensa.blockscale_kernels.block_scales`),
+    or None for a tensor with an infinity or a NaN."""
     k = _loaded()
-    rows, cols = bits.shape
-    table, marks = stretches(rows, cols, [lay.width for lay in layouts])
-    n_chunks, n_rec = marks.size - 1, len(layouts)
-    scales = np.concatenate([lay.scales.reshape(-1).astype(np.float32) for lay in layouts])
-    first = np.cumsum([0] + [lay.scales.size for lay in layouts[:-1]], dtype=np.int64)
-
-    def column(name: str, dtype: Any) -> NDArray[Any]:
-        return np.array([getattr(lay, name) for lay in layouts], dtype)
-
-    consts = (
-        scales,
-        first,
-        column("per_row", np.int64),
-        column("width", np.int64),
-        column("power_of_two", np.bool_),
-        column("top", np.float32),
-        column("limit", np.float32),
-        column("low", np.uint32),
-        column("shift", np.uint32),
+    a16 = row_maxima(bits, 16, workers, on_threads)
+    if a16.size and a16.max() >= 0x7F800000:
+        return None
+    return k.block_scales(
+        a16, bits, lead, rows, c.rule, c.block_rows, c.block_cols, c.max_elem, c.emax, c.frac_top, c.e4m3, c.grid
     )
+
+
+def lost(
+    bits: NDArray[np.uint32], lead: int, rows: int, c: Constants, workers: int, on_threads: OnThreads
+) -> tuple[float, int, list[tuple[int, int, float]]] | None:
+    """The pass over a tensor (``bits``: its rows as uint32; ``lead`` matrices of ``rows`` rows) for every recipe of
+    ``c``: (the sum of x**2, the count of values not 0, and per recipe (values saturated, elements not 0, the sum of
+    squared errors)); None for a tensor with an infinity or a NaN. ``on_threads(fn, count, workers)`` runs
+    ``fn(start, stop)`` over ranges of the chunks (``lensa.blockscale._on_threads``)."""
+    k = _loaded()
+    got = _scales(bits, lead, rows, c, workers, on_threads)
+    if got is None:
+        return None
+    scales, first, per_row, width = got
+    n_rows, cols = bits.shape
+    table, marks = stretches(n_rows, cols, width.tolist())
+    n_chunks, n_rec = marks.size - 1, c.rule.size
     out_sat = np.zeros((n_chunks, n_rec), np.int64)
     out_kept = np.zeros((n_chunks, n_rec), np.int64)
     out_noise = np.zeros((n_chunks, n_rec, k.LANES))
     out_signal = np.zeros((n_chunks, 1, k.LANES))
     out_nonzero = np.zeros(n_chunks, np.int64)
     signal_rows = out_signal.reshape(n_chunks, k.LANES)
+    consts = (scales, first, per_row, width, c.two, c.top, c.limit, c.low, c.shift)
 
     def part(k0: int, k1: int) -> None:
         k.chunks_pass(bits, table, marks, k0, k1, *consts, out_sat, out_kept, out_noise, signal_rows, out_nonzero)
@@ -175,33 +187,19 @@ def run(
 
 
 def store(
-    bits: NDArray[np.uint32],
-    layout: Layout,
-    out: NDArray[np.float64],
-    workers: int,
-    on_threads: Callable[[Callable[[int, int], Any], int, int], Any],
-) -> None:
-    """What one recipe stores for the tensor whose rows are ``bits`` (``lensa.blockscale.quantize``), into ``out``
-    (float64, the same rows): element * scale, with each value's sign, as ``lensa.blockscale._store_piece``."""
+    bits: NDArray[np.uint32], lead: int, rows: int, c: Constants, out: NDArray[np.float64], on_threads: OnThreads
+) -> bool:
+    """What the one recipe of ``c`` stores for the tensor whose rows are ``bits`` (``lensa.blockscale.quantize``),
+    into ``out`` (float64, the same rows): element * scale with each value's sign, as
+    ``lensa.blockscale._store_piece``. False (and ``out`` untouched) for a tensor with an infinity or a NaN."""
     k = _loaded()
-    rows, cols = bits.shape
-    table, _ = stretches(rows, cols, [layout.width])
-    scales = np.ascontiguousarray(layout.scales, np.float32).reshape(-1)
-
-    def part(u0: int, u1: int) -> None:
-        k.store_pass(
-            bits,
-            table,
-            u0,
-            u1,
-            scales,
-            layout.per_row,
-            layout.width,
-            layout.power_of_two,
-            layout.limit,
-            layout.low,
-            layout.shift,
-            out,
-        )
-
-    on_threads(part, len(table), workers)
+    got = _scales(bits, lead, rows, c, 1, on_threads)
+    if got is None:
+        return False
+    scales, _, per_row, width = got
+    n_rows, cols = bits.shape
+    table, _ = stretches(n_rows, cols, width.tolist())
+    k.store_pass(
+        bits, table, 0, len(table), scales, per_row[0], width[0], c.two[0], c.limit[0], c.low[0], c.shift[0], out
+    )
+    return True

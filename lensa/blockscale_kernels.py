@@ -309,3 +309,102 @@ def store_pass(
             o = b * width
             m = min(width, n - o)
             _store(a[o:], sign[o:], dst[o:], m, scales[lo + b], two, limit, low, shift)
+
+
+# Scale rules, as lensa.blockscale_jit.Constants codes them
+AMAX, MX_FLOOR, MX_CEIL, NVFP4 = 0, 1, 2, 3
+WHOLE = -1  # a block dimension that is the whole axis (None in a Recipe's block)
+TENSOR = -2  # block_rows of a recipe whose block is the whole tensor
+
+
+@_inline
+def _scale_of(rule: Any, amax_bits: Any, max_elem: Any, emax: Any, frac_top: Any, ts: Any, e4m3: Any, grid: Any) -> Any:
+    """One block's scale from its amax (as bits), as ``lensa.blockscale._block_scales`` computes it."""
+    amax = _float_of(amax_bits)
+    if rule == AMAX:  # amax / max_elem in FP32; a block of zeros gets 1
+        return np.float32(amax / max_elem) if amax > 0 else np.float32(1.0)
+    if rule == NVFP4:  # E4M3(clamp(amax / 6 / tensor_scale, 2**-6, 448)) * tensor_scale, in FP32
+        block = np.float32(np.float32(amax / max_elem) / ts)
+        block = min(max(block, e4m3[0]), e4m3[1])
+        return np.float32(_to_grid(block, grid[0], grid[1]) * ts)
+    # MX: 2**(E - emax) from amax's exponent field E (one more, rounded up, where amax's significand passes
+    # max_elem's), at least 2**-127 (see lensa.blockscale._mx_exponent)
+    e = np.int32(amax_bits >> np.uint32(23)) - np.int32(127) - np.int32(emax)
+    if rule == MX_CEIL and (amax_bits & np.uint32(0x7FFFFF)) > frac_top:
+        e += np.int32(1)
+    e = max(e, np.int32(-127))
+    return _float_of(max(np.uint32(e + 127) << np.uint32(23), np.uint32(0x400000)))
+
+
+@_jit
+def block_scales(
+    a16: Any,
+    bits: Any,
+    lead: Any,
+    rows: Any,
+    rule: Any,
+    block_rows: Any,
+    block_cols: Any,
+    max_elem: Any,
+    emax: Any,
+    frac_top: Any,
+    e4m3: Any,
+    grid: Any,
+) -> Any:
+    """Every recipe's block scales, from each row's maxima in blocks of 16 (``a16``, bits) or, for a block width
+    that is not a multiple of 16, from the values' bits: (scales, first, per_row, width), laid out as
+    :func:`chunks_pass` reads them (a block of several rows repeats its scale on each of its rows). ``e4m3``:
+    NVFP4's E4M3 smallest normal, largest value and tensor divisor (448 * 6); ``grid``: E4M3's ``low`` and
+    ``shift`` for the rounding."""
+    n_rec = rule.size
+    cols = bits.shape[1]
+    n_rows = a16.shape[0]
+    top = np.uint32(0)
+    for i in range(n_rows):
+        for j in range(a16.shape[1]):
+            top = max(top, a16[i, j])
+    tensor_amax = _float_of(top)
+    ts = np.float32(tensor_amax / e4m3[2]) if tensor_amax > 0 else np.float32(1.0)
+    per_row = np.zeros(n_rec, np.int64)
+    width = np.zeros(n_rec, np.int64)
+    first = np.zeros(n_rec, np.int64)
+    total = 0
+    for r in range(n_rec):
+        first[r] = total
+        if block_rows[r] == TENSOR:
+            width[r] = cols
+            total += 1
+        else:
+            bc = block_cols[r]
+            width[r] = cols if bc == WHOLE or bc > cols else bc
+            per_row[r] = (cols + width[r] - 1) // width[r]
+            total += n_rows * per_row[r]
+    scales = np.empty(total, np.float32)
+    for r in range(n_rec):
+        if block_rows[r] == TENSOR:
+            scales[first[r]] = _scale_of(rule[r], top, max_elem[r], emax[r], frac_top[r], ts, e4m3, grid)
+            continue
+        br = block_rows[r]
+        br = rows if br == WHOLE or br > rows else br
+        bc = width[r]
+        nb = per_row[r]
+        from16 = bc % 16 == 0 or nb == 1
+        g = bc // 16
+        for m in range(lead):
+            for r0 in range(0, rows, br):
+                r1 = min(r0 + br, rows)
+                for j in range(nb):
+                    mx = np.uint32(0)
+                    for i in range(m * rows + r0, m * rows + r1):
+                        if nb == 1:
+                            src = a16[i]
+                        elif from16:
+                            src = a16[i, j * g : min((j + 1) * g, a16.shape[1])]
+                        else:
+                            src = bits[i, j * bc : min((j + 1) * bc, cols)]
+                        for c in range(src.size):
+                            mx = max(mx, src[c] & np.uint32(0x7FFFFFFF))
+                    s = _scale_of(rule[r], mx, max_elem[r], emax[r], frac_top[r], ts, e4m3, grid)
+                    for i in range(m * rows + r0, m * rows + r1):
+                        scales[first[r] + i * nb + j] = s
+    return scales, first, per_row, width

@@ -151,9 +151,9 @@ def test_switched_off_it_is_not_loaded_and_small_tensors_never_load_it():
     code = (
         "import sys, numpy as np\n"
         "from lensa import blockscale as B, runstats\n"
-        "x = np.linspace(-3, 3, 4000, dtype=np.float32).reshape(40, 100)\n"
-        "B.lost_all(x); runstats.summarize(x, recipes=True)\n"
-        "assert 'numba' not in sys.modules, 'a small tensor loaded numba'\n"
+        "x = np.linspace(-3, 3, 32, dtype=np.float32)  # the Block scaling page's largest block\n"
+        "B.lost_all(x); B.quantize(x, 'nvfp4'); runstats.summarize(x, recipes=True)\n"
+        "assert 'numba' not in sys.modules, 'a block of 32 loaded numba'\n"
         "import os; os.environ['LENSA_NUMBA'] = '0'\n"
         "B.lost_all(np.ones((100, 100), np.float32))\n"
         "assert 'numba' not in sys.modules, 'LENSA_NUMBA=0 loaded numba'\n"

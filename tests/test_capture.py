@@ -548,6 +548,36 @@ def test_summary_process_that_dies_is_reported_not_hung():
     assert rec._handles == []
 
 
+def test_a_summary_process_that_cannot_start_is_reported_at_once(monkeypatch):
+    """The recorder waits for its summary process to say it is ready; one that exits first is an error at the
+    start, with the shared memory freed, not a hang at the first step."""
+    from lensa.live import summaries
+
+    monkeypatch.setattr(summaries.sys, "executable", "/bin/false")  # a "python" that exits at once
+    with pytest.raises(RuntimeError, match="summary process stopped"):
+        summaries.ProcessSummaries(R.RunStats(), capacity=4096)
+
+
+def test_with_recipes_the_summary_process_is_ready_before_the_first_step():
+    """Recorder(recipes=True) returns once the summary process has loaded the block-recipe pass (numba's, where it
+    is installed): a first recorded step then waits for no room in the ring."""
+    import torch
+
+    from lensa.live.capture import Recorder
+
+    model, x, y = _tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    rec = Recorder(model, opt, steps=[1], recipes=True)
+    assert rec._summary_sink._proc.poll() is None  # running, and past its warm-up (it answered "ready")
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    rec.step(loss=1.0)
+    assert rec.waited_seconds == 0.0
+    assert rec.stats().has_recipes
+    rec.close()
+
+
 def test_summary_worker_needs_no_torch():
     code = "import sys, lensa.live.summary_worker\nassert 'torch' not in sys.modules\nprint('clean')"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -175,6 +175,17 @@ class ProcessSummaries:
         self._closed = False
         self.waited = 0.0  # seconds the caller spent waiting for room in the ring
         self._broken: str | None = None  # why the summaries can no longer be had
+        # The child says when it can summarise (with recipes, once numba's compiled pass is loaded): waiting here,
+        # at the recorder's start, keeps that out of the first recorded steps, whose copies would fill the ring.
+        try:
+            if self._receive().get("ready") is not True:
+                raise RuntimeError("the recorder's summary process did not start as expected")
+        except BaseException:
+            self._proc.kill()
+            self._proc.wait()
+            del self._ring, self._ring_np, self._released  # no view may outlive the mapping
+            self._shared.close()
+            raise
 
     # --- the ring -----------------------------------------------------------------------------------------
 

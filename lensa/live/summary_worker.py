@@ -1,4 +1,5 @@
-"""The recorder's summary process: numpy only, started by :class:`lensa.live.summaries.ProcessSummaries`.
+"""The recorder's summary process, started by :class:`lensa.live.summaries.ProcessSummaries`: numpy (and numba for
+the block recipes, where it is installed), no torch.
 
     python -m lensa.live.summary_worker FD SIZE [RECIPES]
 
@@ -17,6 +18,11 @@ recorded step's few hundred items several times faster than JSON):
 - ``{"op": "drain"}``: answer with every summary made since the last drain, in order, then ``{"done": True}``;
   or ``{"error": "..."}`` for the first item that failed (the rest of them are dropped).
 - ``{"op": "stop"}``, or the end of standard input: exit.
+
+Before the first message it answers ``{"ready": True}``, once it can summarise: with ``RECIPES``, once the
+compiled block-recipe pass is loaded (:mod:`lensa.blockscale_jit`, where numba is installed: its import and
+cache take a few tenths of a second, and its first compile on a machine a few seconds), so that this happens
+while the parent waits at its start rather than while its ring fills during the first recorded steps.
 
 Answers go to standard output in the same framing: ``{"seqs": [...], "size": N}`` followed by ``N`` bytes of
 a :meth:`lensa.runstats.RunStats.to_bytes` file holding those summaries in the same order, at most
@@ -147,8 +153,17 @@ def _answer_drain(out: IO[bytes], done: list[tuple[int, str, str, int, Any]], er
     write_message(out, {"done": True})
 
 
+def warm_up(recipes: bool) -> None:
+    """Make the first summaries as fast as the rest: with ``recipes``, the block-recipe pass loaded (compiled, the
+    first time on a machine) on a tensor of the kind it will see."""
+    if recipes:
+        summarize(np.linspace(-1, 1, 4096, dtype=np.float32).reshape(64, 64), recipes=True)
+
+
 def main() -> None:
     recipes = len(sys.argv) > 3 and sys.argv[3] == "1"  # what every block recipe loses, too (Recorder(recipes=True))
+    warm_up(recipes)
+    write_message(sys.stdout.buffer, {"ready": True})
     serve(int(sys.argv[1]), int(sys.argv[2]), sys.stdin.buffer, sys.stdout.buffer, recipes)
 
 
