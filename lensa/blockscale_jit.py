@@ -141,16 +141,17 @@ def _loaded() -> ModuleType:
 OnThreads = Callable[[Callable[[int, int], Any], int, int], Any]
 
 
-def _scales(bits: NDArray[np.uint32], lead: int, rows: int, c: Constants, workers: int, on_threads: OnThreads) -> Any:
-    """(scales, first, per_row, width) for every recipe of ``c`` (:func:`lensa.blockscale_kernels.block_scales`),
-    or None for a tensor with an infinity or a NaN."""
+def _maxima(bits: NDArray[np.uint32], lead: int, rows: int, c: Constants, workers: int, on_threads: OnThreads) -> Any:
+    """(maxima, first, per_row, width, the NVFP4 tensor scale) for the recipes of ``c``
+    (:func:`lensa.blockscale_kernels.block_maxima`), or None for a tensor with an infinity or a NaN."""
     k = _loaded()
     a16 = row_maxima(bits, 16, workers, on_threads)
-    if a16.size and a16.max() >= 0x7F800000:
+    top = np.uint32(a16.max())
+    if top >= 0x7F800000:
         return None
-    return k.block_scales(
-        a16, bits, lead, rows, c.rule, c.block_rows, c.block_cols, c.max_elem, c.emax, c.frac_top, c.e4m3, c.grid
-    )
+    tensor_amax = top.view(np.float32)
+    ts = np.float32(tensor_amax / c.e4m3[2] if tensor_amax > 0 else np.float32(1.0))  # as blockscale._block_scales
+    return (*k.block_maxima(a16, bits, lead, rows, top, c.block_rows, c.block_cols), ts)
 
 
 def lost(
@@ -161,10 +162,10 @@ def lost(
     squared errors)); None for a tensor with an infinity or a NaN. ``on_threads(fn, count, workers)`` runs
     ``fn(start, stop)`` over ranges of the chunks (``lensa.blockscale._on_threads``)."""
     k = _loaded()
-    got = _scales(bits, lead, rows, c, workers, on_threads)
+    got = _maxima(bits, lead, rows, c, workers, on_threads)
     if got is None:
         return None
-    scales, first, per_row, width = got
+    maxima, first, per_row, width, ts = got
     n_rows, cols = bits.shape
     table, marks = stretches(n_rows, cols, width.tolist())
     n_chunks, n_rec = marks.size - 1, c.rule.size
@@ -174,7 +175,8 @@ def lost(
     out_signal = np.zeros((n_chunks, 1, k.LANES))
     out_nonzero = np.zeros(n_chunks, np.int64)
     signal_rows = out_signal.reshape(n_chunks, k.LANES)
-    consts = (scales, first, per_row, width, c.two, c.top, c.limit, c.low, c.shift)
+    consts = (maxima, first, per_row, width, c.rule, c.max_elem, c.emax, c.frac_top, ts, c.e4m3, c.grid)
+    consts += (c.two, c.top, c.limit, c.low, c.shift)
 
     def part(k0: int, k1: int) -> None:
         k.chunks_pass(bits, table, marks, k0, k1, *consts, out_sat, out_kept, out_noise, signal_rows, out_nonzero)
@@ -193,13 +195,14 @@ def store(
     into ``out`` (float64, the same rows): element * scale with each value's sign, as
     ``lensa.blockscale._store_piece``. False (and ``out`` untouched) for a tensor with an infinity or a NaN."""
     k = _loaded()
-    got = _scales(bits, lead, rows, c, 1, on_threads)
+    got = _maxima(bits, lead, rows, c, 1, on_threads)
     if got is None:
         return False
-    scales, _, per_row, width = got
+    maxima, _, per_row, width, ts = got
     n_rows, cols = bits.shape
     table, _ = stretches(n_rows, cols, width.tolist())
+    recipe = (c.max_elem[0], c.emax[0], c.frac_top[0], ts, c.e4m3, c.grid)
     k.store_pass(
-        bits, table, 0, len(table), scales, per_row[0], width[0], c.two[0], c.limit[0], c.low[0], c.shift[0], out
+        bits, table, maxima, per_row[0], width[0], c.rule[0], recipe, c.two[0], c.limit[0], c.low[0], c.shift[0], out
     )
     return True

@@ -43,6 +43,12 @@ _bits_of: Any = _bitcast(types.uint32, types.float32, ir.IntType(32))  # numpy's
 _float_of: Any = _bitcast(types.float32, types.uint32, ir.FloatType())  # and back
 
 
+# Scale rules, as lensa.blockscale_jit.Constants codes them
+AMAX, MX_FLOOR, MX_CEIL, NVFP4 = 0, 1, 2, 3
+WHOLE = -1  # a block dimension that is the whole axis (None in a Recipe's block)
+TENSOR = -2  # block_rows of a recipe whose block is the whole tensor
+
+
 @_inline
 def _add_lanes(sq: Any, n: Any, acc: Any) -> None:
     """``acc[i % 8] += sq[i]`` for i in order: eight separate sums (written out, so none is reassociated)."""
@@ -70,6 +76,28 @@ def _to_grid(y: Any, low: Any, shift: Any) -> Any:
     e = low if e < low else e
     magic = _float_of(e + shift)
     return (y + magic) - magic
+
+
+@_inline
+def _scale_of(rule: Any, amax_bits: Any, sr: Any) -> Any:
+    """A block's scale from its amax (as bits), as ``lensa.blockscale._block_scales`` computes it. ``sr``: the
+    recipe's (largest element, emax, the largest element's fraction bits) and the tensor's NVFP4 scale, E4M3's
+    (smallest normal, largest, -) and its rounding's (low, shift)."""
+    max_elem, emax, frac_top, ts, e4m3, grid = sr
+    amax = _float_of(amax_bits)
+    if rule == AMAX:  # amax / max_elem in FP32; a block of zeros gets 1
+        return np.float32(amax / max_elem) if amax > 0 else np.float32(1.0)
+    if rule == NVFP4:  # E4M3(clamp(amax / 6 / tensor_scale, 2**-6, 448)) * tensor_scale, in FP32
+        block = np.float32(np.float32(amax / max_elem) / ts)
+        block = min(max(block, e4m3[0]), e4m3[1])
+        return np.float32(_to_grid(block, grid[0], grid[1]) * ts)
+    # MX: 2**(E - emax) from amax's exponent field E (one more, rounded up, where amax's significand passes
+    # max_elem's), at least 2**-127 (lensa.blockscale._mx_exponent says why this is exact)
+    e = np.int32(amax_bits >> np.uint32(23)) - np.int32(127) - np.int32(emax)
+    if rule == MX_CEIL and (amax_bits & np.uint32(0x7FFFFF)) > frac_top:
+        e += np.int32(1)
+    e = max(e, np.int32(-127))
+    return _float_of(max(np.uint32(e + 127) << np.uint32(23), np.uint32(0x400000)))
 
 
 @_inline
@@ -118,18 +146,135 @@ def _one_block(a: Any, sq: Any, n: Any, s: Any, two: Any, top: Any, limit: Any, 
 
 @_inline
 def _blocks_of(
-    a: Any, sq: Any, scales: Any, nb: Any, k: Any, two: Any, top: Any, limit: Any, low: Any, shift: Any
+    a: Any,
+    sq: Any,
+    maxima: Any,
+    nb: Any,
+    k: Any,
+    rule: Any,
+    sr: Any,
+    two: Any,
+    top: Any,
+    limit: Any,
+    low: Any,
+    shift: Any,
 ) -> Any:
-    """``nb`` blocks of a constant width ``k`` (the inner loop then vectorises whole). The stretch is followed by
-    zeros up to a whole block, and a zero adds nothing to a count or a sum."""
+    """``nb`` blocks of a constant width ``k`` (the inner loop then vectorises whole), each over the scale its
+    maximum gives. The stretch is followed by zeros up to a whole block, and a zero adds nothing to a count or a
+    sum."""
     sat = np.int32(0)
     kept = np.int32(0)
     for b in range(nb):
         o = b * k
-        st, kp = _one_block(a[o : o + k], sq[o : o + k], k, scales[b], two, top, limit, low, shift)
+        s = _scale_of(rule, maxima[b], sr)
+        st, kp = _one_block(a[o : o + k], sq[o : o + k], k, s, two, top, limit, low, shift)
         sat += st
         kept += kp
     return sat, kept
+
+
+@_jit
+def row_maxima(bits: Any, out: Any, r0: Any, r1: Any, width: Any) -> None:
+    """``out[i, j]`` = the largest magnitude (as bits: for floats without the sign bit, integer order is magnitude
+    order) of row i's columns ``j * width`` to ``(j + 1) * width``, for rows ``r0`` to ``r1``."""
+    cols = bits.shape[1]
+    nb = out.shape[1]
+    for i in range(r0, r1):
+        src = bits[i]
+        dst = out[i]
+        for j in range(nb):
+            lo = j * width
+            m = min(width, cols - lo)
+            block = src[lo : lo + m]
+            top = np.uint32(0)
+            for c in range(m):
+                v = block[c] & np.uint32(0x7FFFFFFF)
+                top = v if v > top else top
+            dst[j] = top
+
+
+@_jit
+def block_maxima(a16: Any, bits: Any, lead: Any, rows: Any, top: Any, block_rows: Any, block_cols: Any) -> Any:
+    """Every recipe's block maxima (as bits), once per block shape (MX's seven recipes share theirs), from each
+    row's maxima in blocks of 16 (``a16``) or, for a block width not a multiple of 16, from the values' bits:
+    (maxima, first, per_row, width). Recipe r's maxima are ``maxima[first[r]:]``, ``per_row[r]`` to a row of the
+    tensor's rows (0: one for the tensor, ``top``), each over ``width[r]`` columns; a block of several rows has
+    its maximum on each of its rows."""
+    n_rec = block_rows.size
+    cols = bits.shape[1]
+    n_rows, n16 = a16.shape
+    per_row = np.zeros(n_rec, np.int64)
+    width = np.zeros(n_rec, np.int64)
+    tall = np.zeros(n_rec, np.int64)  # rows per block
+    first = np.zeros(n_rec, np.int64)
+    total = 0
+    for r in range(n_rec):
+        if block_rows[r] == TENSOR:
+            width[r] = cols
+        else:
+            bc, br = block_cols[r], block_rows[r]
+            width[r] = cols if bc == WHOLE or bc > cols else bc
+            tall[r] = rows if br == WHOLE or br > rows else br
+            per_row[r] = (cols + width[r] - 1) // width[r]
+        first[r] = -1
+        for q in range(r):
+            if block_rows[q] == block_rows[r] and width[q] == width[r] and tall[q] == tall[r]:
+                first[r] = first[q]  # the same blocks: the same maxima
+                break
+        if first[r] < 0:
+            first[r] = total
+            total += 1 if block_rows[r] == TENSOR else n_rows * per_row[r]
+    maxima = np.empty(total, np.uint32)
+    done = np.zeros(total + 1, np.bool_)
+    for r in range(n_rec):
+        if done[first[r]]:
+            continue
+        done[first[r]] = True
+        if block_rows[r] == TENSOR:
+            maxima[first[r]] = top
+            continue
+        bc, nb, br = width[r], per_row[r], tall[r]
+        g = bc // 16
+        out = maxima[first[r] : first[r] + n_rows * nb]
+        for i in range(n_rows):  # each row's maxima over its blocks
+            o = i * nb
+            row16 = a16[i]
+            if nb == 1:
+                mx = np.uint32(0)
+                for c in range(n16):
+                    mx = max(mx, row16[c])
+                out[o] = mx
+            elif bc % 16 == 0:
+                for j in range(nb):
+                    c0 = j * g
+                    mx = row16[c0]
+                    for c in range(c0 + 1, min(c0 + g, n16)):
+                        mx = max(mx, row16[c])
+                    out[o + j] = mx
+            else:  # a block width of one's own making: from the values
+                src = bits[i]
+                for j in range(nb):
+                    mx = np.uint32(0)
+                    for c in range(j * bc, min(j * bc + bc, cols)):
+                        mx = max(mx, src[c] & np.uint32(0x7FFFFFFF))
+                    out[o + j] = mx
+        if br > 1:  # blocks of several rows: their rows' maximum, on each of their rows
+            for m in range(lead):
+                for r0 in range(0, rows, br):
+                    lo = (m * rows + r0) * nb
+                    hi = (m * rows + min(r0 + br, rows)) * nb
+                    for j in range(nb):
+                        mx = np.uint32(0)
+                        for o in range(lo + j, hi, nb):
+                            mx = max(mx, out[o])
+                        for o in range(lo + j, hi, nb):
+                            out[o] = mx
+    return maxima, first, per_row, width
+
+
+@_inline
+def _recipe(r: Any, max_elem: Any, emax: Any, frac_top: Any, ts: Any, e4m3: Any, grid: Any) -> Any:
+    return (max_elem[r], emax[r], frac_top[r], ts, e4m3, grid)
 
 
 @_jit
@@ -139,10 +284,17 @@ def chunks_pass(
     marks: Any,
     k0: Any,
     k1: Any,
-    scales: Any,
+    maxima: Any,
     first: Any,
     per_row: Any,
     width: Any,
+    rule: Any,
+    max_elem: Any,
+    emax: Any,
+    frac_top: Any,
+    ts: Any,
+    e4m3: Any,
+    grid: Any,
     two: Any,
     top: Any,
     limit: Any,
@@ -156,8 +308,8 @@ def chunks_pass(
 ) -> None:
     """Chunks ``k0`` to ``k1`` (see :func:`lensa.blockscale_jit.stretches`) under every recipe: per chunk and
     recipe the values saturated, the elements not 0 and eight sums of squared errors; per chunk eight sums of
-    x**2 and the count of values not 0. ``bits`` are the tensor's rows as uint32; recipe r's block scales are
-    ``scales[first[r]:]``, ``per_row[r]`` of them a row (0: one for the tensor), each over ``width[r]`` values."""
+    x**2 and the count of values not 0. ``bits`` are the tensor's rows as uint32; the block maxima as
+    :func:`block_maxima` lays them out, each block's scale made from its maximum as it is read."""
     n_rec = first.size
     longest = 0
     for u in range(table.shape[0]):
@@ -191,22 +343,24 @@ def chunks_pass(
                 w = width[r]
                 lo = first[r] + row * per_row[r] + c0 // w
                 hi = first[r] + row * per_row[r] + (c0 + n + w - 1) // w
-                sc = scales[lo:hi]
+                mx = maxima[lo:hi]
+                rl, sr = rule[r], _recipe(r, max_elem, emax, frac_top, ts, e4m3, grid)
                 t, lim, lw, sh, tw = top[r], limit[r], low[r], shift[r], two[r]
                 if hi - lo == 1:
-                    st, kp = _one_block(a, sq, n, sc[0], tw, t, lim, lw, sh)
+                    st, kp = _one_block(a, sq, n, _scale_of(rl, mx[0], sr), tw, t, lim, lw, sh)
                 elif w == 16:
-                    st, kp = _blocks_of(a, sq, sc, hi - lo, 16, tw, t, lim, lw, sh)
+                    st, kp = _blocks_of(a, sq, mx, hi - lo, 16, rl, sr, tw, t, lim, lw, sh)
                 elif w == 32:
-                    st, kp = _blocks_of(a, sq, sc, hi - lo, 32, tw, t, lim, lw, sh)
+                    st, kp = _blocks_of(a, sq, mx, hi - lo, 32, rl, sr, tw, t, lim, lw, sh)
                 elif w == 128:
-                    st, kp = _blocks_of(a, sq, sc, hi - lo, 128, tw, t, lim, lw, sh)
+                    st, kp = _blocks_of(a, sq, mx, hi - lo, 128, rl, sr, tw, t, lim, lw, sh)
                 else:  # a block width of one's own making
                     st = np.int32(0)
                     kp = np.int32(0)
                     for b in range(hi - lo):
                         o = b * w
-                        got_sat, got_kept = _one_block(a[o:], sq[o:], min(w, n - o), sc[b], tw, t, lim, lw, sh)
+                        s = _scale_of(rl, mx[b], sr)
+                        got_sat, got_kept = _one_block(a[o:], sq[o:], min(w, n - o), s, tw, t, lim, lw, sh)
                         st += got_sat
                         kp += got_kept
                 sats[r] += st
@@ -235,26 +389,6 @@ def in_order(parts: Any) -> Any:
     return out
 
 
-@_jit
-def row_maxima(bits: Any, out: Any, r0: Any, r1: Any, width: Any) -> None:
-    """``out[i, j]`` = the largest magnitude (as bits: for floats without the sign bit, integer order is magnitude
-    order) of row i's columns ``j * width`` to ``(j + 1) * width``, for rows ``r0`` to ``r1``."""
-    cols = bits.shape[1]
-    nb = out.shape[1]
-    for i in range(r0, r1):
-        src = bits[i]
-        dst = out[i]
-        for j in range(nb):
-            lo = j * width
-            m = min(width, cols - lo)
-            block = src[lo : lo + m]
-            top = np.uint32(0)
-            for c in range(m):
-                v = block[c] & np.uint32(0x7FFFFFFF)
-                top = v if v > top else top
-            dst[j] = top
-
-
 @_inline
 def _store(a: Any, sign: Any, dst: Any, n: Any, s: Any, two: Any, limit: Any, low: Any, shift: Any) -> None:
     """Values ``a[:n]`` (magnitudes; ``sign`` their sign bits) over scale ``s``: the element, clamped to ``limit``
@@ -275,25 +409,25 @@ def _store(a: Any, sign: Any, dst: Any, n: Any, s: Any, two: Any, limit: Any, lo
 def store_pass(
     bits: Any,
     table: Any,
-    u0: Any,
-    u1: Any,
-    scales: Any,
+    maxima: Any,
     per_row: Any,
     width: Any,
+    rule: Any,
+    sr: Any,
     two: Any,
     limit: Any,
     low: Any,
     shift: Any,
     out: Any,
 ) -> None:
-    """What one recipe stores (``lensa.blockscale.quantize``) for stretches ``u0`` to ``u1``, into ``out`` (the
-    tensor's rows, float64); the recipe's scales as in :func:`chunks_pass`, for one recipe."""
+    """What one recipe stores (``lensa.blockscale.quantize``) for every stretch of ``table``, into ``out`` (the
+    tensor's rows, float64); its block maxima as :func:`block_maxima` lays them out (``first`` 0)."""
     longest = 0
     for u in range(table.shape[0]):
         longest = max(longest, table[u, 2] - table[u, 1])
     a = np.zeros(longest, np.float32)
     sign = np.zeros(longest, np.uint32)
-    for u in range(u0, u1):
+    for u in range(table.shape[0]):
         row = table[u, 0]
         c0 = table[u, 1]
         n = table[u, 2] - c0
@@ -307,104 +441,5 @@ def store_pass(
         hi = row * per_row + (c0 + n + width - 1) // width
         for b in range(hi - lo):
             o = b * width
-            m = min(width, n - o)
-            _store(a[o:], sign[o:], dst[o:], m, scales[lo + b], two, limit, low, shift)
-
-
-# Scale rules, as lensa.blockscale_jit.Constants codes them
-AMAX, MX_FLOOR, MX_CEIL, NVFP4 = 0, 1, 2, 3
-WHOLE = -1  # a block dimension that is the whole axis (None in a Recipe's block)
-TENSOR = -2  # block_rows of a recipe whose block is the whole tensor
-
-
-@_inline
-def _scale_of(rule: Any, amax_bits: Any, max_elem: Any, emax: Any, frac_top: Any, ts: Any, e4m3: Any, grid: Any) -> Any:
-    """One block's scale from its amax (as bits), as ``lensa.blockscale._block_scales`` computes it."""
-    amax = _float_of(amax_bits)
-    if rule == AMAX:  # amax / max_elem in FP32; a block of zeros gets 1
-        return np.float32(amax / max_elem) if amax > 0 else np.float32(1.0)
-    if rule == NVFP4:  # E4M3(clamp(amax / 6 / tensor_scale, 2**-6, 448)) * tensor_scale, in FP32
-        block = np.float32(np.float32(amax / max_elem) / ts)
-        block = min(max(block, e4m3[0]), e4m3[1])
-        return np.float32(_to_grid(block, grid[0], grid[1]) * ts)
-    # MX: 2**(E - emax) from amax's exponent field E (one more, rounded up, where amax's significand passes
-    # max_elem's), at least 2**-127 (see lensa.blockscale._mx_exponent)
-    e = np.int32(amax_bits >> np.uint32(23)) - np.int32(127) - np.int32(emax)
-    if rule == MX_CEIL and (amax_bits & np.uint32(0x7FFFFF)) > frac_top:
-        e += np.int32(1)
-    e = max(e, np.int32(-127))
-    return _float_of(max(np.uint32(e + 127) << np.uint32(23), np.uint32(0x400000)))
-
-
-@_jit
-def block_scales(
-    a16: Any,
-    bits: Any,
-    lead: Any,
-    rows: Any,
-    rule: Any,
-    block_rows: Any,
-    block_cols: Any,
-    max_elem: Any,
-    emax: Any,
-    frac_top: Any,
-    e4m3: Any,
-    grid: Any,
-) -> Any:
-    """Every recipe's block scales, from each row's maxima in blocks of 16 (``a16``, bits) or, for a block width
-    that is not a multiple of 16, from the values' bits: (scales, first, per_row, width), laid out as
-    :func:`chunks_pass` reads them (a block of several rows repeats its scale on each of its rows). ``e4m3``:
-    NVFP4's E4M3 smallest normal, largest value and tensor divisor (448 * 6); ``grid``: E4M3's ``low`` and
-    ``shift`` for the rounding."""
-    n_rec = rule.size
-    cols = bits.shape[1]
-    n_rows = a16.shape[0]
-    top = np.uint32(0)
-    for i in range(n_rows):
-        for j in range(a16.shape[1]):
-            top = max(top, a16[i, j])
-    tensor_amax = _float_of(top)
-    ts = np.float32(tensor_amax / e4m3[2]) if tensor_amax > 0 else np.float32(1.0)
-    per_row = np.zeros(n_rec, np.int64)
-    width = np.zeros(n_rec, np.int64)
-    first = np.zeros(n_rec, np.int64)
-    total = 0
-    for r in range(n_rec):
-        first[r] = total
-        if block_rows[r] == TENSOR:
-            width[r] = cols
-            total += 1
-        else:
-            bc = block_cols[r]
-            width[r] = cols if bc == WHOLE or bc > cols else bc
-            per_row[r] = (cols + width[r] - 1) // width[r]
-            total += n_rows * per_row[r]
-    scales = np.empty(total, np.float32)
-    for r in range(n_rec):
-        if block_rows[r] == TENSOR:
-            scales[first[r]] = _scale_of(rule[r], top, max_elem[r], emax[r], frac_top[r], ts, e4m3, grid)
-            continue
-        br = block_rows[r]
-        br = rows if br == WHOLE or br > rows else br
-        bc = width[r]
-        nb = per_row[r]
-        from16 = bc % 16 == 0 or nb == 1
-        g = bc // 16
-        for m in range(lead):
-            for r0 in range(0, rows, br):
-                r1 = min(r0 + br, rows)
-                for j in range(nb):
-                    mx = np.uint32(0)
-                    for i in range(m * rows + r0, m * rows + r1):
-                        if nb == 1:
-                            src = a16[i]
-                        elif from16:
-                            src = a16[i, j * g : min((j + 1) * g, a16.shape[1])]
-                        else:
-                            src = bits[i, j * bc : min((j + 1) * bc, cols)]
-                        for c in range(src.size):
-                            mx = max(mx, src[c] & np.uint32(0x7FFFFFFF))
-                    s = _scale_of(rule[r], mx, max_elem[r], emax[r], frac_top[r], ts, e4m3, grid)
-                    for i in range(m * rows + r0, m * rows + r1):
-                        scales[first[r] + i * nb + j] = s
-    return scales, first, per_row, width
+            s = _scale_of(rule, maxima[lo + b], sr)
+            _store(a[o:], sign[o:], dst[o:], min(width, n - o), s, two, limit, low, shift)
