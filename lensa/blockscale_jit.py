@@ -175,8 +175,8 @@ def lost(
     out_signal = np.zeros((n_chunks, 1, k.LANES))
     out_nonzero = np.zeros(n_chunks, np.int64)
     signal_rows = out_signal.reshape(n_chunks, k.LANES)
-    consts = (maxima, first, per_row, width, c.rule, c.max_elem, c.emax, c.frac_top, ts, c.e4m3, c.grid)
-    consts += (c.two, c.top, c.limit, c.low, c.shift)
+    scales = (maxima, first, per_row, width, c.rule, c.max_elem, c.emax, c.frac_top, ts, c.e4m3, c.grid)
+    consts = (*scales, c.two, c.top, c.limit, c.low, c.shift)
 
     def part(k0: int, k1: int) -> None:
         k.chunks_pass(bits, table, marks, k0, k1, *consts, out_sat, out_kept, out_noise, signal_rows, out_nonzero)
