@@ -685,3 +685,21 @@ def test_amax_series_round_trip():
     assert back.amax("activation", "only.amax")[1].tolist() == [math.inf]
     with pytest.raises(ValueError, match="magnitude"):
         run.record_amax("weight", "w", 1, -1.0)
+
+
+def test_amax_of_a_step_at_once_is_amax_one_by_one():
+    labels = [("weight", "a"), ("activation", "b"), ("weight_grad", "a")]
+    values = [1.0 + 2.0**-30, float("nan"), 1e39]  # rounded to float32; NaN kept as inf; past float32's range, inf
+    together, apart = R.RunStats(), R.RunStats()
+    together.record_amaxes(3, labels, values)
+    for (kind, name), v in zip(labels, values, strict=True):
+        with np.errstate(over="ignore"):
+            apart.record_amax(kind, name, 3, v)
+    assert together == apart
+    assert [together.amax(k, n)[1].tolist() for k, n in labels] == [[1.0], [math.inf], [math.inf]]
+    with pytest.raises(ValueError, match="unknown kind"):
+        together.record_amaxes(4, [("weights", "a")], [1.0])
+    with pytest.raises(ValueError, match="magnitude"):
+        together.record_amaxes(4, labels, [1.0, -2.0, 3.0])
+    with pytest.raises(ValueError, match="labels"):
+        together.record_amaxes(4, labels, [1.0])

@@ -285,15 +285,20 @@ class Recorder:
         if not pending:
             return
         device = pending[0][2].device
-        tops = torch.stack([p[2].to(device) for p in pending]).float()
+
+        def here(t: torch.Tensor) -> torch.Tensor:
+            return t if t.device == device else t.to(device)
+
+        tops = torch.stack([here(p[2]) for p in pending]).float()
         lows = [(i, p[3]) for i, p in enumerate(pending) if p[3] is not None]
         if lows:
             index = torch.tensor([i for i, _ in lows], device=device)
-            below = torch.stack([low.to(device) for _, low in lows]).float().neg_()
+            below = torch.stack([here(low) for _, low in lows]).float().neg_()
             tops[index] = torch.maximum(tops[index], below)
         values = tops.tolist()
-        for (kind, name, _, _, scale), v in zip(pending, values, strict=True):
-            self._run.record_amax(kind, name, self.current_step, v if scale is None else v / scale)
+        labels = [(p[0], p[1]) for p in pending]
+        amaxes = [v if p[4] is None else v / p[4] for p, v in zip(pending, values, strict=True)]
+        self._run.record_amaxes(self.current_step, labels, amaxes)
 
     def _on_model_forward(self, module: torch.nn.Module, args: Any) -> None:
         if self._started or not torch.is_grad_enabled():

@@ -20,7 +20,7 @@ import json
 import math
 import os
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 import numpy as np
@@ -103,15 +103,29 @@ class RunStats:
         Kept as float32 (a float32 tensor's amax is one); a tensor holding a NaN is kept as inf (no scale
         holds it), so that NaN in a file means "not read at that step".
         """
-        _check_label(kind, name, step)
-        if (kind, name) not in self._amax and len(self._amax) >= MAX_TENSORS:
-            raise ValueError(f"a run keeps amax for at most {MAX_TENSORS:,} tensors")
-        value = float(np.float32(amax))
-        if math.isnan(value):
-            value = math.inf
-        if value < 0:
-            raise ValueError(f"an amax is a magnitude (>= 0), not {amax!r}")
-        self._amax.setdefault((kind, name), {})[int(step)] = value
+        self.record_amaxes(step, [(kind, name)], [amax])
+
+    def record_amaxes(self, step: int, labels: Sequence[tuple[str, str]], amaxes: Sequence[float]) -> None:
+        """:meth:`record_amax` for several tensors of one step at once (the Recorder's every step): each label is
+        checked the first time it is seen, and the values are converted together."""
+        if len(labels) != len(amaxes):
+            raise ValueError(f"{len(labels)} labels but {len(amaxes)} amax values")
+        if isinstance(step, bool) or not isinstance(step, int | np.integer) or step < 1:
+            raise ValueError(f"steps count from 1; got {step!r}")
+        with np.errstate(over="ignore"):  # past float32's range is inf, as np.float32(x) gives
+            values = np.asarray(amaxes, np.float64).astype(np.float32)
+        values[np.isnan(values)] = np.inf
+        if (values < 0).any():
+            bad = next(a for a, v in zip(amaxes, values.tolist(), strict=True) if v < 0)
+            raise ValueError(f"an amax is a magnitude (>= 0), not {bad!r}")
+        for label, value in zip(labels, values.tolist(), strict=True):
+            series = self._amax.get(label)
+            if series is None:
+                _check_label(label[0], label[1], step)
+                if len(self._amax) >= MAX_TENSORS:
+                    raise ValueError(f"a run keeps amax for at most {MAX_TENSORS:,} tensors")
+                series = self._amax[label] = {}
+            series[int(step)] = value
 
     def amax_names(self, kind: str) -> list[str]:
         """The tensor names of ``kind`` with an amax series, in the order they were first kept."""
