@@ -7,11 +7,14 @@ shaped as a 10^4 × 10^3 matrix, so that every recipe's blocks (rows, 1×128 til
 and NVFP4's 16) are real. Timed in the same run, interleaved; the ratio is the recipe record's median time
 over ``summarize``'s (target: at most 3×). ``summarize`` counts on ``WORKERS`` threads as in
 ``bench.runstats_speed``, and hands the same threads on to the recipes (:func:`lensa.blockscale.lost_all`).
+Where numba is installed the recipes take the compiled pass (:mod:`lensa.blockscale_jit`), and a third row times
+the numpy pass on the same values (``LENSA_NUMBA=0``), for where it is not.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 from bench.common import WORKERS, median, publish, table, verdict
@@ -19,7 +22,7 @@ from bench.runstats_speed import values
 
 
 def main() -> None:
-    from lensa import blockscale, runstats
+    from lensa import blockscale, blockscale_jit, runstats
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=10_000_000)
@@ -34,8 +37,16 @@ def main() -> None:
     def with_recipes() -> object:
         return runstats.summarize(x, workers=WORKERS, recipes=True)
 
+    def numpy_alone() -> object:  # the numpy pass, where numba is not installed
+        os.environ["LENSA_NUMBA"] = "0"
+        try:
+            return runstats.summarize(x, workers=WORKERS, recipes=True)
+        finally:
+            os.environ.pop("LENSA_NUMBA")
+
+    compiled = blockscale_jit.available()
     assert with_recipes() == runstats.summarize(x, recipes=True)  # threads change no number
-    arms = {"today": today, "with_recipes": with_recipes}
+    arms = {"today": today, "with_recipes": with_recipes, **({"numpy_alone": numpy_alone} if compiled else {})}
     times: dict[str, list[float]] = {k: [] for k in arms}
     cpu: dict[str, list[float]] = {k: [] for k in arms}  # the process's CPU time, every thread's
     for fn in arms.values():  # warm up
@@ -49,16 +60,27 @@ def main() -> None:
     m = {k: median(v) for k, v in times.items()}
     c = {k: median(v) for k, v in cpu.items()}
     ratio = m["with_recipes"] / m["today"]
+    how = "compiled (numba)" if compiled else "numpy (numba is not installed here)"
     rows = [
         ["`runstats.summarize(x, workers)`", f"{m['today'] * 1e3:.0f}", "1.00×", f"{c['today'] * 1e3:.0f}", "—"],
         [
-            "`runstats.summarize(x, workers, recipes=True)`",
+            f"`runstats.summarize(x, workers, recipes=True)`, {how}",
             f"{m['with_recipes'] * 1e3:.0f}",
             f"{ratio:.1f}×",
             f"{c['with_recipes'] * 1e3:.0f}",
             f"≤ 3×: {verdict(ratio <= 3.0)}",
         ],
     ]
+    if compiled:
+        rows.append(
+            [
+                "the same with numpy alone (`LENSA_NUMBA=0`)",
+                f"{m['numpy_alone'] * 1e3:.0f}",
+                f"{m['numpy_alone'] / m['today']:.1f}×",
+                f"{c['numpy_alone'] * 1e3:.0f}",
+                "—",
+            ]
+        )
     body = (
         f"{x.size:,} float32 values as a {x.shape[0]:,} × {x.shape[1]:,} matrix; {len(blockscale.RECIPES)} "
         f"recipes; median of {args.repeats} interleaved runs, {WORKERS} threads, the recipes on the same threads. "

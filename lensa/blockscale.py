@@ -766,10 +766,13 @@ def lost_all(values: ArrayLike, recipes: Iterable[str | Recipe] | None = None, w
     cache, and every recipe whose blocks tile the rows the same way (MX's 32, 1×128 and 128×128 all pad a row
     alike) takes its pass over the piece while it is there. With ``workers`` > 1 the pieces are spread over
     that many threads; the result does not depend on it. :func:`lost` is this function with one recipe, so
-    the two agree exactly, whatever the recipes asked together. The shares are exact counts; the SQNR's
-    sums are float64 sums of exact squared errors, numpy's pairwise sum over each piece (not BLAS: the same
-    on every CPU), the pieces added in order. A tensor with a NaN or an infinity takes the slower path
-    through :func:`encode` (the blocks holding them are left out of both powers).
+    the two agree exactly, whatever the recipes of :data:`RECIPES` asked together. The shares are exact counts;
+    the SQNR's sums are float64 sums of exact squared errors, numpy's pairwise sum over each piece (not BLAS: the
+    same on every CPU), the pieces added in order. Where numba is installed, tensors of 64 values or more take
+    the compiled pass of :mod:`lensa.blockscale_jit` instead: the same counts and squared errors, summed in an
+    order of its own (the SQNR can differ from the numpy pass's in its last bits), the same on every CPU. A tensor
+    with a NaN or an infinity takes the slower path through :func:`encode` (the blocks holding them are left out
+    of both powers).
     """
     chosen = [get_recipe(r) for r in (RECIPES.values() if recipes is None else recipes)]
     x = _as_float32(values)

@@ -10,9 +10,13 @@ counts are the numpy pass's and the squared errors are the same numbers; only th
 summed differs, which can move an SQNR in its last bits (``tests/test_blockscale_jit.py`` holds the two passes to
 a relative 1e-12 and the counts to equality).
 
-The sums are made in an order fixed by the tensor's shape alone, not by the CPU or the threads: the values are
-read in *stretches* (a row, or a part of a long row of at most :data:`STRETCH` values that starts on a block
-boundary of every recipe), gathered into *chunks* of about :data:`CHUNK` values (:func:`stretches`). Within a
+The sums are made in an order fixed by the tensor's shape, not by the CPU or the threads: the values are read in
+*stretches* (a row, or a part of a long row of at most :data:`STRETCH` values that starts on a block boundary of
+every recipe), gathered into *chunks* of about :data:`CHUNK` values (:func:`stretches`). For the recipes of
+:data:`lensa.blockscale.RECIPES` (blocks of 16, 32 and 128 values, whole rows, the whole tensor) the stretches
+are the same whichever of them are asked together, so each recipe's numbers are too; a recipe of one's own whose
+block width does not divide :data:`STRETCH` moves the cuts of rows longer than that, and with them the last bits
+of the sums. Within a
 chunk each squared error goes to one of eight running sums by its place in its stretch (``i % 8``); each chunk's
 eight sums are added in order, and the chunks in order. Threads take whole chunks. Every operation is IEEE float32
 or float64 arithmetic, neither reassociated nor contracted (numba's default), so the numbers are the same whatever

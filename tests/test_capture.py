@@ -490,7 +490,7 @@ def test_from_histograms_refuses_what_does_not_fit():
 # --- the summary process: the same records as summarising in the step ------------------------------------------
 
 
-def _train_recorded(background: bool, steps: int = 4):
+def _train_recorded(background: bool, steps: int = 4, recorded: list[int] | None = None, amax: bool = False):
     import torch
 
     from lensa.live.capture import Recorder
@@ -498,10 +498,35 @@ def _train_recorded(background: bool, steps: int = 4):
     model, x, y = _tiny()
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
-    with Recorder(model, opt, steps=range(1, steps + 1), scaler=scaler, background=background) as rec:
+    at = range(1, steps + 1) if recorded is None else recorded
+    with Recorder(model, opt, steps=at, scaler=scaler, background=background, amax=amax) as rec:
         for _ in range(steps):
             rec.step(loss=_fp16_step(model, opt, scaler, x, y))
     return rec
+
+
+@pytest.mark.parametrize("capacity", [None, 4096, 1024])
+def test_amax_at_a_recorded_step_is_the_one_the_hooks_take_at_any_other(capacity, monkeypatch):
+    """At a recorded step a tensor's amax comes from the copy its summary reads (the summary process's, or the
+    summary made in the step), not from the hooks; it must be the number the hooks take where nothing is recorded:
+    weights, gradients (unscaled, under a GradScaler), activations and theirs, the ring large, wrapping, or too
+    small for an activation (then summarised, and its amax taken, in the hook)."""
+    from lensa.live import summaries
+
+    hooks = _train_recorded(background=False, steps=5, recorded=[], amax=True).stats()
+    inline = _train_recorded(background=False, steps=5, recorded=[1, 2, 4], amax=True).stats()
+    if capacity is not None:
+        monkeypatch.setattr(summaries, "DEFAULT_CAPACITY", capacity)
+    shipped = _train_recorded(background=True, steps=5, recorded=[1, 2, 4], amax=True).stats()
+    for kind in ("weight", "weight_grad", "activation", "activation_grad"):
+        names = hooks.amax_names(kind)
+        assert names and sorted(names) == sorted(inline.amax_names(kind)) == sorted(shipped.amax_names(kind))
+        for name in names:
+            steps, want = hooks.amax(kind, name)
+            assert steps.tolist() == [1, 2, 3, 4, 5], (kind, name)
+            for got in (inline, shipped):
+                got_steps, values = got.amax(kind, name)
+                assert got_steps.tolist() == steps.tolist() and values.tolist() == want.tolist(), (kind, name)
 
 
 @pytest.mark.parametrize(

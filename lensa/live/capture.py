@@ -256,10 +256,12 @@ class Recorder:
         return self._summary_sink
 
     def _add(self, kind: str, name: str, values: torch.Tensor) -> None:
-        self._summaries.tensor(kind, name, self.current_step, values)
+        self._summaries.tensor(kind, name, self.current_step, values, amax=kind in self._amax_kinds)
 
     def _keep_amax(self, kind: str, name: str, t: torch.Tensor, scale: float | None = None) -> None:
-        """Queue the amax of ``t`` (divided by ``scale``) for this step; read at :meth:`step`, all at once.
+        """Queue the amax of ``t`` (divided by ``scale``) for this step; read at :meth:`step`, all at once. (Only
+        where ``t`` is not summarised this step: a summarised tensor's amax is taken from the summary's own copy, by
+        the summary process, and comes in with its record.)
 
         Kept as the tensor's largest and smallest value (two reductions that allocate nothing, where ``abs()``
         would write a copy of the tensor first); |x|'s largest is the larger of max and -min, taken for all the
@@ -304,9 +306,11 @@ class Recorder:
         if self._started or not torch.is_grad_enabled():
             return
         self._started = True
-        self._keep_amaxes("weight", self._names, self._weights)
-        if self._want("weight"):
-            self._summaries.tensors("weight", self._names, self.current_step, self._weights)
+        if self._want("weight"):  # the summaries take the amax from their copies (see _keep_amax)
+            amax = "weight" in self._amax_kinds
+            self._summaries.tensors("weight", self._names, self.current_step, self._weights, amax=amax)
+        else:
+            self._keep_amaxes("weight", self._names, self._weights)
 
     def _output_hook(self, name: str) -> Callable[[torch.nn.Module, Any, Any], None]:
         def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
@@ -318,7 +322,8 @@ class Recorder:
             out = _first_tensor(output)
             if out is None or not out.is_floating_point():
                 return
-            self._keep_amax("activation", name, out)
+            if not self._want("activation"):
+                self._keep_amax("activation", name, out)
             if "activation_grad" in self._amax_kinds and out.requires_grad and not self._recording:
                 out.register_hook(self._grad_hook(name))
             if self._want("activation"):
@@ -336,9 +341,12 @@ class Recorder:
                 return
             self._grads_seen.add(name)
             scaled = self._scaler is not None and self._scaler.is_enabled()
-            self._keep_amax("activation_grad", name, grad, self._scale if scaled else None)
+            scale = self._scale if scaled else None
             if self._want("activation_grad"):
-                self._summaries.tensor("activation_grad", name, step, grad, self._scale if scaled else None)
+                amax = "activation_grad" in self._amax_kinds
+                self._summaries.tensor("activation_grad", name, step, grad, scale, amax=amax)
+            else:
+                self._keep_amax("activation_grad", name, grad, scale)
 
         return hook
 
@@ -351,9 +359,11 @@ class Recorder:
             if p.grad is not None:
                 names.append(name)
                 grads.append(p.grad)
-        self._keep_amaxes("weight_grad", names, grads)
         if self._want("weight_grad"):
-            self._summaries.tensors("weight_grad", names, self.current_step, grads)
+            amax = "weight_grad" in self._amax_kinds
+            self._summaries.tensors("weight_grad", names, self.current_step, grads, amax=amax)
+        else:
+            self._keep_amaxes("weight_grad", names, grads)
 
     def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not (self._recording or "weight_grad" in self._amax_kinds):

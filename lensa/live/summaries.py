@@ -57,6 +57,14 @@ def _summarize_here(t: torch.Tensor, scale: float | None, recipes: bool = False)
     return stats.with_recipes(values.contiguous().numpy()) if recipes else stats
 
 
+def _amax_here(t: torch.Tensor, scale: float | None) -> float:
+    """The largest magnitude of ``t`` (of ``t / scale``), as the recorder's hooks take it: max and -min, no copy;
+    NaN where ``t`` has one."""
+    d = t.detach()
+    top = float(torch.maximum(d.amax(), d.amin().neg()).float())
+    return top if scale is None else top / scale
+
+
 def _unscaled(values: torch.Tensor, scale: float) -> torch.Tensor:
     """float32 ``values / scale``, each quotient correctly rounded (numpy's float32 division).
 
@@ -107,12 +115,18 @@ class InlineSummaries:
         self._recipes = recipes
         self.waited = 0.0
 
-    def tensor(self, kind: str, name: str, step: int, t: torch.Tensor, scale: float | None = None) -> None:
+    def tensor(
+        self, kind: str, name: str, step: int, t: torch.Tensor, scale: float | None = None, amax: bool = False
+    ) -> None:
         self._run.add(kind, name, step, _summarize_here(t, scale, self._recipes))
+        if amax and t.numel():
+            self._run.record_amax(kind, name, step, _amax_here(t, scale))
 
-    def tensors(self, kind: str, names: Sequence[str], step: int, ts: Sequence[torch.Tensor]) -> None:
+    def tensors(
+        self, kind: str, names: Sequence[str], step: int, ts: Sequence[torch.Tensor], amax: bool = False
+    ) -> None:
         for name, t in zip(names, ts, strict=True):
-            self.tensor(kind, name, step, t)
+            self.tensor(kind, name, step, t, amax=amax)
 
     def hold(self, ts: Sequence[torch.Tensor]) -> list[Held]:
         return [Held(_copy(t)) for t in ts]
@@ -171,6 +185,7 @@ class ProcessSummaries:
         self._open: dict[int, int] = {}
         self._queued: list[tuple[Any, ...]] = []  # Items, as the plain tuples they are sent as
         self._local: dict[int, tuple[str, str, int, TensorStats]] = {}  # seq -> too large for the ring
+        self._local_amax: dict[int, float] = {}  # seq -> the amax of such a tensor, where it was asked for
         self._seq = 0
         self._closed = False
         self.waited = 0.0  # seconds the caller spent waiting for room in the ring
@@ -267,23 +282,30 @@ class ProcessSummaries:
 
     # --- what the recorder calls --------------------------------------------------------------------------
 
-    def tensor(self, kind: str, name: str, step: int, t: torch.Tensor, scale: float | None = None) -> None:
+    def tensor(
+        self, kind: str, name: str, step: int, t: torch.Tensor, scale: float | None = None, amax: bool = False
+    ) -> None:
+        """Summarise ``t`` (or the true gradient ``t / scale``); with ``amax``, keep its largest magnitude as the
+        step's amax too, taken by the child from the copy it summarises (so the hook need not read ``t`` again)."""
         self._seq += 1
         offset = self._put(t)
         if offset is None:
             self._local[self._seq] = (kind, name, step, _summarize_here(t, scale, self._recipes))
+            if amax and t.numel():
+                self._local_amax[self._seq] = _amax_here(t, scale)
             return
         what = "tensor" if scale is None else "unscaled"
-        self._queue(
-            Item(self._seq, what, kind, name, step, offset, t.numel(), list(t.shape), self._mark(), scale=scale)
-        )
+        n, shape = t.numel(), list(t.shape)
+        self._queue(Item(self._seq, what, kind, name, step, offset, n, shape, self._mark(), scale=scale, amax=amax))
 
-    def tensors(self, kind: str, names: Sequence[str], step: int, ts: Sequence[torch.Tensor]) -> None:
+    def tensors(
+        self, kind: str, names: Sequence[str], step: int, ts: Sequence[torch.Tensor], amax: bool = False
+    ) -> None:
         """:meth:`tensor` of each of ``ts`` (named ``names``), their copies made together (:meth:`_put_all`)."""
         offset = self._put_all(ts) if ts else None
         if offset is None:  # together larger than the ring could ever hold: one at a time
             for name, t in zip(names, ts, strict=True):
-                self.tensor(kind, name, step, t)
+                self.tensor(kind, name, step, t, amax=amax)
             return
         # Each item but the last lets the child free the ring only up to its own copy's end: the next ones are
         # still to be summarised. The block starts at this fill mark (the ring's mark before it, plus any skip).
@@ -294,7 +316,7 @@ class ProcessSummaries:
             n = t.numel()
             end += 4 * n
             release = self._mark() if i == last else min(end, self._mark())
-            self._queue(Item(self._seq, "tensor", kind, name, step, offset, n, list(t.shape), release))
+            self._queue(Item(self._seq, "tensor", kind, name, step, offset, n, list(t.shape), release, amax=amax))
             offset += 4 * n
 
     def hold(self, ts: Sequence[torch.Tensor]) -> list[Held]:
@@ -391,7 +413,9 @@ class ProcessSummaries:
         self.flush()
         self._send({"op": "drain"})
         done: dict[int, tuple[str, str, int, TensorStats]] = dict(self._local)
+        amaxes: dict[int, float] = dict(self._local_amax)
         self._local.clear()
+        self._local_amax.clear()
         error = None
         while True:
             message = self._receive()
@@ -399,9 +423,12 @@ class ProcessSummaries:
                 error = message["error"]
             elif "seqs" in message:
                 assert self._proc.stdout is not None
-                data = self._proc.stdout.read(message["size"])
-                for seq, (label, stats) in zip(message["seqs"], load(data).items(), strict=True):
+                part = load(self._proc.stdout.read(message["size"]))
+                for seq, (label, stats) in zip(message["seqs"], part.items(), strict=True):
                     done[seq] = (*label, stats)
+                    steps, values = part.amax(label[0], label[1])
+                    if steps.size and label[2] in steps:  # the child took this copy's amax too
+                        amaxes[seq] = float(values[int(np.searchsorted(steps, label[2]))])
             if "done" in message or "error" in message:
                 break
         if error is not None:
@@ -409,6 +436,8 @@ class ProcessSummaries:
         for seq in sorted(done):
             kind, name, step, stats = done[seq]
             self._run.add(kind, name, step, stats)
+            if seq in amaxes:
+                self._run.record_amax(kind, name, step, amaxes[seq])
 
     def close(self) -> None:
         """Drain, then stop the child and free the shared memory."""

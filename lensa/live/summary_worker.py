@@ -13,7 +13,9 @@ recorded step's few hundred items several times faster than JSON):
 - ``{"op": "items", "items": [item, ...]}``, each item an :class:`Item` sent as a plain tuple (marshal takes
   no tuple subclass; :func:`read_message` hands them back as tuples, :meth:`Item.of` names their fields):
   summarise the item's ``n`` float32 values at byte ``offset`` of the ring, viewed as ``shape``, as its
-  ``what`` says; then write its ``release`` mark to the header. An item whose ``what`` is "release" only does
+  ``what`` says (and, where its ``amax`` asks, keep their largest magnitude as the step's amax: at a recorded
+  step the recorder's hooks leave that to this process, which has the copy); then write its ``release`` mark to
+  the header. An item whose ``what`` is "release" only does
   the latter.
 - ``{"op": "drain"}``: answer with every summary made since the last drain, in order, then ``{"done": True}``;
   or ``{"error": "..."}`` for the first item that failed (the rest of them are dropped).
@@ -63,6 +65,7 @@ class Item(NamedTuple):
     release: int  # the ring's fill mark up to which the parent may reuse it once this item is done
     after_offset: int = -1  # "update": byte offset of the weight after the step
     scale: float | None = None  # "unscaled": the loss scale
+    amax: bool = False  # "tensor", "unscaled": also keep the values' largest magnitude as the step's amax
 
     @classmethod
     def of(cls, fields: tuple[Any, ...] | list[Any]) -> Item:
@@ -90,19 +93,26 @@ def write_message(stream: IO[bytes], message: dict[str, Any], payload: bytes = b
     stream.flush()
 
 
-def _summary(ring: np.ndarray, item: Item, recipes: bool = False) -> Any:
-    """The record ``item`` asks for, of its values in ``ring`` (float32)."""
+def _summary(ring: np.ndarray, item: Item, recipes: bool = False) -> tuple[Any, float | None]:
+    """The record ``item`` asks for, of its values in ``ring`` (float32), and their amax where it asks for that."""
     start = item.offset // 4
     values = ring[start : start + item.n].reshape(item.shape)
-    if item.what == "tensor":
-        return summarize(values, recipes=recipes)
-    if item.what == "unscaled":
-        # np.float32(scale) is exact for GradScaler's powers of two; each quotient is rounded once
-        return summarize(values / np.float32(item.scale), recipes=recipes)
     if item.what == "update":
         after = ring[item.after_offset // 4 : item.after_offset // 4 + item.n].reshape(item.shape)
-        return summarize_update(values, after, recipes=recipes)
-    raise ValueError(f"unknown summary {item.what!r}; an item asks for one of {SUMMARIES}")
+        return summarize_update(values, after, recipes=recipes), None
+    if item.what == "unscaled":
+        # np.float32(scale) is exact for GradScaler's powers of two; each quotient is rounded once
+        values = values / np.float32(item.scale)
+    elif item.what != "tensor":
+        raise ValueError(f"unknown summary {item.what!r}; an item asks for one of {SUMMARIES}")
+    return summarize(values, recipes=recipes), _amax(values) if item.amax else None
+
+
+def _amax(values: np.ndarray) -> float | None:
+    """The largest magnitude (NaN where there is a NaN), as the recorder's hooks take it: max and -min, no copy."""
+    if values.size == 0:
+        return None
+    return float(np.maximum(values.max(), -values.min()))
 
 
 def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes], recipes: bool = False) -> None:
@@ -110,7 +120,7 @@ def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes], recipes: bool = Fa
     shared = mmap.mmap(fd, size)
     release = np.frombuffer(shared, np.int64, count=1)
     ring = np.frombuffer(shared, np.float32, offset=HEADER)
-    done: list[tuple[int, str, str, int, Any]] = []
+    done: list[tuple[int, str, str, int, Any, float | None]] = []
     error: str | None = None
     try:
         while (message := read_message(inp)) is not None:
@@ -119,7 +129,7 @@ def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes], recipes: bool = Fa
                 for item in map(Item.of, message["items"]):
                     if error is None and item.what != "release":
                         try:
-                            done.append((item.seq, item.kind, item.name, item.step, _summary(ring, item, recipes)))
+                            done.append((item.seq, item.kind, item.name, item.step, *_summary(ring, item, recipes)))
                         except Exception as e:  # reported at the next drain
                             error = f"{item.kind} {item.name!r} at step {item.step}: {type(e).__name__}: {e}"
                     release[0] = item.release
@@ -133,15 +143,18 @@ def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes], recipes: bool = Fa
         shared.close()
 
 
-def _answer_drain(out: IO[bytes], done: list[tuple[int, str, str, int, Any]], error: str | None) -> None:
-    """Send the summaries ``done`` since the last drain, :data:`BATCH` a message, then "done"; or the error."""
+def _answer_drain(out: IO[bytes], done: list[tuple[int, str, str, int, Any, float | None]], error: str | None) -> None:
+    """Send the summaries ``done`` since the last drain, :data:`BATCH` a message, then "done"; or the error. A
+    summary's amax, where its item asked for it, goes in the same file as that tensor's amax at that step."""
     answers = []
     try:
         for start in range(0, len(done), BATCH) if error is None else ():
             part = done[start : start + BATCH]
             run = RunStats()
-            for _, kind, name, step, stats in part:
+            for _, kind, name, step, stats, amax in part:
                 run.add(kind, name, step, stats)
+                if amax is not None:
+                    run.record_amax(kind, name, step, amax)
             answers.append(([p[0] for p in part], run.to_bytes()))
     except ValueError as e:  # a label recorded twice
         error = str(e)
