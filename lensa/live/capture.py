@@ -70,18 +70,19 @@ gradient, which allocate nothing, and a hook on each module output for its gradi
 with one ``stack``: about 12% of the reference model's 14 ms step (120 tensors; thread CPU time, median of 3
 interleaved runs of 55 steps, where ``abs().amax()`` per tensor cost 25%). At recorded steps, by default
 (``background=True``), a hook only copies its tensor as float32 into a ring of shared memory (128 MiB, made when the
-recorder is), and a numpy-only process (:mod:`lensa.live.summaries`) summarises the copies beside the training loop,
+recorder is), and a process of numpy (:mod:`lensa.live.summaries`) summarises the copies beside the training loop,
 on another core; the records come back when the run is read (:meth:`Recorder.stats`, :meth:`Recorder.save`,
 :meth:`Recorder.close`).
 On the small reference model (:mod:`lensa.live.reference`, 120 tensors, 5.1 M values a recorded step) a
 recorded step then costs the training thread about 1.2 times a bare one; summarised inside the step
 (``background=False``), about 5 times: about 1 to 2 ns per value of torch integer work plus 100 to 300
 microseconds per tensor (``make bench``, docs/performance.md). With ``recipes=True`` the summary process also
-computes what every block recipe loses, about 2 to 3 ns per value and recipe (about a quarter of a second a
-recorded step of the reference model, where it was 1 s): it keeps up better, and the training thread waits
-less for room in the ring (with ``amax=True`` too, about 1.35 times a bare step at the median recorded step
-and 1.6 at the slowest on a shared machine, where the slowest was 11 times before; inside the step, about 20
-times). When the ring is full, a hook
+computes what every block recipe loses: compiled where numba is installed (:mod:`lensa.blockscale_jit`, about
+0.4 ns per value and recipe, 70 ms for the activations and their gradients of a recorded step of the reference
+model), with numpy elsewhere (2 to 3 ns, 170 ms); the recorder waits at its start for the summary process to
+have loaded it. With ``amax=True`` too, a recorded step costs about 1.2 to 1.25 times a bare one at the median
+on a shared machine (at a recorded step a summarised tensor's amax is taken by its summary, from the copy); inside
+the step, about 11 times. When the ring is full, a hook
 waits for the process (:attr:`Recorder.waited_seconds` says how long), so memory stays bounded; a tensor larger
 than the ring is summarised in the hook. Fewer ``kinds`` or ``modules`` cost less either way.
 """
@@ -171,9 +172,9 @@ class Recorder:
     every leaf module). ``meta`` (JSON values) is stored with the run. ``amax`` (default False) keeps each
     tensor's largest magnitude at every step, recorded or not (a max and a min per tensor per step: about
     12% more time per step of the reference model on a CPU). ``recipes`` (default False) keeps, at each
-    recorded step, what every block recipe loses on each tensor (file version 2's recipe records: about a
-    quarter of a second of the summary process's time per recorded step of the reference model, see
-    docs/performance.md).
+    recorded step, what every block recipe loses on each tensor (file version 2's recipe records: about 0.1 s
+    of the summary process's time per recorded step of the reference model where numba is installed, the
+    ``[fast]`` extra, and 0.2 s with numpy alone, see docs/performance.md).
     ``background`` (default True): the summaries are made by a process of their own from copies of the
     tensors (see the module's text); False makes them inside the step, with torch (the same records, bit for
     bit).

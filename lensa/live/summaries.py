@@ -11,7 +11,7 @@ the tensor as it is shaped): the summary process is told each copy's shape.
 step on the reference model).
 
 :class:`ProcessSummaries` (the default) only copies each tensor, as float32, into a ring of shared memory,
-and a small numpy-only process (:mod:`lensa.live.summary_worker`) summarises the copies while training goes
+and a small process without torch (:mod:`lensa.live.summary_worker`) summarises the copies while training goes
 on; the summaries come back, in order, when the run is read (:meth:`ProcessSummaries.drain`). A thread
 would not do: the summaries' Python and small numpy calls hold the GIL, which the training loop's own
 Python needs (measured: a recorded step cost 2 to 3.5 times a bare one that way). The ring is bounded
@@ -152,7 +152,7 @@ class InlineSummaries:
 
 
 class ProcessSummaries:
-    """Summaries computed by a numpy-only child process from copies in shared memory (see the module's text)."""
+    """Summaries computed by a child process without torch from copies in shared memory (see the module's text)."""
 
     def __init__(self, run: RunStats, capacity: int | None = None, recipes: bool = False) -> None:
         self._run = run
