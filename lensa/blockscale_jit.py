@@ -16,15 +16,16 @@ every recipe), gathered into *chunks* of about :data:`CHUNK` values (:func:`stre
 :data:`lensa.blockscale.RECIPES` (blocks of 16, 32 and 128 values, whole rows, the whole tensor) the stretches
 are the same whichever of them are asked together, so each recipe's numbers are too; a recipe of one's own whose
 block width does not divide :data:`STRETCH` moves the cuts of rows longer than that, and with them the last bits
-of the sums. Within a
-chunk each squared error goes to one of eight running sums by its place in its stretch (``i % 8``); each chunk's
-eight sums are added in order, and the chunks in order. Threads take whole chunks. Every operation is IEEE float32
-or float64 arithmetic, neither reassociated nor contracted (numba's default), so the numbers are the same whatever
-vector width LLVM compiles for (``make test-kernels`` compiles for the baseline x86-64 CPU too).
+of the sums. Within a chunk each squared error goes to one of eight running sums by its place in its stretch
+(``i % 8``); each chunk's eight sums are added in order, and the chunks in order. Threads take whole chunks.
+Every operation is IEEE float32 or float64 arithmetic, neither reassociated nor contracted (numba's default), so
+the numbers are the same whatever vector width LLVM compiles for (``make test-kernels`` compiles for the
+baseline x86-64 CPU too, and ``tests/test_blockscale_jit.py`` compares the two).
 
 numba is optional: :func:`available` says whether it is installed and not switched off (``LENSA_NUMBA=0``); the
 numpy pass runs where it is not, and for tensors of fewer than :data:`MIN_VALUES` values. The lesson pages never
-import it: numba loads (and compiles, or reads its cache) on the first large tensor a process summarises.
+import it: numba loads (and compiles, or reads its cache) on the first tensor of :data:`MIN_VALUES` values or
+more that a process summarises.
 """
 
 from __future__ import annotations
