@@ -716,8 +716,11 @@ def _stored_in_pieces(x: NDArray[np.float32], r: Recipe) -> NDArray[np.float64] 
     out = np.empty(t.n, np.float64)
     consts = _compiled(t, (r,))
     if consts is not None:
-        stored = blockscale_jit.store(t.bits, t.lead, t.rows, consts, out.reshape(-1, t.cols), _on_threads)
-        return out.reshape(x.shape) if stored else None
+        ran, stored = blockscale_jit.attempt(
+            lambda: blockscale_jit.store(t.bits, t.lead, t.rows, consts, out.reshape(-1, t.cols), _on_threads)
+        )
+        if ran:
+            return out.reshape(x.shape) if stored else None
     a16 = _amax16(t.bits, 1)
     top = a16.max()
     if top >= _EXPONENT:
@@ -782,8 +785,12 @@ def lost_all(values: ArrayLike, recipes: Iterable[str | Recipe] | None = None, w
     consts = _compiled(t, tuple(chosen))
     sums = {r.key: [0, 0, 0.0] for r in chosen}  # saturated, elements not 0, noise
     signal, nonzero = 0.0, 0
+    ran, got = False, None
     if consts is not None:
-        got = blockscale_jit.lost(t.bits, t.lead, t.rows, consts, workers, _on_threads)
+        ran, got = blockscale_jit.attempt(
+            lambda: blockscale_jit.lost(t.bits, t.lead, t.rows, consts, workers, _on_threads)
+        )
+    if ran:
         if got is None:  # an infinity or a NaN
             return {r.key: _lost_from_encoding(x, r) for r in chosen}
         signal, nonzero, per = got

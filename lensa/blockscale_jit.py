@@ -34,6 +34,7 @@ import math
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -80,11 +81,33 @@ class Constants:
     grid: NDArray[np.uint32]
 
 
+_given_up: str | None = None  # why the pass was switched off in this process (numba could not compile it)
+
+
 def available() -> bool:
-    """Whether the compiled pass runs here: numba installed, and ``LENSA_NUMBA`` not set to ``0``."""
-    if os.environ.get("LENSA_NUMBA", "").strip() == "0":
+    """Whether the compiled pass runs here: numba installed, ``LENSA_NUMBA`` not set to ``0``, and not given up."""
+    if os.environ.get("LENSA_NUMBA", "").strip() == "0" or _given_up is not None:
         return False
     return _kernels() is not None
+
+
+def attempt(run: Callable[[], Any]) -> tuple[bool, Any]:
+    """``(True, run())``; or ``(False, None)`` where numba itself fails (a numba or LLVM this code was not written
+    for: it cannot type or compile the pass): the pass is then switched off for the process, with a warning, and
+    the caller takes the numpy pass, which gives the same counts. Any other error is raised."""
+    global _given_up
+    try:
+        return True, run()
+    except Exception as e:
+        if not type(e).__module__.startswith(("numba", "llvmlite")):
+            raise
+        _given_up = f"{type(e).__name__}: {e}"
+        warnings.warn(
+            f"lensa: numba could not compile the block-recipe pass, numpy's runs instead ({_given_up[:300]})",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False, None
 
 
 @cache

@@ -200,3 +200,34 @@ def test_the_same_numbers_compiled_for_the_baseline_cpu():
         assert out.returncode == 0, out.stderr[-2000:]
         seen.append(json.loads(out.stdout))
     assert seen[0] == seen[1]
+
+
+def test_where_numba_cannot_compile_the_pass_numpys_runs_with_a_warning(monkeypatch):
+    """A numba or LLVM the pass was not written for fails in numba's own errors: the pass is switched off for the
+    process, once, with a warning, and every answer comes from the numpy pass; any other error is raised."""
+    from numba.core.errors import TypingError
+
+    rng = np.random.default_rng(27)
+    x = rng.standard_normal((64, 128)).astype(np.float32)
+    monkeypatch.setenv("LENSA_NUMBA", "0")
+    want_lost, want_stored = B.lost_all(x), B.quantize(x, "nvfp4")
+    monkeypatch.delenv("LENSA_NUMBA")
+    monkeypatch.setattr(J, "_given_up", None)  # restored after the test: the pass is on again for the others
+
+    def fails(*args: object) -> None:
+        raise TypingError("this numba cannot type it")
+
+    monkeypatch.setattr(J, "lost", fails)
+    monkeypatch.setattr(J, "store", fails)
+    with pytest.warns(RuntimeWarning, match="numba could not compile"):
+        assert B.lost_all(x) == want_lost
+    assert not J.available() and J._given_up.startswith("TypingError")
+    np.testing.assert_array_equal(B.quantize(x, "nvfp4"), want_stored)  # no second warning: it stays off
+
+    def broken(*args: object) -> None:
+        raise IndexError("a bug of ours")
+
+    monkeypatch.setattr(J, "_given_up", None)
+    monkeypatch.setattr(J, "lost", broken)
+    with pytest.raises(IndexError, match="a bug of ours"):
+        B.lost_all(x)
