@@ -10,14 +10,13 @@ counts are the numpy pass's and the squared errors are the same numbers; only th
 summed differs, which can move an SQNR in its last bits (``tests/test_blockscale_jit.py`` holds the two passes to
 a relative 1e-12 and the counts to equality).
 
-The sums are made in an order fixed by the tensor's shape, not by the CPU or the threads: the values are read in
-*stretches* (a row, or a part of a long row of at most :data:`STRETCH` values that starts on a block boundary of
-every recipe), gathered into *chunks* of about :data:`CHUNK` values (:func:`stretches`). For the recipes of
-:data:`lensa.blockscale.RECIPES` (blocks of 16, 32 and 128 values, whole rows, the whole tensor) the stretches
-are the same whichever of them are asked together, so each recipe's numbers are too; a recipe of one's own whose
-block width does not divide :data:`STRETCH` moves the cuts of rows longer than that, and with them the last bits
-of the sums. Within a chunk each squared error goes to one of eight running sums by its place in its stretch
-(``i % 8``); each chunk's eight sums are added in order, and the chunks in order. Threads take whole chunks.
+The sums are made in an order fixed by the tensor's shape alone, not by the recipes, the CPU or the threads: the
+values are read in *stretches* (whole short rows end to end, or parts of a long row, up to :data:`STRETCH`
+values), gathered into *chunks* of about :data:`CHUNK` values (:func:`stretches`); a recipe's blocks are cut
+where a stretch starts or ends inside one. So a recipe's numbers do not depend on which recipes are asked with
+it, and :func:`lensa.blockscale.lost` is :func:`lensa.blockscale.lost_all` with one recipe. Within a chunk each
+squared error goes to one of eight running sums by its place in its stretch (``i % 8``); each chunk's eight sums
+are added in order, and the chunks in order. Threads take whole chunks.
 Every operation is IEEE float32 or float64 arithmetic, neither reassociated nor contracted (numba's default), so
 the numbers are the same whatever vector width LLVM compiles for (``make test-kernels`` compiles for the
 baseline x86-64 CPU too, and ``tests/test_blockscale_jit.py`` compares the two).
@@ -30,12 +29,11 @@ more that a process summarises.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -124,26 +122,30 @@ def _kernels() -> ModuleType | None:
         return blockscale_kernels
 
 
-def stretches(rows: int, cols: int, widths: Sequence[int]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """The stretches of a ``rows`` x ``cols`` matrix, as (row, first column, end column), and the chunks as
-    bounds into them (chunk k is stretches ``marks[k]`` to ``marks[k + 1]``), for recipes of these block widths.
-
-    A row longer than :data:`STRETCH` is cut into stretches of a multiple of every block width narrower than the
-    row (so each starts on a block boundary), as long as :data:`STRETCH` allows; otherwise a stretch is a row.
-    A chunk is CHUNK / (the stretch length), rounded up, stretches in a row (the last chunk may have fewer): about
-    :data:`CHUNK` values, fewer where rows end in short stretches."""
-    narrow = [w for w in widths if w < cols]
-    common = math.lcm(*narrow) if narrow else 1
-    step = STRETCH // common * common if cols > STRETCH and common <= STRETCH else cols
-    step = max(step, 1)
-    per_row = -(-cols // step)
-    n = rows * per_row
-    table = np.empty((n, 3), np.int64)
-    table[:, 0] = np.repeat(np.arange(rows, dtype=np.int64), per_row)
-    table[:, 1] = np.tile(np.arange(per_row, dtype=np.int64) * step, rows)
-    table[:, 2] = np.minimum(table[:, 1] + step, cols)
-    group = max(1, -(-CHUNK // step))
-    marks = np.append(np.arange(0, n, group, dtype=np.int64), np.int64(n))
+def stretches(rows: int, cols: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The stretches of a ``rows`` x ``cols`` matrix, as (first row, first column, end): the values from column
+    ``first column`` of ``first row`` on, to column ``end`` of the rows read one after another (``end`` past
+    ``cols`` runs on through the next rows); and the chunks, as bounds into the stretches (chunk k is stretches
+    ``marks[k]`` to ``marks[k + 1]``). Both depend on the shape alone, never on the recipes, so neither do the
+    sums: rows of at most :data:`STRETCH` values are read as many whole rows a stretch as fit in it (a recipe's
+    setup per stretch, not per short row), longer rows in parts of :data:`STRETCH` values. A chunk is
+    CHUNK / (the stretch length), rounded up, stretches in a row (the last may have fewer)."""
+    if cols <= STRETCH:
+        tall = max(1, STRETCH // max(cols, 1))
+        starts = np.arange(0, rows, tall, dtype=np.int64)
+        table = np.zeros((starts.size, 3), np.int64)
+        table[:, 0] = starts
+        table[:, 2] = np.minimum(tall, rows - starts) * cols
+        step = tall * cols
+    else:
+        per_row = -(-cols // STRETCH)
+        table = np.empty((rows * per_row, 3), np.int64)
+        table[:, 0] = np.repeat(np.arange(rows, dtype=np.int64), per_row)
+        table[:, 1] = np.tile(np.arange(per_row, dtype=np.int64) * STRETCH, rows)
+        table[:, 2] = np.minimum(table[:, 1] + STRETCH, cols)
+        step = STRETCH
+    group = max(1, -(-CHUNK // max(step, 1)))
+    marks = np.append(np.arange(0, len(table), group, dtype=np.int64), np.int64(len(table)))
     return table, marks
 
 
@@ -195,7 +197,7 @@ def lost(
         return None
     maxima, first, per_row, width, ts = got
     n_rows, cols = bits.shape
-    table, marks = stretches(n_rows, cols, width.tolist())
+    table, marks = stretches(n_rows, cols)
     n_chunks, n_rec = marks.size - 1, c.rule.size
     out_sat = np.zeros((n_chunks, n_rec), np.int64)
     out_kept = np.zeros((n_chunks, n_rec), np.int64)
@@ -228,7 +230,7 @@ def store(
         return False
     maxima, _, per_row, width, ts = got
     n_rows, cols = bits.shape
-    table, _ = stretches(n_rows, cols, width.tolist())
+    table, _ = stretches(n_rows, cols)
     recipe = (c.max_elem[0], c.emax[0], c.frac_top[0], ts, c.e4m3, c.grid)
     k.store_pass(
         bits, table, maxima, per_row[0], width[0], c.rule[0], recipe, c.two[0], c.limit[0], c.low[0], c.shift[0], out

@@ -18,7 +18,6 @@ from numba import types
 from numba.extending import intrinsic
 
 LANES = 8  # running sums per chunk and recipe
-PAD = 128  # zeros after a stretch's values, so that blocks of 16, 32 and 128 are read whole
 
 # Kept in numba's on-disk cache unless LENSA_NUMBA_CACHE=0 (lensa.blockscale_jit sets it where numba finds no
 # writable place for its cache: neither beside this file, nor NUMBA_CACHE_DIR, nor the user's cache directory).
@@ -159,15 +158,72 @@ def _blocks_of(
     low: Any,
     shift: Any,
 ) -> Any:
-    """``nb`` blocks of a constant width ``k`` (the inner loop then vectorises whole), each over the scale its
-    maximum gives. The stretch is followed by zeros up to a whole block, and a zero adds nothing to a count or a
-    sum."""
+    """``nb`` whole blocks of a constant width ``k`` (the inner loop then vectorises whole), each over the scale
+    its maximum gives."""
     sat = np.int32(0)
     kept = np.int32(0)
     for b in range(nb):
         o = b * k
         s = _scale_of(rule, maxima[b], sr)
         st, kp = _one_block(a[o : o + k], sq[o : o + k], k, s, two, top, limit, low, shift)
+        sat += st
+        kept += kp
+    return sat, kept
+
+
+@_jit
+def _segment(
+    a: Any,
+    sq: Any,
+    m: Any,
+    c: Any,
+    maxima: Any,
+    w: Any,
+    rule: Any,
+    sr: Any,
+    two: Any,
+    top: Any,
+    limit: Any,
+    low: Any,
+    shift: Any,
+) -> Any:
+    """Values ``a[:m]``, columns ``c`` to ``c + m`` of a row (or of rows end to end, where ``w`` divides the row),
+    whose blocks of ``w`` have the maxima ``maxima`` (the first for the block holding column 0): a block cut at
+    the start, the whole blocks (a constant width of 16, 32 or 128 vectorises whole), a block cut at the end."""
+    sat = np.int32(0)
+    kept = np.int32(0)
+    i = 0
+    lead = c % w
+    if lead:  # the segment starts inside a block
+        take = min(w - lead, m)
+        st, kp = _one_block(a, sq, take, _scale_of(rule, maxima[c // w], sr), two, top, limit, low, shift)
+        sat += st
+        kept += kp
+        i += take
+    nb = (m - i) // w
+    if nb:
+        j = (c + i) // w
+        if w == 16:
+            st, kp = _blocks_of(a[i:], sq[i:], maxima[j:], nb, 16, rule, sr, two, top, limit, low, shift)
+        elif w == 32:
+            st, kp = _blocks_of(a[i:], sq[i:], maxima[j:], nb, 32, rule, sr, two, top, limit, low, shift)
+        elif w == 128:
+            st, kp = _blocks_of(a[i:], sq[i:], maxima[j:], nb, 128, rule, sr, two, top, limit, low, shift)
+        else:  # a width of one's own making, or whole rows
+            st = np.int32(0)
+            kp = np.int32(0)
+            for b in range(nb):
+                o = i + b * w
+                s = _scale_of(rule, maxima[j + b], sr)
+                got_sat, got_kept = _one_block(a[o:], sq[o:], w, s, two, top, limit, low, shift)
+                st += got_sat
+                kp += got_kept
+        sat += st
+        kept += kp
+        i += nb * w
+    if i < m:  # the segment ends inside a block
+        s = _scale_of(rule, maxima[(c + i) // w], sr)
+        st, kp = _one_block(a[i:], sq[i:], m - i, s, two, top, limit, low, shift)
         sat += st
         kept += kp
     return sat, kept
@@ -314,8 +370,10 @@ def chunks_pass(
     longest = 0
     for u in range(table.shape[0]):
         longest = max(longest, table[u, 2] - table[u, 1])
-    a = np.zeros(longest + PAD, np.float32)
-    sq = np.zeros(longest + PAD, np.float64)
+    a = np.zeros(longest, np.float32)
+    sq = np.zeros(longest, np.float64)
+    flat = bits.reshape(-1)
+    cols = bits.shape[1]
     acc = np.zeros((n_rec, LANES))
     sig = np.zeros(LANES)
     sats = np.zeros(n_rec, np.int64)
@@ -330,37 +388,29 @@ def chunks_pass(
             row = table[u, 0]
             c0 = table[u, 1]
             n = table[u, 2] - c0
-            src = bits[row, c0 : c0 + n]
+            src = flat[row * cols + c0 : row * cols + c0 + n]  # a part of a row, or whole rows end to end
             for i in range(n):  # slices indexed from 0: no negative-index test in the loop, which then vectorises
                 v = _float_of(src[i] & np.uint32(0x7FFFFFFF))
                 a[i] = v
                 sq[i] = np.float64(v) * np.float64(v)
                 nonzero += v != 0
-            for i in range(PAD):
-                a[n + i] = 0
             _add_lanes(sq, n, sig)
             for r in range(n_rec):
-                w = width[r]
-                lo = first[r] + row * per_row[r] + c0 // w
-                hi = first[r] + row * per_row[r] + (c0 + n + w - 1) // w
-                mx = maxima[lo:hi]
+                w, pr = width[r], per_row[r]
                 rl, sr = rule[r], _recipe(r, max_elem, emax, frac_top, ts, e4m3, grid)
                 t, lim, lw, sh, tw = top[r], limit[r], low[r], shift[r], two[r]
-                if hi - lo == 1:
-                    st, kp = _one_block(a, sq, n, _scale_of(rl, mx[0], sr), tw, t, lim, lw, sh)
-                elif w == 16:
-                    st, kp = _blocks_of(a, sq, mx, hi - lo, 16, rl, sr, tw, t, lim, lw, sh)
-                elif w == 32:
-                    st, kp = _blocks_of(a, sq, mx, hi - lo, 32, rl, sr, tw, t, lim, lw, sh)
-                elif w == 128:
-                    st, kp = _blocks_of(a, sq, mx, hi - lo, 128, rl, sr, tw, t, lim, lw, sh)
-                else:  # a block width of one's own making
+                if pr == 0:  # one scale for the tensor
+                    st, kp = _one_block(a, sq, n, _scale_of(rl, maxima[first[r]], sr), tw, t, lim, lw, sh)
+                elif c0 + n <= cols or cols % w == 0:  # one part of a row, or rows whose blocks run end to end
+                    mx = maxima[first[r] + row * pr :]
+                    st, kp = _segment(a, sq, n, c0, mx, w, rl, sr, tw, t, lim, lw, sh)
+                else:  # whole rows whose last block is cut short: row by row
                     st = np.int32(0)
                     kp = np.int32(0)
-                    for b in range(hi - lo):
-                        o = b * w
-                        s = _scale_of(rl, mx[b], sr)
-                        got_sat, got_kept = _one_block(a[o:], sq[o:], min(w, n - o), s, tw, t, lim, lw, sh)
+                    for i in range(n // cols):
+                        o = i * cols
+                        mx = maxima[first[r] + (row + i) * pr :]
+                        got_sat, got_kept = _segment(a[o:], sq[o:], cols, 0, mx, w, rl, sr, tw, t, lim, lw, sh)
                         st += got_sat
                         kp += got_kept
                 sats[r] += st
@@ -427,19 +477,31 @@ def store_pass(
         longest = max(longest, table[u, 2] - table[u, 1])
     a = np.zeros(longest, np.float32)
     sign = np.zeros(longest, np.uint32)
+    flat, flat_out = bits.reshape(-1), out.reshape(-1)
+    cols = bits.shape[1]
     for u in range(table.shape[0]):
         row = table[u, 0]
         c0 = table[u, 1]
         n = table[u, 2] - c0
-        src = bits[row, c0 : c0 + n]
-        dst = out[row, c0 : c0 + n]
+        src = flat[row * cols + c0 : row * cols + c0 + n]  # a part of a row, or whole rows end to end
+        dst = flat_out[row * cols + c0 : row * cols + c0 + n]
         for i in range(n):
             b = src[i]
             a[i] = _float_of(b & np.uint32(0x7FFFFFFF))
             sign[i] = b & np.uint32(0x80000000)
-        lo = row * per_row + c0 // width
-        hi = row * per_row + (c0 + n + width - 1) // width
-        for b in range(hi - lo):
-            o = b * width
-            s = _scale_of(rule, maxima[lo + b], sr)
-            _store(a[o:], sign[o:], dst[o:], min(width, n - o), s, two, limit, low, shift)
+        if per_row == 0:  # one scale for the tensor
+            _store(a, sign, dst, n, _scale_of(rule, maxima[0], sr), two, limit, low, shift)
+            continue
+        for i in range(0, n, cols if c0 + n > cols else n):  # row by row where the stretch is whole rows
+            r_at = row + i // cols if c0 + n > cols else row
+            c = c0 if c0 + n <= cols else 0
+            m = min(n - i, cols - c)
+            o = i
+            while m > 0:  # block by block: cut at the start, whole, cut at the end
+                j = c // width
+                take = min(width - c % width, m)
+                s = _scale_of(rule, maxima[r_at * per_row + j], sr)
+                _store(a[o:], sign[o:], dst[o:], take, s, two, limit, low, shift)
+                o += take
+                c += take
+                m -= take

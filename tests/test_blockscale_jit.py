@@ -44,14 +44,23 @@ SHAPES = {
 CASES = {**LOST_ALL_CASES, **SHAPES}
 
 
+# recipes of one's own, beside the shipped ones: blocks of 100 values (a row's last cut short, stretches cutting
+# them anywhere), and NVFP4's rule over 48 x 100 blocks
+CUSTOM = (
+    B.Recipe("odd", "blocks of 100", "fp8_e4m3", (1, 100), "fp32", "amax"),
+    B.Recipe("tall", "48 x 100 blocks", "fp4_e2m1", (48, 100), "fp8_e4m3", "nvfp4"),
+)
+
+
 def both_passes(x: np.ndarray, monkeypatch: pytest.MonkeyPatch, workers: int = 1) -> tuple[dict, dict]:
+    recipes = [*B.RECIPES.values(), *CUSTOM]
     with monkeypatch.context() as m:
         m.setattr(J, "MIN_VALUES", 0)  # every tensor, however small, through the compiled pass
-        compiled = B.lost_all(x, workers=workers)
+        compiled = B.lost_all(x, recipes, workers=workers)
     with monkeypatch.context() as m:
         m.setenv("LENSA_NUMBA", "0")
         assert not J.available()
-        plain = B.lost_all(x, workers=workers)
+        plain = B.lost_all(x, recipes, workers=workers)
     return compiled, plain
 
 
@@ -128,23 +137,34 @@ def test_a_tensor_with_nan_or_inf_takes_encodes_path_either_way(monkeypatch):
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    rows=st.integers(1, 50),
-    cols=st.integers(1, 5 * J.STRETCH),
-    widths=st.lists(st.sampled_from([16, 32, 128, 100, 7, 10**6]), min_size=1, max_size=4),
-)
-def test_stretches_cover_every_value_once_and_start_on_block_boundaries(rows, cols, widths):
-    table, marks = J.stretches(rows, cols, widths)
-    covered = np.zeros((rows, cols), np.int64)
-    for row, c0, c1 in table.tolist():
-        assert c0 < c1 <= cols and (c1 - c0 <= J.STRETCH or (c0, c1) == (0, cols))
-        assert all(c0 % w == 0 for w in widths if w < cols)  # every recipe's block starts with the stretch
-        covered[row, c0:c1] += 1
+@given(rows=st.integers(1, 50), cols=st.integers(1, 5 * J.STRETCH))
+def test_stretches_cover_every_value_once_from_the_shape_alone(rows, cols):
+    table, marks = J.stretches(rows, cols)
+    covered = np.zeros(rows * cols, np.int64)
+    for row, c0, end in table.tolist():
+        start, stop = row * cols + c0, row * cols + end
+        assert start < stop <= rows * cols and stop - start <= max(J.STRETCH, cols)
+        if end > cols:  # several whole rows end to end, only where rows are short
+            assert c0 == 0 and end % cols == 0 and cols <= J.STRETCH
+        covered[start:stop] += 1
     assert (covered == 1).all()
     assert marks[0] == 0 and marks[-1] == len(table) and (np.diff(marks) > 0).all()
-    step = int(table[0, 2] - table[0, 1])  # the stretch length (a row's last may be shorter)
+    step = int(table[0, 2] - table[0, 1])  # the stretch length (the last of a row or of the matrix may be shorter)
     counts = np.diff(marks)
     assert (counts[:-1] == -(-J.CHUNK // step)).all() and counts[-1] <= -(-J.CHUNK // step)
+
+
+@pytest.mark.parametrize("shape", [(3, 2 * J.STRETCH + 77), (700, 20), (5, 12345)])
+def test_a_recipes_numbers_do_not_depend_on_the_recipes_asked_with_it(shape):
+    """The stretches follow the shape alone, so a recipe of one's own whose blocks (100 values, 48 rows x 100) cut
+    the stretches anywhere changes no number of the others, and its own are those it gets alone."""
+    rng = np.random.default_rng(28)
+    x = (rng.standard_normal(shape) * np.exp2(rng.uniform(-20, 10, (shape[0], 1)))).astype(np.float32)
+    odd, tall = CUSTOM
+    together = B.lost_all(x, [*B.RECIPES, odd, tall])
+    for key in B.RECIPES:
+        assert together[key] == B.lost(x, key), key
+    assert together["odd"] == B.lost(x, odd) and together["tall"] == B.lost(x, tall)
 
 
 def test_switched_off_it_is_not_loaded_and_small_tensors_never_load_it():
