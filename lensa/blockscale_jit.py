@@ -127,16 +127,23 @@ def stretches(rows: int, cols: int) -> tuple[NDArray[np.int64], NDArray[np.int64
     ``first column`` of ``first row`` on, to column ``end`` of the rows read one after another (``end`` past
     ``cols`` runs on through the next rows); and the chunks, as bounds into the stretches (chunk k is stretches
     ``marks[k]`` to ``marks[k + 1]``). Both depend on the shape alone, never on the recipes, so neither do the
-    sums: rows of at most :data:`STRETCH` values are read as many whole rows a stretch as fit in it (a recipe's
-    setup per stretch, not per short row), longer rows in parts of :data:`STRETCH` values. A chunk is
-    CHUNK / (the stretch length), rounded up, stretches in a row (the last may have fewer)."""
-    if cols <= STRETCH:
+    sums: rows of at most :data:`STRETCH` values whose length blocks of 16, 32 and 128 (or of the whole row, where
+    it is shorter) divide are read as many whole rows a stretch as fit in it (a recipe's setup per stretch, not
+    per short row; the shipped recipes' blocks then never cross a row's end); other rows one a stretch (a block
+    that the row's end cuts short is then read whole, zeros after it), longer rows in parts of :data:`STRETCH`
+    values. A chunk is CHUNK / (the stretch length), rounded up, stretches in a row (the last may have fewer)."""
+    if cols <= STRETCH and all(cols % min(w, cols) == 0 for w in (16, 32, 128)):
         tall = max(1, STRETCH // max(cols, 1))
         starts = np.arange(0, rows, tall, dtype=np.int64)
         table = np.zeros((starts.size, 3), np.int64)
         table[:, 0] = starts
         table[:, 2] = np.minimum(tall, rows - starts) * cols
         step = tall * cols
+    elif cols <= STRETCH:
+        table = np.zeros((rows, 3), np.int64)
+        table[:, 0] = np.arange(rows, dtype=np.int64)
+        table[:, 2] = cols
+        step = cols
     else:
         per_row = -(-cols // STRETCH)
         table = np.empty((rows * per_row, 3), np.int64)

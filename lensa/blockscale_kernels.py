@@ -18,6 +18,7 @@ from numba import types
 from numba.extending import intrinsic
 
 LANES = 8  # running sums per chunk and recipe
+PAD = 128  # zeros after a stretch's values: a block that the stretch's end cuts short is read whole
 
 # Kept in numba's on-disk cache unless LENSA_NUMBA_CACHE=0 (lensa.blockscale_jit sets it where numba finds no
 # writable place for its cache: neither beside this file, nor NUMBA_CACHE_DIR, nor the user's cache directory).
@@ -171,7 +172,7 @@ def _blocks_of(
     return sat, kept
 
 
-@_jit
+@_inline
 def _segment(
     a: Any,
     sq: Any,
@@ -186,23 +187,30 @@ def _segment(
     limit: Any,
     low: Any,
     shift: Any,
+    padded: Any,
 ) -> Any:
     """Values ``a[:m]``, columns ``c`` to ``c + m`` of a row (or of rows end to end, where ``w`` divides the row),
     whose blocks of ``w`` have the maxima ``maxima`` (the first for the block holding column 0): a block cut at
-    the start, the whole blocks (a constant width of 16, 32 or 128 vectorises whole), a block cut at the end."""
+    the start, the whole blocks (a constant width of 16, 32 or 128 vectorises whole), a block cut at the end
+    (read whole where ``padded``: zeros follow ``a[:m]``)."""
     sat = np.int32(0)
     kept = np.int32(0)
     i = 0
-    lead = c % w
-    if lead:  # the segment starts inside a block
-        take = min(w - lead, m)
-        st, kp = _one_block(a, sq, take, _scale_of(rule, maxima[c // w], sr), two, top, limit, low, shift)
-        sat += st
-        kept += kp
-        i += take
-    nb = (m - i) // w
+    j = 0  # the block of maxima[j] holds a[i]
+    if c:  # (a division only where the segment does not start a row)
+        j = c // w
+        lead = c - j * w
+        if lead:  # the segment starts inside a block
+            take = min(w - lead, m)
+            st, kp = _one_block(a, sq, take, _scale_of(rule, maxima[j], sr), two, top, limit, low, shift)
+            sat += st
+            kept += kp
+            i += take
+            j += 1
+    fast = w == 16 or w == 32 or w == 128
+    # whole blocks; with zeros after the segment, a block its end cuts short is read whole too (a zero adds nothing)
+    nb = (m - i + w - 1) // w if padded and fast else (m - i) // w
     if nb:
-        j = (c + i) // w
         if w == 16:
             st, kp = _blocks_of(a[i:], sq[i:], maxima[j:], nb, 16, rule, sr, two, top, limit, low, shift)
         elif w == 32:
@@ -221,9 +229,9 @@ def _segment(
         sat += st
         kept += kp
         i += nb * w
+        j += nb
     if i < m:  # the segment ends inside a block
-        s = _scale_of(rule, maxima[(c + i) // w], sr)
-        st, kp = _one_block(a[i:], sq[i:], m - i, s, two, top, limit, low, shift)
+        st, kp = _one_block(a[i:], sq[i:], m - i, _scale_of(rule, maxima[j], sr), two, top, limit, low, shift)
         sat += st
         kept += kp
     return sat, kept
@@ -370,8 +378,8 @@ def chunks_pass(
     longest = 0
     for u in range(table.shape[0]):
         longest = max(longest, table[u, 2] - table[u, 1])
-    a = np.zeros(longest, np.float32)
-    sq = np.zeros(longest, np.float64)
+    a = np.zeros(longest + PAD, np.float32)
+    sq = np.zeros(longest + PAD, np.float64)
     flat = bits.reshape(-1)
     cols = bits.shape[1]
     acc = np.zeros((n_rec, LANES))
@@ -394,6 +402,8 @@ def chunks_pass(
                 a[i] = v
                 sq[i] = np.float64(v) * np.float64(v)
                 nonzero += v != 0
+            for i in range(PAD):
+                a[n + i] = 0
             _add_lanes(sq, n, sig)
             for r in range(n_rec):
                 w, pr = width[r], per_row[r]
@@ -403,16 +413,18 @@ def chunks_pass(
                     st, kp = _one_block(a, sq, n, _scale_of(rl, maxima[first[r]], sr), tw, t, lim, lw, sh)
                 elif c0 + n <= cols or cols % w == 0:  # one part of a row, or rows whose blocks run end to end
                     mx = maxima[first[r] + row * pr :]
-                    st, kp = _segment(a, sq, n, c0, mx, w, rl, sr, tw, t, lim, lw, sh)
-                else:  # whole rows whose last block is cut short: row by row
+                    st, kp = _segment(a, sq, n, c0, mx, w, rl, sr, tw, t, lim, lw, sh, True)
+                else:  # whole rows that a recipe of one's own cuts short at each end: row by row, block by block
                     st = np.int32(0)
                     kp = np.int32(0)
                     for i in range(n // cols):
-                        o = i * cols
                         mx = maxima[first[r] + (row + i) * pr :]
-                        got_sat, got_kept = _segment(a[o:], sq[o:], cols, 0, mx, w, rl, sr, tw, t, lim, lw, sh)
-                        st += got_sat
-                        kp += got_kept
+                        for b in range(pr):
+                            o = i * cols + b * w
+                            s = _scale_of(rl, mx[b], sr)
+                            got_sat, got_kept = _one_block(a[o:], sq[o:], min(w, cols - b * w), s, tw, t, lim, lw, sh)
+                            st += got_sat
+                            kp += got_kept
                 sats[r] += st
                 kepts[r] += kp
                 _add_lanes(sq, n, acc[r])
