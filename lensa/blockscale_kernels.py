@@ -1,7 +1,7 @@
 """The numba kernels of :mod:`lensa.blockscale_jit` (this module imports numba: only that module imports it, and
 only when a tensor needs it).
 
-Compiled once per machine (a few seconds) and kept in numba's on-disk cache: beside this file, or in
+Compiled once per machine (10 to 15 seconds) and kept in numba's on-disk cache: beside this file, or in
 ``NUMBA_CACHE_DIR`` or the user's cache directory where this one is read-only; a process reads it back in a fraction
 of a second.
 """
