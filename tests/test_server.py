@@ -115,12 +115,15 @@ def test_serving_every_page_imports_nothing_after_start_up():
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
 
 
-def test_preload_brings_every_lensa_module_but_not_torch():
+def test_preload_brings_every_lensa_module_but_not_torch_or_numba():
     names = serve.lensa_modules()
-    assert {"lensa.formats", "lensa.ui.frame", "lensa.ui.widgets", "lensa.live"} <= set(names)
-    script = "import sys; from lensa.ui import serve; serve.preload(); print('torch' in sys.modules)"
+    assert {"lensa.formats", "lensa.ui.frame", "lensa.ui.widgets", "lensa.live", "lensa.blockscale_jit"} <= set(names)
+    assert "lensa.blockscale_kernels" not in names  # numba's: optional, and never a page's
+    script = (
+        "import sys; from lensa.ui import serve; serve.preload(); print('torch' in sys.modules, 'numba' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "False False"
 
 
 def _health_status(broken: str | None) -> tuple[int, bytes]:

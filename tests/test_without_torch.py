@@ -20,8 +20,18 @@ from tests.pagetools import ROOT
 
 LIVE_PAGES = {"lab": "error", "loss_scaling": "info", "speed": "info"}
 
-# What the lesson-only image (Dockerfile, WITH_TORCH=0) leaves out besides torch: no page may need them.
-LESSON_IMAGE_LEAVES_OUT = ("altair", "jsonschema", "jsonschema_specifications", "referencing", "rpds", "PIL._avif")
+# What the lesson-only image (Dockerfile, WITH_TORCH=0) leaves out besides torch: no page may need them. Nor
+# numba, which neither image installs (requirements.txt has it not: only the recorder's block recipes use it).
+LESSON_IMAGE_LEAVES_OUT = (
+    "altair",
+    "jsonschema",
+    "jsonschema_specifications",
+    "referencing",
+    "rpds",
+    "PIL._avif",
+    "numba",
+    "llvmlite",
+)
 
 SCRIPT = """
 import importlib.util, json, sys

@@ -77,8 +77,13 @@ THIRD_PARTY = (
 )
 
 
+# Modules of lensa that the server never imports: numba's kernels (an optional install, loaded only where a
+# recorder or a bench summarises a tensor of 64 values or more; never a page's, see lensa.blockscale_jit).
+NOT_PRELOADED = ("lensa.blockscale_kernels",)
+
+
 def lensa_modules() -> list[str]:
-    """Every module of the ``lensa`` package but the torch ones.
+    """Every module of the ``lensa`` package but the torch ones and :data:`NOT_PRELOADED`.
 
     ``lensa.live`` imports torch only when a run starts, and importing it brings the submodules it re-exports
     (settings, devices, the comparison ...). Its other submodules (the recorder, the reference run) import torch
@@ -89,7 +94,7 @@ def lensa_modules() -> list[str]:
         ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         for path in package.rglob("*.py")
     )
-    return sorted(name for name in names if not name.startswith("lensa.live."))
+    return sorted(name for name in names if not name.startswith("lensa.live.") and name not in NOT_PRELOADED)
 
 
 def preload() -> list[str]:
