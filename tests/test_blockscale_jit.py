@@ -52,6 +52,14 @@ CUSTOM = (
 )
 
 
+def python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a fresh interpreter in the checkout (numba loads, or not, as it would for a user), with
+    ``env`` added to this environment."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env}, timeout=300
+    )
+
+
 def both_passes(x: np.ndarray, monkeypatch: pytest.MonkeyPatch, workers: int = 1) -> tuple[dict, dict]:
     recipes = [*B.RECIPES.values(), *CUSTOM]
     with monkeypatch.context() as m:
@@ -179,7 +187,7 @@ def test_switched_off_it_is_not_loaded_and_small_tensors_never_load_it():
         "assert 'numba' not in sys.modules, 'LENSA_NUMBA=0 loaded numba'\n"
         "print('clean')"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    out = python(code)
     assert out.returncode == 0 and "clean" in out.stdout, out.stderr[-2000:]
 
 
@@ -197,7 +205,7 @@ def test_where_numba_can_keep_no_cache_it_compiles_in_the_process():
         "    assert math.isclose(got[k].sqnr_db, v.sqnr_db, rel_tol=1e-12)\n"
         "print('compiled without a cache:', os.environ['LENSA_NUMBA_CACHE'])"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    out = python(code)
     assert out.returncode == 0 and "compiled without a cache: 0" in out.stdout, out.stderr[-2000:]
 
 
@@ -213,10 +221,7 @@ def test_the_same_numbers_compiled_for_the_baseline_cpu():
     )
     seen = []
     for cpu in ("host", "generic"):
-        env = {**os.environ, "NUMBA_CPU_NAME": cpu}
-        out = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300
-        )
+        out = python(code, NUMBA_CPU_NAME=cpu)
         assert out.returncode == 0, out.stderr[-2000:]
         seen.append(json.loads(out.stdout))
     assert seen[0] == seen[1]
