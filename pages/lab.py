@@ -60,9 +60,8 @@ with settings_area:
     info = clock = kind = None
     device_error: Exception | None = None
     try:
-        info = jobs.device_info(device)
+        info, clock = jobs.ready(page, device)
         kind = info.device
-        clock = jobs.clock(device)
     except live.LiveError as exc:
         device_error = exc
     chosen = None
@@ -102,6 +101,8 @@ layout.after_controls(page)
 with settings_area:
     if device_error is not None:
         st.error(live_view.error_text(page, device_error), icon=":material/memory:")
+        if getattr(device_error, "kind", None) == "not_ready":
+            st.button(page.t("live.try_again"), key="lab.try_again", icon=":material/refresh:")
 
     if info is not None:
         st.markdown(f"{page.t('live.this_machine')}: {live_view.device_line(page, info)}")

@@ -301,3 +301,27 @@ def test_lab_says_busy_at_once_when_the_queue_is_full():
             job.cancel()
     for job in queued:
         assert job.wait(lambda _j: None, poll_s=0.05, timeout_s=60)
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_a_worker_that_does_not_answer_in_time_is_said_with_a_way_to_try_again(lang, monkeypatch):
+    from lensa import live
+    from lensa.live.worker import LabWorker
+    from lensa.ui import jobs
+
+    def not_ready(self, device="auto", timeout_s=0.0):
+        raise live.LiveError("not_ready", "…", (jobs.PAGE_WAIT_S,))
+
+    monkeypatch.setattr(LabWorker, "known", lambda self, device="auto": False)
+    monkeypatch.setattr(LabWorker, "device_info", not_ready)
+    at = open_page("lab", lang=lang, **TINY)
+    assert not at.exception
+    expected = i18n.text(lang, "live.error_not_ready", seconds=i18n.seconds(jobs.PAGE_WAIT_S, lang))
+    assert [e.value for e in at.error] == [expected]
+    assert at.button(key="lab.run").disabled is True
+    again = at.button(key="lab.try_again")
+    assert again.label == i18n.text(lang, "live.try_again")
+    monkeypatch.undo()  # the worker answers now
+    again.click().run(timeout=120)
+    assert not at.exception and not at.error
+    assert at.button(key="lab.run").disabled is False

@@ -338,6 +338,71 @@ def test_an_idle_worker_gives_its_memory_back_and_the_next_job_starts_a_fresh_on
         w.close()
 
 
+def test_after_an_idle_exit_the_machine_is_known_at_once_and_a_run_still_finishes():
+    """Issue 29: an idle exit used to leave the next page waiting for a hello no worker was going to send."""
+    w = LabWorker(idle_s=0.5)
+    try:
+        info, clock = w.device_info("cpu"), w.clock("cpu")
+        _until(lambda: w.pid is None, timeout_s=30)
+        assert w.retired == 1
+        started = time.monotonic()
+        assert w.known("cpu") and w.device_info("cpu", timeout_s=1.0) == info and w.clock("cpu", 1.0) == clock
+        assert time.monotonic() - started < 0.5 and w.pid is None  # answered without any process
+        w.warm()  # what a visit to the lab does: a worker starts in the background for the next run
+        assert w.pid is not None
+        job = w.submit("compare", config=TINY)
+        _wait(job)
+        assert job.error is None and list(job.result.arms) == ["fp32", "fp16", "bf16"]
+    finally:
+        w.close()
+
+
+def test_an_idle_limit_shorter_than_a_workers_start_still_serves_every_run():
+    """The worker retires right after its hello each time; every run and every device query is still answered."""
+    w = LabWorker(idle_s=0.01)
+    try:
+        for _ in range(2):
+            assert w.device_info("cpu").device == "cpu"
+            job = w.submit("compare", config=TINY)
+            _wait(job)
+            assert job.error is None
+            _until(lambda: w.pid is None, timeout_s=30)
+        assert w.retired == 2
+    finally:
+        w.close()
+
+
+def test_a_worker_that_has_not_said_hello_within_the_bound_is_not_ready():
+    w = LabWorker()
+    try:
+        with pytest.raises(live.LiveError) as caught:
+            w.device_info("cpu", timeout_s=0.01)  # importing torch alone takes longer
+        assert caught.value.kind == "not_ready" and caught.value.numbers == (0.01,)
+        assert w.device_info("cpu").device == "cpu"  # the same worker, once it is up
+    finally:
+        w.close()
+
+
+def test_a_worker_does_not_run_the_page_script_that_started_it(tmp_path, monkeypatch):
+    """Under Streamlit ``__main__`` is the latest page script; ``spawn`` used to run it again in every worker."""
+    import types
+
+    marker = tmp_path / "ran"
+    script = tmp_path / "page.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    page = types.ModuleType("__main__")
+    page.__file__ = str(script)
+    page.__spec__ = None
+    monkeypatch.setitem(sys.modules, "__main__", page)
+    w = LabWorker()
+    try:
+        assert w.device_info("cpu").device == "cpu"
+        assert sys.modules["__main__"] is page  # put back
+    finally:
+        w.close()
+    assert not marker.exists()
+
+
 def test_the_idle_time_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("LENSA_WORKER_IDLE_S", "42")
     assert worker_idle_s() == 42.0 and LabWorker().idle_s == 42.0

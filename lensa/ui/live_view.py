@@ -54,6 +54,8 @@ def error_text(page: Page, exc: BaseException) -> str:
         if exc.kind == "too_long" and len(exc.numbers) == 2:
             need, limit = exc.numbers
             return page.t("live.error_too_long", seconds=page.seconds(need), limit=page.seconds(limit))
+        if exc.kind == "not_ready" and len(exc.numbers) == 1:
+            return page.t("live.error_not_ready", seconds=page.seconds(exc.numbers[0]))
         if exc.kind == "invalid":
             # The core's detail is English and names code fields; it goes to the log, not the page.
             _LOG.warning("live run refused: %s", exc.message)
