@@ -179,6 +179,9 @@ def _run_task(job_id: int, task: str, kwargs: dict[str, Any], events: Any, stop_
     def on_arm(arm: str, arm_result: Any, device: str, device_name: str) -> None:
         events.put(("arm", job_id, arm, arm_result, device, device_name))
 
+    if should_stop():  # stopped while this process was starting: the server has already ended the job
+        events.put(("error", job_id, "cancelled", "The run was stopped before it started.", ()))
+        return
     result: object
     try:
         if task == "compare":
@@ -609,9 +612,17 @@ class LabWorker:
             self._finish(job, error=error)
 
     def _enforce_stop(self, now: float) -> None:
-        """End the worker of a run that did not stop within :data:`STOP_GRACE_S` of Stop (noticed as its death)."""
+        """End a run that did not stop within :data:`STOP_GRACE_S` of Stop.
+
+        A worker still starting (no hello yet) has not begun the run: the job ends as cancelled at once, and the
+        worker, finding the stop already asked when it reads the request, skips it; killing it would only make
+        the next run wait for another start. A worker that is running it is ended (noticed as its death).
+        """
         job, proc = self._running, self._proc
         if job is None or proc is None or job.stop_asked is None or now - job.stop_asked < STOP_GRACE_S:
+            return
+        if not self._ready.is_set():
+            self._finish(job, error=LiveError("cancelled", "The run was stopped before it started."))
             return
         proc.kill()
         proc.join(timeout=2)
