@@ -1,4 +1,5 @@
-"""The sentences issue 29's second fact-check corrected, each against an independent source and the text that says it.
+"""The sentences issue 29's second fact-check corrected, each against an independent source and the text that says it;
+and the lab's words, which name no module or script (item 5).
 
 Every test reads both catalogues, so a sentence that drifts back to the old claim, in either language, fails here.
 The sources: ml_dtypes' and numpy's casts, torch's own autocast tables and casts, gfloat's MX block formats, and
@@ -25,6 +26,7 @@ from tests.pagetools import open_page
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
 
 ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 LANGS = i18n.LANGUAGES
 
 
@@ -126,7 +128,7 @@ def test_the_block_page_says_the_regime_the_core_finds(lang, outlier, regime):
 
 
 def test_the_readmes_block_scaling_bullet_names_both_significands():
-    readme = (ROOT / "README.md").read_text()
+    readme = README.read_text()
     bullet = readme[readme.index("- **Block scaling**") :].split("\n- ")[0]
     assert "1.75" in bullet and "1.8125" in bullet and "464" in bullet
     assert "above 1.75, MXFP8's OCP scale saturates it" not in " ".join(bullet.split())
@@ -320,3 +322,40 @@ def test_the_mxfp8_recipe_is_cited_as_its_current_version(lang):
     for key, v in catalogue.items():  # every mention of the paper names all four authors or says "et al."
         assert v.count("Mishra") == sum(v.count(c) for c in cited), key
     assert "Micikevicius" in (B.__doc__ or "")
+
+
+# --- the lab speaks to learners: no module path or script in what the lab page shows (item 5) ------------------------
+
+CODE_WORDS = re.compile(r"lensa\.[a-z_]|\w\.py\b|scripts/")
+
+
+def lab_keys() -> set[str]:
+    """The keys the lab page can show: its own and the live parts' sections, and every key pages/lab.py and
+    lensa/ui/live_view.py name (read from their calls, tests/catalogue_keys.py)."""
+    from tests import catalogue_keys
+
+    usage = catalogue_keys.scan(ROOT, {k.split(".")[0] for k in i18n.catalogue("en")})
+    named = {k for k, where in usage.exact.items() if any(w.startswith(LAB_FILES) for w in where)}
+    return named | {k for k in i18n.catalogue("en") if k.startswith(("lab.", "live."))}
+
+
+LAB_FILES = ("pages/lab.py", "lensa/ui/live_view.py")
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_no_lab_sentence_names_a_module_or_a_script(lang):
+    keys = lab_keys()
+    assert {"lab.memory_caption", "lab.intro", "live.error_crashed", "limits.recordings_busy"} <= keys
+    assert not notes_keys(keys)  # the lab page has no notes: everything it says is visible
+    named = {k: CODE_WORDS.findall(raw(k, lang)) for k in sorted(keys)}
+    assert {k: v for k, v in named.items() if v} == {}
+
+
+def notes_keys(keys: set[str]) -> set[str]:
+    return {k for k in keys if k.split(".")[-1].startswith("notes")}
+
+
+def test_the_code_words_are_found():
+    found = CODE_WORDS.findall("(lensa.lab_memory.lab_mlp_memory) and scripts/gpu_check.py")
+    assert found == ["lensa.l", "scripts/", "k.py"]
+    assert not CODE_WORDS.findall("Lensa's prediction, in Lensa. A 16-bit copy.")
