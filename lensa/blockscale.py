@@ -16,8 +16,11 @@ Scale rules (``amax`` is the largest magnitude in the block):
     exponent clipped to [-127, 127]; a block of zeros gets 2**-127. amax /
     scale lies in [2**emax, 2**(emax + 1)), which can pass max_elem: MXFP8
     E4M3's 448 is 1.75 * 2**8, so a block whose amax has a significand above
-    1.75 saturates its largest value.
-``"mx_ceil"`` (Mishra, Stosic and Layton, "Recipes for Pre-training LLMs with MXFP8", arXiv:2506.08027)
+    1.75 has its largest value scaled past 448. Rounding to nearest still
+    brings it back to 448 up to 464 = 1.8125 * 2**8 (the midpoint to the next
+    step, a tie that goes to 448); only a significand above 1.8125 (29/16)
+    saturates it (:func:`floor_regime` says which of the three a block is in).
+``"mx_ceil"`` (Mishra, Stosic, Layton and Micikevicius, "Recipes for Pre-training LLMs with MXFP8", arXiv:2506.08027)
     scale = 2**ceil(log2(amax / max_elem)): the power of two rounded *up*,
     so that amax / scale <= max_elem and nothing saturates. Computed exactly
     here: the smallest power of two with amax <= max_elem * scale, clipped as above.
@@ -48,8 +51,9 @@ stored as NaN (OCP MX: a NaN scale makes the whole block NaN).
 
 Public API: :data:`RECIPES`, :func:`quantize`, :func:`encode` (stored values,
 the scales, which values saturated), :func:`lost` (shares flushed and
-saturated, SQNR) and :func:`outcomes` (kept, rounded, flushed or saturated,
-per value).
+saturated, SQNR), :func:`outcomes` (kept, rounded, flushed or saturated,
+per value) and :func:`floor_regime` (where OCP's floor rule stands against
+the rounded-up scale).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any, Literal, NamedTuple
 
@@ -70,6 +74,7 @@ from lensa.formats import FORMATS, FloatFormat, classify, get_format, round_floa
 ScaleRule = Literal["amax", "mx_floor", "mx_ceil", "nvfp4"]
 Outcome = Literal["kept", "rounded", "flushed", "saturated"]
 OUTCOMES: tuple[Outcome, ...] = ("kept", "rounded", "flushed", "saturated")
+FloorRegime = Literal["fits", "rounds_back", "saturates"]
 
 _E8M0_LO, _E8M0_HI = -127, 127  # E8M0's exponents: 2**-127 ... 2**127
 _NVFP4_TENSOR_DIVISOR = np.float32(448.0 * 6.0)  # E4M3's max times E2M1's max
@@ -939,6 +944,27 @@ def lost(values: ArrayLike, recipe: str | Recipe) -> Lost:
     """What ``recipe`` loses on ``values``: shares flushed and saturated, and the SQNR in dB (see :func:`lost_all`)."""
     r = get_recipe(recipe)
     return lost_all(values, (r,))[r.key]
+
+
+def floor_regime(values: ArrayLike, recipe: str | Recipe = "mxfp8_e4m3") -> FloorRegime:
+    """Where OCP's floor rule (``recipe``, an ``"mx_floor"`` recipe) leaves ``values`` against the rounded-up scale.
+
+    ``"fits"``: every block gets the same scale under both rules (its amax, scaled, is at most the element's
+    largest value: for E4M3 a significand of at most 1.75). ``"rounds_back"``: some block's scale differs, its
+    largest value lands past the element's largest value under OCP's scale, and rounding to nearest brings it
+    back (E4M3: a significand above 1.75, up to 1.8125 = 464 / 2**8). ``"saturates"``: some value is past what
+    rounding absorbs and is clamped (:attr:`Encoded.saturated`; E4M3: a significand above 1.8125). A tensor of
+    several blocks is in the regime of its worst block.
+    """
+    r = get_recipe(recipe)
+    if r.rule != "mx_floor":
+        raise ValueError(f"{r.key} does not use OCP's floor rule (its rule is {r.rule!r})")
+    floor = encode(values, r)
+    if floor.saturated.any():
+        return "saturates"
+    ceil = encode(values, replace(r, key=f"{r.key}_ceil", rule="mx_ceil"))
+    same = np.array_equal(floor.block_scales, ceil.block_scales, equal_nan=True)
+    return "fits" if same else "rounds_back"
 
 
 # --- delayed scaling, replayed on a recorded amax sequence ---------------------------------------------------

@@ -118,6 +118,9 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(8192, "a stop of the tokens control (lensa.ui.site)"),
     ProseNumber(_E5M2.max, "FP8 E5M2's largest value (lensa.formats)"),
     ProseNumber(_FP16.max, "FP16's largest value (lensa.formats)"),
+    ProseNumber(
+        _FP16.overflow_threshold, "FP16's overflow threshold: from 65,520 up a value rounds to inf (lensa.formats)"
+    ),
     ProseNumber(_FP16.overflow_threshold - 1, "an inspector example just under FP16's overflow threshold, 65,520"),
     ProseNumber(0x7F, "FP8 E4M3's NaN code S.1111.111 with the sign clear (ml_dtypes.float8_e4m3fn)"),
     ProseNumber(0xFF, "FP8 E4M3's NaN code S.1111.111 with the sign set (ml_dtypes.float8_e4m3fn)"),
@@ -160,6 +163,11 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(SPREAD_DECADES, "lensa.gradients.SPREAD_DECADES: one decade"),
     ProseNumber(_a100_tflops("fp32"), "the A100's FP32 rate in TFLOP/s (lensa.speed.GPUS)"),
     ProseNumber(1.12, "PyTorch 1.12, which turned TF32 off for matrix multiplies by default (its release notes)"),
+    ProseNumber(
+        2.12,
+        "PyTorch 2.12, the first whose eager casts to float8_e4m3fn saturate at 448 instead of giving NaN "
+        "(pytorch/pytorch#178817; torchao's to_fp8_saturated says 2.11 and older did not)",
+    ),
     ProseNumber(7.5, "7.5B, an example of a typed parameter count (memory.params_help)"),
     ProseNumber(1.3e9, "1.3e9 and 1,300,000,000, examples of a typed parameter count (memory.params_help)"),
     ProseNumber(175e9, "175e9, an example of a typed parameter count (GPT-3's size)"),
@@ -170,7 +178,15 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(_E2M1.smallest_subnormal, "FP4 E2M1's smallest non-zero value (lensa.formats)"),
     ProseNumber(_E2M1.smallest_subnormal / 2, "half of FP4 E2M1's smallest non-zero value: below it, 0"),
     ProseNumber(1 + _E2M1.smallest_subnormal, "FP4 E2M1's value 1.5, 1 + 2^−1 (lensa.formats)"),
+    ProseNumber(
+        _E2M1.max / (_E2M1.smallest_subnormal / 2),
+        "24 = 6 ÷ 0.25: an NVFP4 block's values below about 1/24 of its largest round to 0 (quiz.blocks_q1_why)",
+    ),
     ProseNumber(_E4M3.max / 2.0**_E4M3.emax, "FP8 E4M3's largest significand, 448 = 1.75 × 2^8 (lensa.formats)"),
+    ProseNumber(
+        _E4M3.overflow_threshold / 2.0**_E4M3.emax,
+        "464 = 1.8125 × 2^8: past it OCP's MXFP8 scale clamps a block's largest value (lensa.blockscale.floor_regime)",
+    ),
     ProseNumber(2.0**_E4M3.emax, "2^8: FP8 E4M3's largest exponent; the outlier 2^8 above its block in quiz.blocks_q1"),
     ProseNumber(_MX_BLOCK - 1, "the other values of a 32-value MX block beside its outlier (lensa.blockscale.RECIPES)"),
     ProseNumber(8 / 2.0**_E4M3.emax, "8 ÷ 2^8: the others' bound when the outlier is scaled below 8 (quiz.blocks_q1)"),

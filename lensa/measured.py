@@ -377,7 +377,8 @@ def depth_finding(run: RunStats, fmt: str = "fp16", step: int | None = None) -> 
 # --- block recipes on a recorded run (file version 2) -----------------------------------------------------------
 
 # Which layers could go to a narrower recipe: the three families an engineer weighs, each by one recipe (MXFP8 with
-# the scale rounded up, as the MXFP8 pre-training recipe of Mishra, Stosic and Layton, arXiv:2506.08027, does).
+# the scale rounded up, as the MXFP8 pre-training recipe of Mishra, Stosic, Layton and Micikevicius, arXiv:2506.08027,
+# does).
 VERDICT_RECIPES: tuple[str, ...] = ("fp8_tensor", "mxfp8_e4m3_ceil", "nvfp4")
 # The thresholds are Lensa's product choice, not a published criterion (the page says so): a recipe "fits" a
 # tensor when it flushes at most 1% of its non-zero values to 0, saturates at most 0.1% of its values, and

@@ -86,7 +86,7 @@ def lesson() -> None:
             page.t("caption", i=OUTLIER_AT + 1),
         )
     recipe_table(recipes, label, encoded, lost)
-    layout.explain(page, explanation(lost, outlier), page.t("try"))
+    layout.explain(page, explanation(lost, outlier, blockscale.floor_regime(x)), page.t("try"))
     if selection is not None:
         recorded_run.recipe_section(page, selection)
 
@@ -133,8 +133,8 @@ def recipe_table(
     )
 
 
-def explanation(lost: dict[str, blockscale.Lost], outlier: float) -> str:
-    """What the block shows: which 4-bit recipes flush values to 0, and whether MXFP8's scale saturates."""
+def explanation(lost: dict[str, blockscale.Lost], outlier: float, regime: blockscale.FloorRegime) -> str:
+    """What the block shows: which 4-bit recipes flush values to 0, and where MXFP8's OCP scale stands (``regime``)."""
     mx4, nv4 = lost["mxfp4_e2m1"], lost["nvfp4"]
     floor, ceil = lost["mxfp8_e4m3"], lost["mxfp8_e4m3_ceil"]
     values = {
@@ -151,9 +151,7 @@ def explanation(lost: dict[str, blockscale.Lost], outlier: float) -> str:
         paragraph = page.t("explain_both_flush", **values)
     else:
         paragraph = page.t("explain_nothing_flushed", **values)
-    return (
-        paragraph + " " + page.t("explain_floor_saturates" if floor.saturated > 0 else "explain_floor_fits", **values)
-    )
+    return paragraph + " " + page.t(f"explain_floor_{regime}", **values)
 
 
 page = setup("blocks")

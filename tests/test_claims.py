@@ -104,11 +104,18 @@ def test_cuda_autocast_keeps_softmax_normalisation_and_losses_in_fp32():
             "softmax": torch.softmax(y, -1),
             "layer_norm": torch.nn.functional.layer_norm(y, (8,)),
             "loss": torch.nn.functional.mse_loss(y, x),
+            "exp": torch.exp(y),  # pointwise functions and reductions too (issue 29)
+            "rsqrt": torch.rsqrt(y.abs() + 1),
+            "sum": y.sum(),
+            "cumsum": y.cumsum(0),
         }
         conv = torch.nn.functional.conv1d(x[None], torch.randn(8, 8, 1, device="cuda"))
         gelu = torch.nn.functional.gelu(y)
-    assert (y.dtype, conv.dtype, gelu.dtype) == (torch.float16,) * 3
+        widest = torch.addcmul(y, y, x)  # the widest input type: FP32 here, with one FP32 input
+        narrow = torch.addcmul(y, y, y)
+    assert (y.dtype, conv.dtype, gelu.dtype, narrow.dtype) == (torch.float16,) * 4
     assert {k: v.dtype for k, v in kept.items()} == dict.fromkeys(kept, torch.float32)
+    assert widest.dtype == torch.float32
 
 
 # --- 4. TF32 is off for matrix multiplies by default, on for cuDNN convolutions ---------------------------------

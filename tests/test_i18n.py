@@ -211,6 +211,7 @@ def dynamic_keys() -> dict[str, set[str]]:
         "BF16 against FP16": family("bf16", "explain_", verdicts) | family("bf16_data", "explain_", verdicts),
         "step 2's regimes": family("fp16_range", "explain_", regimes) | family("fp16_range_data", "explain_", regimes),
         "block outcomes": family("blocks", "outcome_", blockscale.OUTCOMES),
+        "where OCP's MXFP8 scale stands": family("blocks", "explain_floor_", get_args(blockscale.FloorRegime)),
         "typed values out of range": family(
             "formats", "out_of_range_", _literal_values(get_type_hints(exact.Parsed)["out_of_range"])
         ),

@@ -40,6 +40,12 @@ def test_lab_runs_a_tiny_comparison_and_keeps_the_results():
     assert "**float16** in the FP16 arm" in proof and "**bfloat16** in the BF16 arm" in proof
     assert "**float32** in FP32" in proof and "loss stayed **float32**" in proof
     assert len(at.get("plotly_chart")) == 2  # loss curves and the FP16 arm's scale
+    # what the results say is said in a learner's words: no module path or script (issue 29)
+    from tests.test_fact_check_29 import CODE_WORDS
+
+    shown = [e.value for kind in ("markdown", "caption", "info", "warning", "error", "success") for e in at.get(kind)]
+    assert i18n.text("en", "lab.memory_caption") in shown
+    assert [s for s in shown if CODE_WORDS.search(s)] == []
     # An arm the worker's calibration found emulated and slower than FP32 in this run (past the 1.1x noise) is
     # said to be, with why; any other is not.
     from lensa.live.worker import default_worker

@@ -670,9 +670,47 @@ def test_a_version_1_file_still_loads_and_says_it_predates_recipes():
     v1 = {k: v for k, v in a.items() if k in R._ARRAYS}
     run = R.load(npz_bytes(with_header(v1, version=1)))
     assert run.version == 1 and not run.has_recipes and len(run) == len(small_run())
-    with pytest.raises(ValueError, match="predates block recipes"):
+    with pytest.raises(ValueError, match=r"predates block recipes \(file version 1\)"):
         run.get("weight_grad", "head.weight", 1).recipe("nvfp4")
     assert run.amax_names("weight_grad") == []
+    back = pickle.loads(pickle.dumps(run))  # pickled as the current version, it still came from a version-1 file
+    assert back.version == 1 and back == run
+    with pytest.raises(ValueError, match="predates block recipes"):
+        back.get("weight_grad", "head.weight", 1).recipe("nvfp4")
+
+
+def test_a_version_2_record_made_without_recipes_says_how_it_was_made_and_how_to_keep_them():
+    # issue 29: it used to say "predates block recipes (file version 1)" of a record that did not
+    x = np.random.default_rng(29).standard_normal((8, 64)).astype(np.float32)
+    plain = R.summarize(x)
+    run = R.RunStats()
+    run.add("activation", "fc", 1, plain)
+    run.add("weight", "fc.weight", 1, R.summarize(x, recipes=True))
+    back = R.load(run.to_bytes())
+    assert back.version == R.FILE_VERSION == 2 and not back.has_recipes
+    for record in (plain, back.get("activation", "fc", 1), pickle.loads(pickle.dumps(back)).get("activation", "fc", 1)):
+        with pytest.raises(ValueError) as err:
+            record.recipe("mxfp8_e4m3")
+        said = str(err.value)
+        assert "predates" not in said and "version 1" not in said
+        assert "made without block recipes" in said and "Recorder(..., recipes=True)" in said
+        assert "LensaCallback(..., recipes=True)" in said
+    assert back.get("weight", "fc.weight", 1).recipe("mxfp8_e4m3") == plain.with_recipes(x).recipe("mxfp8_e4m3")
+    with pytest.raises(ValueError, match="several tensors together"):
+        R.combine([back.get("weight", "fc.weight", 1), plain]).recipe("nvfp4")
+
+
+def test_a_records_origin_is_checked_and_not_compared():
+    x = np.linspace(-3, 3, 50, dtype=np.float32)
+    plain = R.summarize(x)
+    from dataclasses import replace
+
+    assert replace(plain, origin="version_1") == plain
+    with pytest.raises(ValueError, match="origin"):
+        replace(plain, origin="elsewhere")
+    with pytest.raises(ValueError, match="holds no block recipes"):
+        replace(R.summarize(x, recipes=True), origin="version_1")
+    assert replace(plain, origin="version_1").with_recipes(x).has_recipes  # recomputed from the values: a summary
 
 
 def test_amax_series_round_trip():

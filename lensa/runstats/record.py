@@ -30,7 +30,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -56,8 +56,23 @@ from lensa.runstats.binning import (
 )
 
 RECIPE_KEYS: tuple[str, ...] = tuple(RECIPES)  # the recipes a version-2 record keeps, in the file's order
+# Where a record came from, which says why one without block recipes has none (see TensorStats.recipe).
+Origin = Literal["summary", "version_1", "combined"]
 LOST_FIELDS: tuple[str, ...] = ("flushed", "saturated", "sqnr_db")
 
+
+# Why a record has no block recipes, by its origin (developer-facing: the pages and the report ask has_recipes first).
+_NO_RECIPES: dict[str, str] = {
+    "summary": (
+        "this record was made without block recipes (recipes=False, the default); to keep them, record with "
+        "Recorder(..., recipes=True) or LensaCallback(..., recipes=True), or summarize with recipes=True"
+    ),
+    "version_1": "this record predates block recipes (file version 1): record the run again with recipes=True",
+    "combined": (
+        "a record of several tensors together keeps no block recipes (blocks do not add up across tensors): "
+        "ask each tensor's own record"
+    ),
+}
 
 # --- the per-tensor record -----------------------------------------------------------------------------------
 
@@ -77,7 +92,9 @@ class TensorStats:
     ``exact_zero``, ``inf`` and ``nan`` count those values (either sign); ``size`` is the total.
     ``rel_error_sum[i]`` is the sum over the finite non-zero values of |stored - x| / |x| in
     ``SUMMARY_FORMATS[i]`` (inf where some value overflows to inf). ``lost_counts`` is set for updates
-    only (see :func:`lensa.runstats.summarize_update`).
+    only (see :func:`lensa.runstats.summarize_update`). ``origin`` says where the record came from: a summary of
+    one tensor (``"summary"``, the default), a file of version 1 (``"version_1"``, before block recipes), or
+    :func:`combine` (``"combined"``); only the last two can never hold recipes. It is not compared.
     """
 
     size: int
@@ -89,6 +106,7 @@ class TensorStats:
     rel_error_sum: tuple[float, ...]
     lost_counts: tuple[int, ...] | None = None
     recipes: tuple[tuple[float, float, float], ...] | None = None
+    origin: Origin = "summary"
 
     def __post_init__(self) -> None:
         if np.asarray(self.table).dtype.kind not in "iu":
@@ -123,16 +141,17 @@ class TensorStats:
 
     def recipe(self, recipe: str) -> Lost:
         """What ``recipe`` (a key of :data:`lensa.blockscale.RECIPES`) loses on this tensor: the same record as
-        ``lensa.blockscale.lost(tensor, recipe)``. ValueError when the record has none (a version-1 file)."""
+        ``lensa.blockscale.lost(tensor, recipe)``. ValueError when the record has none, saying why (its
+        ``origin``): made without recipes, read from a version-1 file, or several tensors combined."""
         key = get_recipe(recipe).key
         if self.recipes is None:
-            raise ValueError("this record predates block recipes (file version 1): record the run again")
+            raise ValueError(_NO_RECIPES[self.origin])
         return Lost(*self.recipes[RECIPE_KEYS.index(key)])
 
     def with_recipes(self, values: ArrayLike, workers: int = 1) -> TensorStats:
         """This record with what every block recipe loses on ``values`` (the tensor it summarises, shaped),
         worked out on ``workers`` threads."""
-        return replace(self, recipes=recipe_records(values, workers))
+        return replace(self, recipes=recipe_records(values, workers), origin="summary")
 
     @property
     def finite_nonzero(self) -> int:
@@ -223,7 +242,11 @@ def _check_tensor_stats(s: TensorStats) -> None:
             raise ValueError(f"need one lost count per format ({len(SUMMARY_FORMATS)})")
         if any(v < 0 or v > s.size - s.exact_zero for v in s.lost_counts):
             raise ValueError("lost counts must lie between 0 and the number of non-zero updates")
+    if s.origin not in _NO_RECIPES:
+        raise ValueError(f"a record's origin is one of {', '.join(_NO_RECIPES)}, not {s.origin!r}")
     if s.recipes is not None:
+        if s.origin != "summary":
+            raise ValueError(f"a record of origin {s.origin!r} holds no block recipes")
         if len(s.recipes) != len(RECIPE_KEYS) or any(len(row) != len(LOST_FIELDS) for row in s.recipes):
             raise ValueError(f"need {len(LOST_FIELDS)} numbers per block recipe ({len(RECIPE_KEYS)} recipes)")
         for key, (flushed, saturated, sqnr) in zip(RECIPE_KEYS, s.recipes, strict=True):
@@ -412,4 +435,5 @@ def combine(stats: Iterable[TensorStats]) -> TensorStats:
         table=table,
         rel_error_sum=tuple(rel.tolist()),
         lost_counts=lost,
+        origin="combined",
     )

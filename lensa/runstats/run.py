@@ -21,6 +21,7 @@ import math
 import os
 import zipfile
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import IO, Any
 
 import numpy as np
@@ -328,6 +329,8 @@ _MAX_UNPACKED_BYTES = 256 * 1024 * 1024
 def _unpickle(data: bytes, version: int) -> RunStats:
     run = load(data)
     run.version = version
+    if version == 1:  # pickled as the current version: its records still came from a version-1 file
+        run._tensors = {k: s if s.has_recipes else replace(s, origin="version_1") for k, s in run._tensors.items()}
     return run
 
 
@@ -529,6 +532,7 @@ def _load_tensors(run: RunStats, a: dict[str, NDArray[Any]], names: list[str], v
                 recipes=tuple(map(tuple, a["recipe_lost"][i].tolist()))
                 if version == 2 and a["has_recipes"][i]
                 else None,
+                origin="version_1" if version == 1 else "summary",
             )
             run.add(*label, stats)
         except ValueError as e:
