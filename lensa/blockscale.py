@@ -47,7 +47,13 @@ Blocks run over the last axis (``(1, n)``), or over the last two (``(128,
 ``None`` is the whole tensor. An axis that is not a multiple of the block is
 padded with zeros for the scale (zeros do not change amax) and cut back.
 A block with a NaN or an infinity gets a NaN scale, and all its values are
-stored as NaN (OCP MX: a NaN scale makes the whole block NaN).
+stored as NaN (OCP MX: a NaN scale makes the whole block NaN). An FP32 scale
+(the per-tensor and tile rules', NVFP4's tensor scale and its product with a
+block's) that would underflow to 0 is FP32's smallest positive number,
+2^-149, instead: a block of the tiniest float32 subnormals is then divided by
+2^-149, lands within the element's range, and is stored as FP32 arithmetic
+stores it, where a scale of 0 would give 0 / 0 (the power-of-two scales stop
+at E8M0's 2^-127 already).
 
 Public API: :data:`RECIPES`, :func:`quantize`, :func:`encode` (stored values,
 the scales, which values saturated), :func:`lost` (shares flushed and
@@ -78,6 +84,7 @@ FloorRegime = Literal["fits", "rounds_back", "saturates"]
 
 _E8M0_LO, _E8M0_HI = -127, 127  # E8M0's exponents: 2**-127 ... 2**127
 _NVFP4_TENSOR_DIVISOR = np.float32(448.0 * 6.0)  # E4M3's max times E2M1's max
+_SMALLEST_SCALE = np.float32(np.finfo(np.float32).smallest_subnormal)  # 2**-149: where an FP32 scale stops at
 
 
 @dataclass(frozen=True)
@@ -314,17 +321,17 @@ def _encode(values: ArrayLike, recipe: str | Recipe, details: bool) -> Encoded:
         amax, bad = _block_amax(b, br)
         tensor_scale: float | None = None
         if r.rule == "amax":
-            scale = np.where(amax > 0, amax / np.float32(f.max), np.float32(1.0)).astype(np.float32)
+            scale = _amax_scales(amax, f)
             block_scales = scale
         elif r.rule == "nvfp4":
             t_amax = np.float32(np.max(amax)) if amax.size else np.float32(0)
-            ts = t_amax / _NVFP4_TENSOR_DIVISOR if t_amax > 0 else np.float32(1.0)
+            ts = _nvfp4_tensor_scale(t_amax)
             tensor_scale = float(ts)
             block = (amax / np.float32(f.max)) / ts
             smallest_normal = np.float32(FORMATS["fp8_e4m3"].smallest_normal)
             block = np.clip(block, smallest_normal, np.float32(FORMATS["fp8_e4m3"].max))
             block_scales = block.astype(FORMATS["fp8_e4m3"].dtype).astype(np.float32)
-            scale = (ts * block_scales).astype(np.float32)
+            scale = np.maximum(ts * block_scales, _SMALLEST_SCALE).astype(np.float32)
         else:
             e = _mx_exponent(amax, f, r.rule)
             scale = np.ldexp(np.float32(1.0), e).astype(np.float32)
@@ -414,14 +421,27 @@ def _db(signal: float, noise: float) -> float:
     return 10 * math.log10(signal / noise)
 
 
+def _amax_scales(amax: NDArray[np.float32], f: FloatFormat) -> NDArray[np.float32]:
+    """The per-tensor and tile rules' scales, amax / max in FP32: 1 for a block of zeros, at least 2**-149."""
+    scale = np.maximum(amax / np.float32(f.max), _SMALLEST_SCALE)
+    return np.where(amax > 0, scale, np.float32(1.0)).astype(np.float32)
+
+
+def _nvfp4_tensor_scale(tensor_amax: np.float32) -> np.float32:
+    """NVFP4's FP32 scale per tensor, amax / (448 * 6): 1 for a tensor of zeros, at least 2**-149."""
+    if not tensor_amax > 0:
+        return np.float32(1.0)
+    return np.float32(max(np.float32(tensor_amax / _NVFP4_TENSOR_DIVISOR), _SMALLEST_SCALE))
+
+
 def _block_scales(r: Recipe, amax: NDArray[np.float32], tensor_amax: np.float32) -> NDArray[np.float32]:
     """Each block's scale (what its values are divided by), as :func:`encode` computes it, for finite blocks."""
     f = r.element_format
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if r.rule == "amax":
-            return np.where(amax > 0, amax / np.float32(f.max), np.float32(1.0)).astype(np.float32)
+            return _amax_scales(amax, f)
         if r.rule == "nvfp4":
-            ts = tensor_amax / _NVFP4_TENSOR_DIVISOR if tensor_amax > 0 else np.float32(1.0)
+            ts = _nvfp4_tensor_scale(tensor_amax)
             block = np.ascontiguousarray(amax / np.float32(f.max), np.float32)
             block /= ts
             e4m3 = FORMATS["fp8_e4m3"]
@@ -431,6 +451,7 @@ def _block_scales(r: Recipe, amax: NDArray[np.float32], tensor_amax: np.float32)
             # value within E4M3's normal range, so nothing saturates
             scales: NDArray[np.float32] = round_float32(block, e4m3, inplace=True)
             scales *= ts
+            np.maximum(scales, _SMALLEST_SCALE, out=scales)
             return scales
         return _powers_of_two(_mx_exponent(amax, f, r.rule))
 
