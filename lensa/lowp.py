@@ -231,6 +231,50 @@ class Pass:
     rounding: Rounding
     rotated: bool
 
+    @property
+    def down(self) -> bool:
+        """Whether the blocks run down the tensor's first axis (the weight along N, the wgrad inputs along M)
+        rather than along its last."""
+        return self.axis == "M" or (self.role == "weight" and self.axis == "N")
+
+
+def pass_class(p: Pass, delayed: bool = False) -> str:
+    """What a pass costs depends on: its recipe (``bf16`` for a BF16 copy), rounding, rotation, direction, and
+    whether a delayed scale is kept; the lab's clock times each class (:mod:`lensa.live.clock`)."""
+    name = "bf16" if p.recipe is None else p.recipe.key
+    tail = ("rot " if p.rotated else "") + ("down" if p.down else "along") + (" delayed" if delayed else "")
+    return f"{name} {p.rounding} {tail}"
+
+
+def layer_passes(recipe: TrainingRecipe, m: int, k: int, n: int, dgrad: bool = True) -> tuple[tuple[Pass, str], ...]:
+    """:func:`passes` with each pass's :func:`pass_class`."""
+    return tuple(
+        (p, pass_class(p, recipe.scaling == "delayed" and p.recipe is not None and p.recipe.block is None))
+        for p in passes(recipe, m, k, n, dgrad)
+    )
+
+
+def model_passes(recipe: TrainingRecipe, shapes: list[tuple[int, int, int, bool]]) -> tuple[tuple[Pass, str], ...]:
+    """The passes of one step of a model whose linear layers have ``shapes`` ((m, k, n, dgrad) each, in order),
+    the last ``recipe.keep_bf16`` of them in BF16."""
+    out: list[tuple[Pass, str]] = []
+    for i, (m, k, n, dgrad) in enumerate(shapes):
+        layer_recipe = bf16_layer(recipe) if i >= len(shapes) - recipe.keep_bf16 else recipe
+        out.extend(layer_passes(layer_recipe, m, k, n, dgrad))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class LayerShare:
+    """What one tensor of one layer lost over the steps counted: ``values`` quantized, and the shares (0..1)
+    ``flushed`` (of the values not 0, stored as 0) and ``saturated`` (of all, clamped to the element's largest)."""
+
+    layer: str
+    role: str
+    values: int
+    flushed: float
+    saturated: float
+
 
 def _same_both_ways(r: Recipe | None) -> bool:
     """A tensor stored alike whichever axis its blocks run along: a per-tensor scale, or square blocks."""

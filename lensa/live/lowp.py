@@ -14,7 +14,8 @@ the same FP32 operations, and the same rounding (ties to even, saturation at the
 ``hi = lo + step``, up with probability ``(y - lo) / step``: its expected value is ``y`` (unbiased) wherever that
 probability is a multiple of 2**-24, which it is for every ``y`` at least 2**-24 steps above ``lo`` (the uniform
 draws, ``torch.rand``'s, are multiples of 2**-24); nearer ``lo`` it rounds up with probability 2**-24, slightly
-more often than it should. A value past the element's largest is clamped to it (saturated), not rounded.
+more often than it should. A value past the element's largest is clamped to it, not rounded (counted as saturated only past what rounding
+to nearest would keep, as :mod:`lensa.blockscale` counts).
 
 ``hadamard=True`` rotates each 16 values along the last axis by R = diag(s) · H16 / 4 (Sylvester's Hadamard
 matrix, the sign vector ``s`` = :data:`lensa.lowp.HADAMARD_SIGNS`, Transformer Engine's), quantizes, and rotates
@@ -60,6 +61,7 @@ from lensa.lowp import (
     HADAMARD_SIZE,
     ROLES,
     TRAINING_RECIPES,
+    LayerShare,
     Pass,
     Role,
     Rounding,
@@ -162,10 +164,11 @@ def _block_scales(r: Recipe, amax: torch.Tensor) -> torch.Tensor:
     return _powers_of_two(torch.clamp_min(e, -127))
 
 
-def _saturation(f: FloatFormat, rounding: Rounding) -> tuple[float, bool]:
-    """(threshold, inclusive): a scaled magnitude past it (at it, when inclusive) saturates."""
-    if rounding == "stochastic":
-        return f.max, False
+def _saturation(f: FloatFormat) -> tuple[float, bool]:
+    """(threshold, inclusive): a scaled magnitude past it (at it, when inclusive) is counted as saturated, whatever
+    the rounding: past the largest value by more than rounding to nearest absorbs (:mod:`lensa.blockscale`'s
+    definition). Stochastic rounding clamps anything past the largest value, but counting the values a hair above
+    it (a block's amax, when the block's scale was rounded down) would make it look worse than it is."""
     return f.overflow_threshold, _tie_goes_up(f)
 
 
@@ -227,7 +230,7 @@ def _quantize(
         s = torch.reciprocal(scale).reshape(1, 1, 1, 1, 1).masked_fill(bad, math.nan)  # TE's scale_inv
         a.mul_(scale)
     if counts is not None:
-        threshold, inclusive = _saturation(f, rounding)
+        threshold, inclusive = _saturation(f)
         counts.values += x.numel()
         counts.saturated += int(((a >= threshold) if inclusive else (a > threshold)).sum())
     a.clamp_max_(f.max)
@@ -606,17 +609,6 @@ def full_precision(model: nn.Module) -> Iterator[None]:
             m.lowp.enabled = was
 
 
-@dataclass(frozen=True)
-class LayerShare:
-    """What one tensor of one layer lost over the counted steps: shares (0..1) of its values."""
-
-    layer: str
-    role: str
-    values: int
-    flushed: float  # of the values that were not 0
-    saturated: float  # of all values
-
-
 def layer_shares(model: nn.Module) -> tuple[LayerShare, ...]:
     """Each quantized layer's tensors' shares flushed and saturated, summed over the steps counted."""
     out = []
@@ -628,6 +620,30 @@ def layer_shares(model: nn.Module) -> tuple[LayerShare, ...]:
             flushed = c.flushed / c.nonzero if c.nonzero else 0.0
             out.append(LayerShare(m.lowp.name, role, c.values, flushed, c.saturated / c.values))
     return tuple(out)
+
+
+def pass_timer(p: Pass, delayed: bool, rows: int, cols: int, device: str, counting: bool = False) -> Any:
+    """A function that makes pass ``p`` once on a (rows, cols) tensor of normal values on ``device``: what the
+    lab's clock times (:mod:`lensa.live.clock`). ``delayed``: keep a delayed scale, as ``fp8_delayed`` does."""
+    spec: Any = BF16 if p.recipe is None else p.recipe
+    probe = TrainingRecipe(
+        "probe",
+        "probe",
+        spec,
+        spec,
+        spec,
+        p.rounding,
+        p.rounding,
+        p.rounding,
+        scaling="delayed" if delayed else "current",
+    )
+    layer = LayerState("probe", probe, ModelState(seed=0))
+    t = torch.randn(rows, cols, generator=torch.Generator().manual_seed(0)).to(device)
+
+    def run() -> torch.Tensor:
+        return _operand(layer, p, t, counting, True, p.down)
+
+    return run
 
 
 __all__ = [
