@@ -108,6 +108,7 @@ from lensa.live.matmul import (
 )
 from lensa.live.rows import (
     CLEARLY_FASTER,
+    CLOSE_TO_BF16_PCT,
     ComparisonRow,
     RecipeRow,
     arm_scale_history,
@@ -136,6 +137,7 @@ __all__ = [
     "ARMS",
     "ARM_LABELS",
     "CLEARLY_FASTER",
+    "CLOSE_TO_BF16_PCT",
     "CPU_FLAGS_OF_INTEREST",
     "DEFAULT_CANDIDATES",
     "DEFAULT_RUN_SECONDS",

@@ -14,8 +14,8 @@ the same FP32 operations, and the same rounding (ties to even, saturation at the
 ``hi = lo + step``, up with probability ``(y - lo) / step``: its expected value is ``y`` (unbiased) wherever that
 probability is a multiple of 2**-24, which it is for every ``y`` at least 2**-24 steps above ``lo`` (the uniform
 draws, ``torch.rand``'s, are multiples of 2**-24); nearer ``lo`` it rounds up with probability 2**-24, slightly
-more often than it should. A value past the element's largest is clamped to it, not rounded (counted as saturated only past what rounding
-to nearest would keep, as :mod:`lensa.blockscale` counts).
+more often than it should. A value past the element's largest is clamped to it, not rounded (counted as saturated only
+past what rounding to nearest would keep, as :mod:`lensa.blockscale` counts).
 
 ``hadamard=True`` rotates each 16 values along the last axis by R = diag(s) · H16 / 4 (Sylvester's Hadamard
 matrix, the sign vector ``s`` = :data:`lensa.lowp.HADAMARD_SIGNS`, Transformer Engine's), quantizes, and rotates

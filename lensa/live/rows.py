@@ -106,6 +106,9 @@ def rows_to_csv(
 
 # --- the arms below 16 bits ----------------------------------------------------------------------------------------
 
+CLOSE_TO_BF16_PCT = 1.0
+"""A recipe whose final loss lies at most this many percent above BF16's is counted as keeping up with it."""
+
 FINAL_SHARE = 0.1
 """An arm's final loss is the mean training loss of its last tenth of steps (one at least): a single step's loss
 moves with its batch."""

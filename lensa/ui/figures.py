@@ -636,6 +636,104 @@ def loss_curves(
     return _figure(data, layout, table=table, alt=alt)
 
 
+def loss_facets(
+    panels: Sequence[tuple[str, str, Sequence[float]]],
+    references: Sequence[tuple[str, str, Sequence[float]]],
+    axis_step: str,
+    axis_loss: str,
+    lang: str,
+    columns: int = 3,
+) -> go.Figure:
+    """One small chart per arm below 16 bits, each its loss per step over the ``references`` (FP32's and BF16's,
+    the same lines in every chart): ``panels`` are (format key for the colour, label, losses), ``references``
+    (arm key: ``"fp32"`` or ``"bf16"``, label, losses). Every chart shares the y axis's range, so the gaps compare."""
+    rows = max(1, -(-len(panels) // columns))
+    every = [v for _k, _l, losses in (*panels, *references) for v in losses if math.isfinite(v)]
+    top = max(every, default=1.0)
+    data: list[Spec] = []
+    annotations: list[Spec] = []
+    layout_axes: Spec = {}
+    for i, (key, label, losses) in enumerate(panels):
+        axis = "" if i == 0 else str(i + 1)
+        for ref_key, ref_label, ref in references:
+            data.append(
+                {
+                    "type": "scatter",
+                    "x": list(range(1, len(ref) + 1)),
+                    "y": _floats(ref),
+                    "mode": "lines",
+                    "name": ref_label,
+                    "legendgroup": ref_key,
+                    "showlegend": i == 0,
+                    "xaxis": f"x{axis}",
+                    "yaxis": f"y{axis}",
+                    "line": {"color": FORMAT_COLOURS[ref_key], "width": 1.5, "dash": ARM_DASHES.get(ref_key, "solid")},
+                    "hovertemplate": f"{ref_label}: %{{y:.4f}}" + HIDE_TRACE_NAME,
+                }
+            )
+        data.append(
+            {
+                "type": "scatter",
+                "x": list(range(1, len(losses) + 1)),
+                "y": _floats(losses),
+                "mode": "lines",
+                "name": label,
+                "showlegend": False,
+                "xaxis": f"x{axis}",
+                "yaxis": f"y{axis}",
+                "line": {"color": FORMAT_COLOURS.get(key, NEUTRAL), "width": 2.5},
+                "hovertemplate": f"{label}: %{{y:.4f}}" + HIDE_TRACE_NAME,
+            }
+        )
+        row, col = divmod(i, columns)
+        layout_axes[f"xaxis{axis}"] = {
+            "fixedrange": True,
+            "showticklabels": row == rows - 1,
+            "title": {"text": axis_step if row == rows - 1 else ""},
+        }
+        layout_axes[f"yaxis{axis}"] = {
+            "fixedrange": True,
+            "range": [0, top * 1.05],
+            "showticklabels": col == 0,
+            "title": {"text": axis_loss if col == 0 else ""},
+        }
+        annotations.append(
+            {
+                "text": label,
+                "xref": f"x{axis} domain",
+                "yref": f"y{axis} domain",
+                "x": 0.5,
+                "y": 1.0,
+                "xanchor": "center",
+                "yanchor": "bottom",
+                "showarrow": False,
+                "font": {"size": 11},
+            }
+        )
+    layout = _layout(
+        max(220, 170 * rows + 60),
+        lang,
+        grid={"rows": rows, "columns": columns, "pattern": "independent", "ygap": 0.35, "xgap": 0.08},
+        annotations=annotations,
+        **layout_axes,
+    )
+    layout["margin"] = {"l": 8, "r": 8, "t": 48, "b": 8}
+    series = [*references, *panels]
+    longest = max((len(losses) for _, _, losses in series), default=0)
+
+    def cell(losses: Sequence[float], i: int) -> str:
+        return i18n.number(float(losses[i]), lang, 4) if i < len(losses) else "—"
+
+    table = _table(
+        lang,
+        (axis_step, *(label for _, label, _ in series)),
+        [(i + 1, *(cell(losses, i) for _, _, losses in series)) for i in range(longest)],
+    )
+    last = ", ".join(f"{label} {cell(losses, len(losses) - 1)}" for _, label, losses in series if len(losses))
+    alt = _words(lang, "alt_facets", n=i18n.number(len(panels), lang), y=axis_loss, x=axis_step, last=last)
+    return _figure(data, layout, table=table, alt=alt)
+
+
 # --- step 4 ----------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from lensa.blockscale import RECIPES
 from lensa.exact import try_parse_exact
 from lensa.formats import FormatGroup
+from lensa.lowp import TRAINING_RECIPES
 from lensa.memory import CHECKPOINTING, OPTIMIZERS
 from lensa.models import DEFAULT_PRESET, PRESETS
 from lensa.runstats import KINDS
@@ -158,6 +159,10 @@ PAGES: tuple[PageInfo, ...] = (
             NumberControl("trace_spike", tuple(range(25)), 12, integer=True),
             NumberControl("trace_factor", (1e2, 1e3, 1e4, 1e5, 1e6, 1e8), 1e4, log=True),
             NumberControl("trace_growth", (1, 2, 3, 4, 5, 10), 3, integer=True),
+            # The comparison of the recipes below 16 bits: which of them (lensa.ui.live_view.RECIPE_GROUPS), and
+            # the one whose layers its table shows.
+            ChoiceControl("recipes", ("all", "fp8", "fp4"), "all"),
+            ChoiceControl("recipe_layers", tuple(TRAINING_RECIPES), "nvfp4_recipe"),
         ),
     ),
 )
