@@ -27,8 +27,10 @@ these recipes, and the lab's clock (:mod:`lensa.live.config`) costs them from :f
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -141,6 +143,16 @@ class TrainingRecipe:
     def rounding(self, role: Role) -> Rounding:
         value: Rounding = getattr(self, f"{role}_rounding")
         return value
+
+
+def element_of(key: str) -> str:
+    """The element format that draws an arm: ``key`` itself for ``"fp32"``, ``"fp16"`` and ``"bf16"``; for a
+    recipe of :data:`TRAINING_RECIPES`, its input's element format (a key of :data:`lensa.formats.FORMATS`)."""
+    recipe = TRAINING_RECIPES.get(key)
+    if recipe is None:
+        return key
+    r = recipe.operand("input") or recipe.operand("weight")
+    return r.element if r is not None else BF16
 
 
 def bf16_layer(recipe: TrainingRecipe) -> TrainingRecipe:
@@ -308,6 +320,31 @@ def passes(recipe: TrainingRecipe, m: int, k: int, n: int, dgrad: bool = True) -
     grad_uses = [("dgrad", "N", False), ("wgrad", "M", rotate)] if dgrad else [("wgrad", "M", rotate)]
     add("grad", m * n, grad_uses)
     return tuple(out)
+
+
+# --- what a run's losses say -------------------------------------------------------------------------------------
+
+FINAL_SHARE = 0.1
+"""An arm's final loss is the mean training loss of its last tenth of steps (one at least): a single step's loss
+moves with its batch."""
+
+
+def final_loss(losses: Sequence[float] | NDArray[np.floating[Any]]) -> float:
+    """The mean of the last :data:`FINAL_SHARE` of ``losses`` (NaN when one of them is not finite, or none)."""
+    a = np.asarray(losses, np.float64).reshape(-1)
+    if not a.size:
+        return math.nan
+    tail = a[-max(1, round(FINAL_SHARE * a.size)) :]
+    return float(tail.mean()) if np.isfinite(tail).all() else math.nan
+
+
+def diverged(losses: Sequence[float] | NDArray[np.floating[Any]]) -> bool:
+    """Whether a run failed to train: a loss that is not finite, or a final loss (:func:`final_loss`) above the
+    first step's (the loss the initial weights gave)."""
+    a = np.asarray(losses, np.float64).reshape(-1)
+    if not a.size or not np.isfinite(a).all():
+        return True
+    return bool(final_loss(a) > a[0])
 
 
 # --- the rotation -----------------------------------------------------------------------------------------------

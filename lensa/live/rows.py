@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from lensa import lowp
 from lensa.measured import ScalerHistory
 
 if TYPE_CHECKING:
@@ -109,29 +110,15 @@ def rows_to_csv(
 CLOSE_TO_BF16_PCT = 1.0
 """A recipe whose final loss lies at most this many percent above BF16's is counted as keeping up with it."""
 
-FINAL_SHARE = 0.1
-"""An arm's final loss is the mean training loss of its last tenth of steps (one at least): a single step's loss
-moves with its batch."""
-
 
 def final_loss(result: ArmResult) -> float:
-    """The mean of the last :data:`FINAL_SHARE` of ``result``'s training losses (NaN when one is not finite)."""
-    losses = result.losses
-    if not losses:
-        return math.nan
-    tail = losses[-max(1, round(FINAL_SHARE * len(losses))) :]
-    if not all(math.isfinite(v) for v in tail):
-        return math.nan
-    return sum(tail) / len(tail)
+    """:func:`lensa.lowp.final_loss` of ``result``'s training losses: the mean of the last tenth."""
+    return lowp.final_loss(result.losses)
 
 
 def diverged(result: ArmResult) -> bool:
-    """Whether an arm failed to train: a loss that is not finite, or a final loss (:func:`final_loss`) above the
-    first step's (the loss the initial weights gave)."""
-    losses = result.losses
-    if not losses or not all(math.isfinite(v) for v in losses):
-        return True
-    return final_loss(result) > losses[0]
+    """:func:`lensa.lowp.diverged` of ``result``'s training losses."""
+    return lowp.diverged(result.losses)
 
 
 def gap_percent(comparison: Comparison, arm: str, base: str = "bf16") -> float | None:

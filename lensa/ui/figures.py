@@ -1523,3 +1523,197 @@ def block_strips(
     )
     alt = _words(lang, "alt_strips", n=n, rows=counts)
     return _figure(data, layout, table=_table(lang, headers, table_rows), alt=alt)
+
+
+# --- training below 16 bits ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoundingLabels:
+    """The words of :func:`rounding_means`: axes, the lines' names and their hover texts."""
+
+    axis_draws: str
+    axis_value: str
+    mean: str
+    value: str
+    nearest: str
+    grid: str
+
+
+def rounding_means(
+    means: Sequence[float],
+    value: float,
+    nearest: float,
+    low: float,
+    high: float,
+    labels: RoundingLabels,
+    lang: str,
+) -> go.Figure:
+    """The mean of the first n stochastic roundings of ``value`` (n = 1, 2, ...), against the value itself, what
+    round-to-nearest gives every time, and the two neighbours of the grid it rounds between."""
+    n = list(range(1, len(means) + 1))
+    flat = [1, len(means)]
+    data: list[Spec] = [
+        {
+            "type": "scatter",
+            "x": [*flat, None, *flat],
+            "y": [low, low, None, high, high],
+            "mode": "lines",
+            "name": labels.grid,
+            "line": {"color": NEUTRAL, "width": 1, "dash": "dot"},
+            "hoverinfo": "skip",
+        },
+        {
+            "type": "scatter",
+            "x": flat,
+            "y": [nearest, nearest],
+            "mode": "lines",
+            "name": labels.nearest,
+            "line": {"color": FORMAT_COLOURS["fp16"], "width": 2.5, "dash": "dash"},
+            "hovertemplate": f"{labels.nearest}: %{{y:.4f}}" + HIDE_TRACE_NAME,
+        },
+        {
+            "type": "scatter",
+            "x": flat,
+            "y": [value, value],
+            "mode": "lines",
+            "name": labels.value,
+            "line": {"color": FORMAT_COLOURS["fp32"], "width": 2},
+            "hovertemplate": f"{labels.value}: %{{y:.4f}}" + HIDE_TRACE_NAME,
+        },
+        {
+            "type": "scatter",
+            "x": n,
+            "y": _floats(means),
+            "mode": "lines",
+            "name": labels.mean,
+            "line": {"color": FORMAT_COLOURS["fp4_e2m1"], "width": 2.5},
+            "hovertemplate": f"{labels.mean} (n = %{{x}}): %{{y:.4f}}" + HIDE_TRACE_NAME,
+        },
+    ]
+    pad = (high - low) * 0.08
+    layout = _layout(
+        300,
+        lang,
+        xaxis={"title": {"text": labels.axis_draws}, "fixedrange": True, "type": "log"},
+        yaxis={"title": {"text": labels.axis_value}, "fixedrange": True, "range": [low - pad, high + pad]},
+    )
+    marks = sorted({1, 10, 100, len(means)} & set(n))
+    table = _table(
+        lang,
+        (labels.axis_draws, labels.mean, labels.value, labels.nearest),
+        [(i18n.number(k, lang), *(i18n.number(v, lang, 4) for v in (means[k - 1], value, nearest))) for k in marks],
+    )
+    alt = _words(
+        lang,
+        "alt_rounding",
+        n=i18n.number(len(means), lang),
+        mean=i18n.number(float(means[-1]), lang, 4),
+        value=i18n.number(value, lang, 4),
+        nearest=i18n.number(nearest, lang, 4),
+    )
+    return _figure(data, layout, table=table, alt=alt)
+
+
+def rotation_bars(
+    values: Sequence[float],
+    rotated: Sequence[float],
+    names: tuple[str, str],
+    axis_index: str,
+    axis_value: str,
+    lang: str,
+) -> go.Figure:
+    """A block's values and the same block rotated, side by side per position (the rotated one hatched)."""
+    idx = list(range(1, len(values) + 1))
+    data: list[Spec] = [
+        {
+            "type": "bar",
+            "x": idx,
+            "y": _floats(values),
+            "name": names[0],
+            "marker": {"color": FORMAT_COLOURS["fp32"]},
+            "hovertemplate": f"{names[0]} %{{x}}: %{{y:.4g}}" + HIDE_TRACE_NAME,
+        },
+        {
+            "type": "bar",
+            "x": idx,
+            "y": _floats(rotated),
+            "name": names[1],
+            "marker": {"color": FORMAT_COLOURS["fp4_e2m1"], "pattern": _hatch("/")},
+            "hovertemplate": f"{names[1]} %{{x}}: %{{y:.4g}}" + HIDE_TRACE_NAME,
+        },
+    ]
+    layout = _layout(
+        300,
+        lang,
+        barmode="group",
+        xaxis={"title": {"text": axis_index}, "fixedrange": True, "dtick": 1},
+        yaxis={"title": {"text": axis_value}, "fixedrange": True, "zeroline": True},
+    )
+    table = _table(
+        lang,
+        (axis_index, *names),
+        [
+            (i, i18n.sci(float(a), lang, 3), i18n.sci(float(b), lang, 3))
+            for i, a, b in zip(idx, values, rotated, strict=True)
+        ],
+    )
+    alt = _words(
+        lang,
+        "alt_rotation",
+        n=i18n.number(len(values), lang),
+        before=i18n.sci(float(max(abs(v) for v in values)), lang, 3),
+        after=i18n.sci(float(max(abs(v) for v in rotated)), lang, 3),
+    )
+    return _figure(data, layout, table=table, alt=alt)
+
+
+def signed_bars(
+    names: Sequence[str],
+    values: Sequence[float],
+    colours: Sequence[str],
+    texts: Sequence[str],
+    axis_title: str,
+    lang: str,
+) -> go.Figure:
+    """Horizontal bars that may point either way from 0, one per row top to bottom, each with its value beside it
+    (a value that is not finite is drawn as no bar, its text still written)."""
+    finite = [v if math.isfinite(v) else 0.0 for v in values]
+    reach = max([abs(v) for v in finite] + [1e-9]) * 1.35
+    data: list[Spec] = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "x": finite,
+            "y": list(range(len(names))),
+            "marker": {"color": list(colours)},
+            "text": list(texts),
+            "textposition": "outside",
+            "cliponaxis": False,
+            "hovertext": [f"{n}: {t}" for n, t in zip(names, texts, strict=True)],
+            "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+            "showlegend": False,
+        }
+    ]
+    layout = _layout(
+        max(200, 26 * len(names) + 60),
+        lang,
+        margin={"l": 8, "r": 24, "t": 8, "b": 8},
+        xaxis={
+            "title": {"text": axis_title},
+            "range": [min(0.0, min(finite) * 1.35), reach if max(finite) > 0 else reach * 0.2],
+            "fixedrange": True,
+            "zeroline": True,
+        },
+        yaxis={
+            "range": [len(names) - 0.5, -0.5],
+            "tickvals": list(range(len(names))),
+            "ticktext": list(names),
+            "fixedrange": True,
+            "showgrid": False,
+        },
+    )
+    rows = list(zip(names, texts, strict=True))
+    table = _table(lang, (_words(lang, "col_item"), axis_title), rows)
+    alt = _words(lang, "alt_bars", bars="; ".join(f"{name}: {text}" for name, text in rows))
+    return _figure(data, layout, table=table, alt=alt)

@@ -290,14 +290,10 @@ RECIPE_GROUPS.update(_groups())
 
 
 def arm_colour_key(arm: str) -> str:
-    """The format whose colour draws ``arm``: the arm's own for FP32, FP16 and BF16, else its recipe's element."""
-    from lensa.lowp import TRAINING_RECIPES
+    """The format whose colour draws ``arm`` (:func:`lensa.lowp.element_of`)."""
+    from lensa.lowp import element_of
 
-    recipe = TRAINING_RECIPES.get(arm)
-    if recipe is None:
-        return arm
-    r = recipe.operand("input") or recipe.operand("weight")
-    return r.element if r is not None else "bf16"
+    return element_of(arm)
 
 
 def _gap(page: Page, gap: float | None) -> str:
