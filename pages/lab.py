@@ -106,8 +106,14 @@ with recipes_area:
     group = widgets.choice(page, "recipes", page.t("recipes_group"), lambda v: page.t(f"recipes_group_{v}"))
     recipes_job: Job | None = st.session_state.get(RECIPES_JOB)
     recipes_done = recipes_job is not None and recipes_job.done and recipes_job.result is not None
+    with recipes_results_area:
+        recipes_summary_area, recipes_layers_control, recipes_layers_area = (
+            st.container(),
+            st.container(),
+            st.container(),
+        )
     if recipes_done:
-        with recipes_results_area:
+        with recipes_layers_control:
             layers_of = widgets.dropdown(
                 page, "recipe_layers", page.t("recipes_layers_of"), lambda v: page.t(f"lab.arm_{v}")
             )
@@ -330,7 +336,7 @@ with recipes_area:
         jobs.follow(page, recipes_job, lambda j: page.t("running_pct", pct=page.pct(j.fraction)))
         st.rerun()  # draw the finished run with its controls
 
-with recipes_results_area:
+with recipes_summary_area:
     if recipes_job is not None and recipes_job.done:
         if recipes_job.error is not None:
             st.error(live_view.error_text(page, recipes_job.error), icon=":material/error:")
@@ -369,9 +375,17 @@ with recipes_results_area:
                     page.t("recipes_chart_caption"),
                 )
             if recipes_done and layers_of in compared.arms:
-                st.markdown(f"**{page.t('recipes_layers_title', arm=page.t(f'lab.arm_{layers_of}'))}**")
-                st.dataframe(live_view.layer_table(page, compared.arms[layers_of]), hide_index=True, width="stretch")
-                st.caption(page.t("recipes_layers_caption", n=page.num(len(compared.arms[layers_of].counted_steps))))
+                with recipes_layers_area:
+                    st.markdown(f"**{page.t('recipes_layers_title', arm=page.t(f'lab.arm_{layers_of}'))}**")
+                    st.dataframe(
+                        live_view.layer_table(page, compared.arms[layers_of]), hide_index=True, width="stretch"
+                    )
+                    st.caption(
+                        page.t("recipes_layers_caption", n=page.num(len(compared.arms[layers_of].counted_steps)))
+                    )
+    with recipes_layers_area:
+        if recipes_job is not None and recipes_job.done and recipes_job.result is not None and recipes_job.result.arms:
+            compared = recipes_job.result
             st.info(page.t("recipes_emulated"), icon=":material/memory:")
             st.download_button(
                 page.t("download"),

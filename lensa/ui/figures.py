@@ -717,7 +717,9 @@ def loss_facets(
         annotations=annotations,
         **layout_axes,
     )
-    layout["margin"] = {"l": 8, "r": 8, "t": 48, "b": 8}
+    # The legend above the first row's titles: the grid takes the whole plotting area, so the room is margin.
+    layout["margin"] = {"l": 8, "r": 8, "t": 64, "b": 8}
+    layout["legend"] = {**layout["legend"], "y": 1.0 + 40 / max(220, 170 * rows + 60 - 72)}
     series = [*references, *panels]
     longest = max((len(losses) for _, _, losses in series), default=0)
 

@@ -318,6 +318,8 @@ def recipe_table(page: Page, comparison: Any) -> list[dict[str, str]]:
         def share(value: float | None, layer: str | None) -> str:
             if value is None or layer is None:
                 return "—"
+            if value == 0:
+                return page.pct(0.0)
             name, role = layer.rsplit(" ", 1)
             return page.t("lab.share_at", share=page.pct(value), layer=name, tensor=page.t(f"lab.role_{role}"))
 
