@@ -6,7 +6,8 @@ all the recipes against its clock, natively and under older torch kernels.
 1. **Step cost.** In one process, the same model trained with each arm's step, interleaved round by round (so a
    neighbour slows every arm alike), the median of ``--steps`` steps after warm-up per arm and round, then the
    median over rounds: FP32, BF16 autocast, and every recipe of :data:`lensa.lowp.TRAINING_RECIPES`
-   (:func:`lensa.live.lowp.quantize_model`, products in FP32). Two models: the lab's MLP at the size of the
+   (:func:`lensa.live.lowp.quantize_model`, products in FP32), with the lab worker's threads (all cores but one).
+   Two models: the lab's MLP at the size of the
    default comparison of all the recipes (:func:`lensa.live.recipes_defaults_for`), and the reference
    transformer (:mod:`lensa.live.reference`). Target: every recipe's step at most 3x BF16 autocast's.
 2. **The lab's default comparison of all the recipes** (every arm of :data:`lensa.live.ALL_ARMS`), for each kernel
@@ -145,9 +146,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="fresh workers per kernel setting (median kept)")
     parser.add_argument("--steps", type=int, default=15, help="timed steps per arm and round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every arm")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads for the step costs (0: the lab worker's)")
     args = parser.parse_args()
 
     import torch
+
+    from lensa.live.worker import worker_threads
+
+    torch.set_num_threads(args.threads or worker_threads())  # as the lab's worker trains
 
     from lensa import live
     from lensa.live.clock import machine_clock
