@@ -105,18 +105,8 @@ with recipes_area:
     st.markdown(page.t("recipes_intro"))
     group = widgets.choice(page, "recipes", page.t("recipes_group"), lambda v: page.t(f"recipes_group_{v}"))
     recipes_job: Job | None = st.session_state.get(RECIPES_JOB)
-    recipes_done = recipes_job is not None and recipes_job.done and recipes_job.result is not None
     with recipes_results_area:
-        recipes_summary_area, recipes_layers_control, recipes_layers_area = (
-            st.container(),
-            st.container(),
-            st.container(),
-        )
-    if recipes_done:
-        with recipes_layers_control:
-            layers_of = widgets.dropdown(
-                page, "recipe_layers", page.t("recipes_layers_of"), lambda v: page.t(f"lab.arm_{v}")
-            )
+        recipes_summary_area, recipes_layers_area = st.container(), st.container()
 layout.after_controls(page)
 
 with settings_area:
@@ -374,8 +364,17 @@ with recipes_summary_area:
                     page.t("recipes_chart_title"),
                     page.t("recipes_chart_caption"),
                 )
-            if recipes_done and layers_of in compared.arms:
+            if lowp_arms:
                 with recipes_layers_area:
+                    # Not a link's setting: the run lives in this session only.
+                    default = "nvfp4_recipe" if "nvfp4_recipe" in lowp_arms else lowp_arms[0]
+                    layers_of = st.selectbox(
+                        page.t("recipes_layers_of"),
+                        lowp_arms,
+                        index=lowp_arms.index(default),
+                        format_func=lambda v: page.t(f"lab.arm_{v}"),
+                        key="lab.recipe_layers",
+                    )
                     st.markdown(f"**{page.t('recipes_layers_title', arm=page.t(f'lab.arm_{layers_of}'))}**")
                     st.dataframe(
                         live_view.layer_table(page, compared.arms[layers_of]), hide_index=True, width="stretch"

@@ -187,14 +187,15 @@ def recorded(view: lowp_lesson.ComparisonView) -> None:
             (page.t("metric_diverged"), page.num(len(view.diverged))),
         ]
     )
-    recipes = [s for s in view.summaries if s.arm in TRAINING_RECIPES]
+    # A recipe whose loss was not finite has no final loss: the sentence below names it, the chart leaves it out.
+    recipes = [s for s in view.summaries if s.arm in TRAINING_RECIPES and math.isfinite(s.gap_bf16_pct)]
     with charts:
         display.chart(
             figures.signed_bars(
                 [arm_name(s.arm) for s in recipes],
-                [s.gap_bf16_pct for s in recipes],
+                [s.gap_bf16_pct / 100 for s in recipes],
                 [FORMAT_COLOURS.get(element_of(s.arm), figures.NEUTRAL) for s in recipes],
-                [gap(s.gap_bf16_pct) + (f" · {page.t('diverged_mark')}" if s.diverged else "") for s in recipes],
+                [page.pct(s.gap_bf16_pct / 100) for s in recipes],
                 page.t("gaps_axis"),
                 page.lang,
             ),

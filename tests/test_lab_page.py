@@ -310,7 +310,7 @@ def test_lab_trains_the_recipes_below_16_bits(monkeypatch):
     from lensa.ui.live_view import RECIPE_GROUPS
 
     monkeypatch.setattr(config, "RECIPES_CANDIDATES", ((64, 64, 10),))
-    at = open_page("lab", lang="en", timeout=120, recipes="fp4", recipe_layers="nvfp4_sr", **TINY)
+    at = open_page("lab", lang="en", timeout=120, recipes="fp4", **TINY)
     assert any(
         c.value.startswith(f"{len(RECIPE_GROUPS['fp4'])} arms · a width of 64, a batch of 64, 10 steps")
         for c in at.caption
@@ -332,4 +332,6 @@ def test_lab_trains_the_recipes_below_16_bits(monkeypatch):
     layers = at.dataframe[1].value
     assert list(layers.columns) == ["Layer", "Tensor", "Values", "Flushed", "Saturated"]
     assert set(layers["Tensor"]) == {"x", "w", "dy"}
+    assert any(m.value == "**NVFP4, NVIDIA's recipe: what each layer's tensors lost**" for m in at.markdown)
+    at.selectbox(key="lab.recipe_layers").set_value("nvfp4_sr").run(timeout=60)
     assert any(m.value == "**NVFP4 + stochastic rounding: what each layer's tensors lost**" for m in at.markdown)

@@ -1558,15 +1558,6 @@ def rounding_means(
     data: list[Spec] = [
         {
             "type": "scatter",
-            "x": [*flat, None, *flat],
-            "y": [low, low, None, high, high],
-            "mode": "lines",
-            "name": labels.grid,
-            "line": {"color": NEUTRAL, "width": 1, "dash": "dot"},
-            "hoverinfo": "skip",
-        },
-        {
-            "type": "scatter",
             "x": flat,
             "y": [nearest, nearest],
             "mode": "lines",
@@ -1594,17 +1585,19 @@ def rounding_means(
         },
     ]
     pad = (high - low) * 0.08
+    # The grid's two neighbours, as dotted rules (every rounding lands on one of them), named in the caption.
+    rules = [{**_hline(y), "line": {"color": NEUTRAL, "width": 1, "dash": "dot"}} for y in (low, high)]
     layout = _layout(
         300,
         lang,
+        shapes=rules,
         xaxis={"title": {"text": labels.axis_draws}, "fixedrange": True, "type": "log"},
         yaxis={"title": {"text": labels.axis_value}, "fixedrange": True, "range": [low - pad, high + pad]},
     )
-    marks = sorted({1, 10, 100, len(means)} & set(n))
     table = _table(
         lang,
         (labels.axis_draws, labels.mean, labels.value, labels.nearest),
-        [(i18n.number(k, lang), *(i18n.number(v, lang, 4) for v in (means[k - 1], value, nearest))) for k in marks],
+        [(i18n.number(k, lang), *(i18n.number(v, lang, 4) for v in (means[k - 1], value, nearest))) for k in n],
     )
     alt = _words(
         lang,
@@ -1625,30 +1618,27 @@ def rotation_bars(
     axis_value: str,
     lang: str,
 ) -> go.Figure:
-    """A block's values and the same block rotated, side by side per position (the rotated one hatched)."""
+    """A block's values and the same block rotated, a marker per position (the rotated ones hollow diamonds)."""
     idx = list(range(1, len(values) + 1))
     data: list[Spec] = [
         {
-            "type": "bar",
+            "type": "scatter",
             "x": idx,
-            "y": _floats(values),
-            "name": names[0],
-            "marker": {"color": FORMAT_COLOURS["fp32"]},
-            "hovertemplate": f"{names[0]} %{{x}}: %{{y:.4g}}" + HIDE_TRACE_NAME,
-        },
-        {
-            "type": "bar",
-            "x": idx,
-            "y": _floats(rotated),
-            "name": names[1],
-            "marker": {"color": FORMAT_COLOURS["fp4_e2m1"], "pattern": _hatch("/")},
-            "hovertemplate": f"{names[1]} %{{x}}: %{{y:.4g}}" + HIDE_TRACE_NAME,
-        },
+            "y": _floats(ys),
+            "mode": "lines+markers",
+            "name": name,
+            "line": {"color": colour, "width": 1, "dash": dash},
+            "marker": {"size": 10, "color": colour, "symbol": symbol},
+            "hovertemplate": f"{name} %{{x}}: %{{y:.4g}}" + HIDE_TRACE_NAME,
+        }
+        for name, ys, colour, symbol, dash in (
+            (names[0], values, FORMAT_COLOURS["fp32"], "circle", "dot"),
+            (names[1], rotated, FORMAT_COLOURS["fp4_e2m1"], "diamond-open", "solid"),
+        )
     ]
     layout = _layout(
         300,
         lang,
-        barmode="group",
         xaxis={"title": {"text": axis_index}, "fixedrange": True, "dtick": 1},
         yaxis={"title": {"text": axis_value}, "fixedrange": True, "zeroline": True},
     )
@@ -1672,21 +1662,21 @@ def rotation_bars(
 
 def signed_bars(
     names: Sequence[str],
-    values: Sequence[float],
+    shares: Sequence[float],
     colours: Sequence[str],
     texts: Sequence[str],
     axis_title: str,
     lang: str,
 ) -> go.Figure:
-    """Horizontal bars that may point either way from 0, one per row top to bottom, each with its value beside it
-    (a value that is not finite is drawn as no bar, its text still written)."""
-    finite = [v if math.isfinite(v) else 0.0 for v in values]
-    reach = max([abs(v) for v in finite] + [1e-9]) * 1.35
+    """Horizontal bars of shares (0.01 = 1%) that may point either way from 0, one per row top to bottom, each with
+    its value written beside it; the axis in percent."""
+    values = [float(v) for v in shares]
+    reach = max([abs(v) for v in values] + [1e-6]) * 1.4
     data: list[Spec] = [
         {
             "type": "bar",
             "orientation": "h",
-            "x": finite,
+            "x": values,
             "y": list(range(len(names))),
             "marker": {"color": list(colours)},
             "text": list(texts),
@@ -1703,9 +1693,10 @@ def signed_bars(
         margin={"l": 8, "r": 24, "t": 8, "b": 8},
         xaxis={
             "title": {"text": axis_title},
-            "range": [min(0.0, min(finite) * 1.35), reach if max(finite) > 0 else reach * 0.2],
+            "range": [min(0.0, min(values, default=0.0) * 1.4), reach],
             "fixedrange": True,
             "zeroline": True,
+            "tickformat": ".1%",
         },
         yaxis={
             "range": [len(names) - 0.5, -0.5],

@@ -171,10 +171,8 @@ PAGES: tuple[PageInfo, ...] = (
             NumberControl("trace_spike", tuple(range(25)), 12, integer=True),
             NumberControl("trace_factor", (1e2, 1e3, 1e4, 1e5, 1e6, 1e8), 1e4, log=True),
             NumberControl("trace_growth", (1, 2, 3, 4, 5, 10), 3, integer=True),
-            # The comparison of the recipes below 16 bits: which of them (lensa.ui.live_view.RECIPE_GROUPS), and
-            # the one whose layers its table shows.
+            # The comparison of the recipes below 16 bits: which of them (lensa.ui.live_view.RECIPE_GROUPS).
             ChoiceControl("recipes", ("all", "fp8", "fp4"), "all"),
-            ChoiceControl("recipe_layers", tuple(TRAINING_RECIPES), "nvfp4_recipe"),
         ),
     ),
 )
