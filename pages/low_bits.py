@@ -20,13 +20,21 @@ def db(x: float) -> str:
 
 
 def gap(g: float) -> str:
+    """A gap in percent, signed, written as the chart writes its bars."""
     if g != g:
         return page.t("lab.not_finite")
-    return f"{'+' if g >= 0 else '−'}{page.num(abs(g), 1)} %"
+    return f"{'+' if g >= 0 else '−'}{page.pct(abs(g) / 100)}"
 
 
 def arm_name(arm: str) -> str:
     return page.t(f"lab.arm_{arm}")
+
+
+def short(x: float) -> str:
+    """A number with at most one decimal and no trailing zero, in the page's language."""
+    text = page.num(x, 1)
+    mark = "," if page.lang == "id" else "."
+    return text.rstrip("0").rstrip(mark) if mark in text else text
 
 
 def lesson() -> None:
@@ -49,7 +57,7 @@ def lesson() -> None:
             page,
             "outlier",
             page.t("outlier"),
-            lambda k: page.t("outlier_stop", k=page.num(k, 1), times=page.significant(2.0**k, 3)),
+            lambda k: page.t("outlier_stop", k=short(k), times=page.significant(2.0**k, 3)),
             help=page.t("outlier_help", i=lowp_lesson.OUTLIER_AT + 1),
         )
     with recorded_area:
@@ -74,8 +82,8 @@ def rounding(v: lowp_lesson.RoundingView) -> None:
     charts = display.figure_area()
     display.metric_row(
         [
-            (page.t("metric_nearest"), f"{page.num(v.nearest, 3)} (±{page.num(v.nearest_error, 3)})"),
-            (page.t("metric_mean", n=page.num(v.draws)), f"{page.num(v.mean, 3)} (±{page.num(v.mean_error, 3)})"),
+            (page.t("metric_nearest", nearest=page.num(v.nearest, 1)), page.num(v.nearest_error, 3)),
+            (page.t("metric_mean", n=page.num(v.draws), mean=page.num(v.mean, 3)), page.num(v.mean_error, 3)),
             (page.t("metric_p_up", high=page.num(v.high, 1)), page.pct(v.p_up)),
         ]
     )
@@ -122,7 +130,7 @@ def rotation(v: lowp_lesson.RotationView) -> None:
         [
             (page.t("metric_scale"), f"2^{v.scale_exponent} → 2^{v.rotated_scale_exponent}"),
             (page.t("metric_flushed"), f"{page.num(v.flushed)} → {page.num(v.rotated_flushed)}"),
-            (page.t("metric_others"), f"{db(v.others_sqnr_db)} → {db(v.restored_others_sqnr_db)}"),
+            (page.t("metric_others", before=db(v.others_sqnr_db)), db(v.restored_others_sqnr_db)),
         ]
     )
     with charts:
@@ -202,12 +210,15 @@ def recorded(view: lowp_lesson.ComparisonView) -> None:
             page.t("gaps_title"),
             page.t("gaps_caption"),
         )
+        # Every arm saw the same batches, so a step's loss over BF16's is the recipe's doing, not the batch's.
+        bf16 = view.curves["bf16"].astype(float)
         series = [
-            (element_of(a), arm_name(a) if a in TRAINING_RECIPES else page.t(f"lab.arm_{a}"), view.curves[a])
-            for a in view.curves
+            (element_of(a), arm_name(a), 100.0 * (view.curves[a].astype(float) / bf16 - 1.0))
+            for a in ("fp32", view.recipe)
+            if a in view.curves
         ]
         display.chart(
-            figures.loss_curves(series, page.t("lab.step_axis"), page.t("lab.loss_axis"), page.lang),
+            figures.loss_curves(series, page.t("lab.step_axis"), page.t("curves_axis"), page.lang),
             page.t("curves_title", arm=arm_name(view.recipe)),
             page.t("curves_caption"),
         )

@@ -9,8 +9,8 @@ batches: ``fp32``; ``bf16`` (``torch.autocast("cpu", dtype=torch.bfloat16)``); a
 :data:`lensa.lowp.TRAINING_RECIPES`, every ``nn.Linear`` (the tied head included) made a quantized layer by
 :func:`lensa.live.lowp.quantize_model` (seeded from the recipe's seed), everything else in FP32. Each arm's loss at
 every step is kept, and at :data:`COUNTED_STEPS` log-spaced steps what each layer's input, weight and gradient
-flushed and saturated. Deterministic on one machine (the reference run's thread count, deterministic algorithms):
-the same torch and kernel set give the same file bit for bit.
+flushed and saturated. Deterministic on one machine (one thread, :data:`THREADS`, and deterministic algorithms): the
+same torch and kernel set give the same file bit for bit.
 
 The file (:data:`OUTPUT`, a few tens of kilobytes) is plain numpy: ``losses`` (arms × steps, float32), ``arms``,
 per arm and layer the summed counts, and ``meta``: the recipe of the run, the seed, the command that makes it, the
@@ -40,6 +40,10 @@ OUTPUT = DATA_DIR / "reference_recipes.npz"
 ARMS: tuple[str, ...] = ("fp32", "bf16", *TRAINING_RECIPES)
 COUNTED_STEPS = 12
 COMMAND = "python -m lensa.live.lowp_reference"
+THREADS = 1
+"""One thread: the run's numbers depend on the thread count, and one thread is also the quickest way through the
+many small operations an emulated recipe makes on a machine other work shares (threads wait on each other at
+every one of them)."""
 
 
 def run_arm(r: Recipe, arm: str) -> tuple[np.ndarray, dict[str, dict[str, list[int]]], float]:
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=Recipe.steps)
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms (default: all)")
     args = parser.parse_args(argv)
-    r = replace(Recipe(), steps=args.steps)
+    r = replace(Recipe(), steps=args.steps, threads=THREADS)
     results = {}
     for arm in args.arms.split(","):
         results[arm] = run_arm(r, arm)

@@ -1693,7 +1693,11 @@ def signed_bars(
         margin={"l": 8, "r": 24, "t": 8, "b": 8},
         xaxis={
             "title": {"text": axis_title},
-            "range": [min(0.0, min(values, default=0.0) * 1.4), reach],
+            # room on the left for a negative bar's written value
+            "range": [
+                min(0.0, min(values, default=0.0) * 1.4 - (0.3 * reach if min(values, default=0.0) < 0 else 0.0)),
+                reach,
+            ],
             "fixedrange": True,
             "zeroline": True,
             "tickformat": ".1%",
