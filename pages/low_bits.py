@@ -245,6 +245,7 @@ def recorded(view: lowp_lesson.ComparisonView) -> None:
         "diverged": ", ".join(arm_name(a) for a in view.diverged) or page.t("none_diverged"),
         "mxfp4": gap(by_arm["mxfp4"].gap_bf16_pct) if "mxfp4" in by_arm else "—",
         "mxfp8": gap(by_arm["mxfp8"].gap_bf16_pct) if "mxfp8" in by_arm else "—",
+        "mxfp8_ceil": gap(by_arm["mxfp8_ceil"].gap_bf16_pct) if "mxfp8_ceil" in by_arm else "—",
         "fp8": gap(by_arm["fp8_current"].gap_bf16_pct) if "fp8_current" in by_arm else "—",
         **{k: ablation.get(k, "—") for k in lowp_lesson.NVFP4_ABLATION},
     }
