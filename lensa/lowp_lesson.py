@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -239,13 +240,15 @@ class ArmSummary:
 @dataclass(frozen=True)
 class ComparisonView:
     """What the recorded part shows for one chosen ``recipe``: every arm's summary (``summaries``, run order), the
-    chosen one's losses beside FP32's and BF16's (``curves``: arm -> losses), the chosen one's layers (``layer_rows``:
+    chosen one's losses beside FP32's and BF16's (``curves``: arm -> losses; ``relative``: FP32's and the chosen one's
+    over BF16's, :func:`relative_to_bf16`), the chosen one's layers (``layer_rows``:
     layer, tensor, values, share flushed, share saturated), and the sentence values: how many recipes ended within
     ``close_pct`` of BF16 (``close``, of ``recipes``), which diverged, the NVFP4 ablation's gaps (``ablation``)."""
 
     recipe: str
     summaries: tuple[ArmSummary, ...]
     curves: dict[str, NDArray[np.float32]]
+    relative: dict[str, NDArray[np.float64]]
     layer_rows: tuple[tuple[str, str, int, float, float], ...]
     close_pct: float
     close: tuple[str, ...]
@@ -259,6 +262,26 @@ class ComparisonView:
 
 NVFP4_ABLATION = ("nvfp4", "nvfp4_sr", "nvfp4_rht", "nvfp4_2d", "nvfp4_recipe")
 CLOSE_PCT = 1.0
+RELATIVE_WINDOW = 10
+"""The step-by-step comparison divides the mean loss of the last 10 steps (fewer at the start) by BF16's: one step's
+ratio jumps with that step alone (around the learning rate's peak, at the end of the warm-up, by tens of percent)."""
+
+
+def relative_to_bf16(
+    losses: NDArray[np.floating[Any]], bf16: NDArray[np.floating[Any]], window: int = RELATIVE_WINDOW
+) -> NDArray[np.float64]:
+    """Per step, 100 × (the mean of ``losses`` over the last ``window`` steps / BF16's over the same steps − 1)."""
+    a, b = np.asarray(losses, np.float64), np.asarray(bf16, np.float64)
+
+    def trailing(x: NDArray[np.float64]) -> NDArray[np.float64]:
+        c = np.concatenate([[0.0], np.cumsum(x)])
+        n = np.arange(1, x.size + 1)
+        lo = np.maximum(n - window, 0)
+        out: NDArray[np.float64] = (c[n] - c[lo]) / (n - lo)
+        return out
+
+    out: NDArray[np.float64] = 100.0 * (trailing(a) / trailing(b) - 1.0)
+    return out
 
 
 def _shares(counts: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -319,6 +342,7 @@ def comparison_view(recipe: str, data: RecordedRecipes | None = None) -> Compari
         recipe=recipe,
         summaries=summaries,
         curves={a: data.losses_of(a) for a in (*BASES, recipe) if a in data.arms},
+        relative={a: relative_to_bf16(data.losses_of(a), data.losses_of("bf16")) for a in ("fp32", recipe)},
         layer_rows=rows,
         close_pct=CLOSE_PCT,
         close=tuple(a for a in recipes if by_arm[a].gap_bf16_pct <= CLOSE_PCT and not by_arm[a].diverged),

@@ -211,16 +211,11 @@ def recorded(view: lowp_lesson.ComparisonView) -> None:
             page.t("gaps_caption"),
         )
         # Every arm saw the same batches, so a step's loss over BF16's is the recipe's doing, not the batch's.
-        bf16 = view.curves["bf16"].astype(float)
-        series = [
-            (element_of(a), arm_name(a), 100.0 * (view.curves[a].astype(float) / bf16 - 1.0))
-            for a in ("fp32", view.recipe)
-            if a in view.curves
-        ]
+        series = [(element_of(a), arm_name(a), view.relative[a]) for a in ("fp32", view.recipe)]
         display.chart(
             figures.loss_curves(series, page.t("lab.step_axis"), page.t("curves_axis"), page.lang),
             page.t("curves_title", arm=arm_name(view.recipe)),
-            page.t("curves_caption"),
+            page.t("curves_caption", n=page.num(lowp_lesson.RELATIVE_WINDOW)),
         )
     st.markdown(f"**{page.t('layers_title', arm=arm_name(view.recipe))}**")
     st.dataframe(

@@ -487,3 +487,26 @@ def test_recorder_records_a_quantized_model() -> None:
     assert "0" in run.names("activation") and "2.weight" in run.names("weight_grad")
     assert run.steps("activation") == [1, 2]
     assert run.losses()[2] == pytest.approx(float(loss.detach()))
+
+
+def test_the_shipped_comparison_is_what_its_command_makes():
+    """lensa.live.lowp_reference's first steps, run again: the same losses as the shipped file's (bit for bit on
+    the kernels it was made with, within a relative 1e-4 elsewhere, as the reference run's test allows), and the
+    same numbers twice in a row (seeded, one thread, deterministic algorithms)."""
+    from lensa import lowp_lesson
+    from lensa.live import lowp_reference
+    from lensa.live.reference import Recipe
+
+    shipped = lowp_lesson.recorded()
+    r = replace(Recipe(), steps=shipped.losses.shape[1], threads=lowp_reference.THREADS)
+    for arm in ("fp32", "nvfp4_recipe"):
+        losses = []
+        for _ in range(2):
+            got, _counts, _s = lowp_reference.run_arm(replace(r, steps=3), arm)
+            losses.append(got)
+        assert np.array_equal(losses[0], losses[1])
+        # the first 3 of the 300 steps are in the warm-up, whose learning rate does not depend on the run's length
+        expected = shipped.losses_of(arm)[:3]
+        if shipped.meta.get("kernels") == str(torch.backends.cpu.get_cpu_capability()):
+            assert np.array_equal(losses[0], expected)
+        assert np.allclose(losses[0], expected, rtol=1e-4)

@@ -126,3 +126,15 @@ def test_the_shipped_comparison_is_what_its_command_made() -> None:
     assert (c[..., 2] <= c[..., 1]).all() and (c[..., 1] <= c[..., 0]).all() and (c[..., 3] <= c[..., 0]).all()
     assert not c[:2].any() and all(c[i].any() for i in range(2, len(data.arms)))
     assert LL.RECORDED.stat().st_size < 200_000
+
+
+def test_the_step_by_step_gap_is_a_ratio_of_trailing_means() -> None:
+    a = np.array([2.0, 4.0, 6.0, 8.0])
+    b = np.array([1.0, 2.0, 3.0, 4.0])
+    got = LL.relative_to_bf16(a, b, window=2)
+    assert np.allclose(got, 100.0)  # twice BF16's everywhere
+    c = np.array([1.0, 3.0, 3.0, 3.0])
+    assert np.allclose(LL.relative_to_bf16(c, np.full(4, 2.0), window=2), [-50.0, 0.0, 50.0, 50.0])
+    view = LL.comparison_view("nvfp4_recipe")
+    data = LL.recorded()
+    assert np.allclose(view.relative["fp32"], LL.relative_to_bf16(data.losses_of("fp32"), data.losses_of("bf16")))
