@@ -292,18 +292,18 @@ with trace_result_area:
 
 # --- the recipes below 16 bits ----------------------------------------------------------------------------------
 with recipes_area:
-    arms = live_view.RECIPE_GROUPS[group]
+    recipe_arms = live_view.RECIPE_GROUPS[group]
     recipes_config = None
     if kind is not None and clock is not None:
         recipes_config = live.recipes_defaults_for(clock, live.RunConfig(device=device))
         st.caption(
             page.t(
                 "recipes_estimate",
-                n=page.num(len(arms)),
+                n=page.num(len(recipe_arms)),
                 width=page.num(recipes_config.width),
                 batch=page.num(recipes_config.batch_size),
                 steps=page.num(recipes_config.steps),
-                seconds=page.seconds(recipes_config.estimate_seconds(kind, arms, clock)),
+                seconds=page.seconds(recipes_config.estimate_seconds(kind, recipe_arms, clock)),
                 device=kind.upper(),
             )
         )
@@ -320,7 +320,7 @@ with recipes_area:
         assert recipes_job is not None
         recipes_job.cancel()
     if recipes_clicked and recipes_config is not None and not busy:
-        st.session_state[RECIPES_JOB] = jobs.submit("compare", config=recipes_config, arms=arms)
+        st.session_state[RECIPES_JOB] = jobs.submit("compare", config=recipes_config, arms=recipe_arms)
         st.rerun()
     if recipes_job is not None and not recipes_job.done:
         jobs.follow(page, recipes_job, lambda j: page.t("running_pct", pct=page.pct(j.fraction)))
