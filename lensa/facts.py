@@ -18,11 +18,14 @@ exponents such as 2^−14 with a typographic minus.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from lensa.blockscale import RECIPES
 from lensa.formats import FORMATS, quantize, spacing
 from lensa.gradients import SAMPLE_SIZE, SPREAD_DECADES
+from lensa.lowp import HADAMARD_SIZE, hadamard_matrix
+from lensa.lowp_lesson import ROUNDING_LOW
 from lensa.master import accumulate
 from lensa.measured import KEEP_SHARE
 from lensa.memory import ACTIVATION_BYTES_PER_TOKEN_PER_D_MODEL
@@ -51,6 +54,12 @@ _Q2_SIGNIFICAND = 1.9
 _Q2_FLOOR_SCALED = _Q2_SIGNIFICAND * 2.0 ** (_E4M3.emax)
 _Q2_CEIL_SCALED = _Q2_SIGNIFICAND * 2.0 ** (_E4M3.emax - 1)
 _STEP_MODEL = SpikeModel()
+# quiz.low_bits_q1: 1.25 rounded 1,000 times between E2M1's 1 and 1.5 (a step of 0.5, so one draw's spread is 0.25)
+_ROUNDING_LOW = ROUNDING_LOW
+_ROTATION_QUARTER = float(abs(hadamard_matrix()[0, 0]))
+_Q_VALUE = _ROUNDING_LOW + _E2M1.smallest_subnormal / 2
+_Q_STEPS = 1000
+_Q_SPREAD_STEP = _E2M1.smallest_subnormal / 2
 
 
 def _a100_tflops(mode: str) -> float:
@@ -195,6 +204,20 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(_Q2_FLOOR_SCALED, "1.9 × 2^8, quiz.blocks_q2's value under OCP's scale"),
     ProseNumber(_Q2_CEIL_SCALED, "1.9 × 2^7, quiz.blocks_q2's value under the rounded-up scale"),
     ProseNumber(float(quantize(_Q2_CEIL_SCALED, "fp8_e4m3")), "1.9 × 2^7 rounded to FP8 E4M3 (lensa.formats.quantize)"),
+    # --- training below 16 bits (lensa.lowp, lensa.lowp_lesson)
+    ProseNumber(HADAMARD_SIZE, "the rotation's 16 points and NVFP4's 16×16 weight blocks (lensa.lowp)"),
+    ProseNumber(_ROUNDING_LOW, "E2M1's 1, the lower neighbour of the stochastic-rounding part (lensa.lowp_lesson)"),
+    ProseNumber(_ROTATION_QUARTER, "1/4: the rotation's entries are ±1/4 (lensa.lowp.hadamard_matrix), a quarter"),
+    ProseNumber(12, "NVIDIA's NVFP4 model: 12 billion parameters (arXiv:2509.25149, abstract)"),
+    ProseNumber(10, "NVIDIA's NVFP4 run: 10 trillion tokens (arXiv:2509.25149, abstract)"),
+    ProseNumber(3, "√3: FP4 All the Way's threshold, gradient norm over quantization noise (arXiv:2505.19115)"),
+    ProseNumber(_Q_VALUE, "quiz.low_bits_q1: the gradient 1.25, halfway between E2M1's 1 and 1.5"),
+    ProseNumber(_Q_STEPS, "quiz.low_bits_q1: 1,000 steps"),
+    ProseNumber(_Q_STEPS * _Q_VALUE, "quiz.low_bits_q1: the exact sum, 1,000 × 1.25"),
+    ProseNumber(_Q_STEPS * _Q_VALUE - _Q_STEPS * 1.0, "quiz.low_bits_q1: round to nearest's shortfall, 1,250 − 1,000"),
+    ProseNumber(_Q_SPREAD_STEP, "quiz.low_bits_q1: a draw's spread, 0.25 (p = 1/2, a step of 0.5)"),
+    ProseNumber(_Q_SPREAD_STEP * math.sqrt(_Q_STEPS), "quiz.low_bits_q1: the sum's spread, 0.25 × √1000"),
+    ProseNumber(2, "the reference transformer's two blocks (lensa.live.reference.Recipe.n_layers)"),
 )
 
 

@@ -183,8 +183,9 @@ def dynamic_keys() -> dict[str, set[str]]:
     from typing import get_args, get_type_hints
 
     from lensa import blockscale, estimators, exact, formats, inspector, master, memory
-    from lensa.live import ARMS
+    from lensa.live import ALL_ARMS
     from lensa.live.errors import ErrorKind
+    from lensa.lowp import ROLES
     from lensa.models import PRESETS
     from lensa.runstats import KINDS
     from lensa.speed import GPUS, mixed_precision_mode
@@ -222,7 +223,9 @@ def dynamic_keys() -> dict[str, set[str]]:
             "formats", "field_", (f.name for f in inspector.field_bits(inspector.inspect("0.1", "fp16")))
         ),
         "lab devices": family("lab", "device_", options("lab", "device")),
-        "lab arms": family("lab", "arm_", ARMS),
+        "lab arms": family("lab", "arm_", ALL_ARMS),
+        "lab recipe groups": family("lab", "recipes_group_", options("lab", "recipes")),
+        "a linear layer's tensors": family("lab", "role_", ROLES),
         "live errors": family("live", "error_", get_args(ErrorKind)),
         "master copy regimes": family("master_weights", "explain_fp32_", get_args(master.Regime)),
         "update directions": family("master_weights", "outcome_", get_args(master.Direction)),

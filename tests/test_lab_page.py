@@ -331,3 +331,37 @@ def test_a_worker_that_does_not_answer_in_time_is_said_with_a_way_to_try_again(l
     again.click().run(timeout=120)
     assert not at.exception and not at.error
     assert at.button(key="lab.run").disabled is False
+
+
+def test_lab_trains_the_recipes_below_16_bits(monkeypatch):
+    """The recipes' comparison: every arm of the chosen group in the table, beside FP32 and BF16, each recipe's
+    chart over theirs, one recipe's layers, the CSV; sized down here to the smallest candidate."""
+    from lensa.live import config
+    from lensa.ui.live_view import RECIPE_GROUPS
+
+    monkeypatch.setattr(config, "RECIPES_CANDIDATES", ((64, 64, 10),))
+    at = open_page("lab", lang="en", timeout=120, recipes="fp4", **TINY)
+    assert any(
+        c.value.startswith(f"{len(RECIPE_GROUPS['fp4'])} arms · a width of 64, a batch of 64, 10 steps")
+        for c in at.caption
+    )
+    at.button(key="lab.recipes_run").click().run(timeout=180)
+    assert not at.exception and not at.error, at.exception
+    table = at.dataframe[0].value
+    labels = [i18n.text("en", f"lab.arm_{a}") for a in RECIPE_GROUPS["fp4"]]
+    assert list(table["Arm"]) == labels
+    assert table["Gap to BF16"].iloc[1] == "+0.0 %"  # BF16 against itself
+    assert table["Most flushed"].iloc[0] == "—" and table["Most flushed"].iloc[2] != "—"
+    close = i18n.text("en", "lab.recipes_metric_close", within=i18n.percent(0.01, "en"))
+    assert set(metrics(at)) >= {close, "Diverged"}
+    facets = at.get("plotly_chart")[-1]
+    spec = json.loads(facets.proto.spec)
+    recipes = [t["name"] for t in spec["data"] if t["name"] in labels[2:]]
+    assert recipes == labels[2:]  # one chart each, with FP32's and BF16's lines in every one
+    assert len(spec["data"]) == 3 * len(recipes)
+    layers = at.dataframe[1].value
+    assert list(layers.columns) == ["Layer", "Tensor", "Values", "Flushed", "Saturated"]
+    assert set(layers["Tensor"]) == {"x", "w", "dy"}
+    assert any(m.value == "**NVFP4, NVIDIA's recipe: what each layer's tensors lost**" for m in at.markdown)
+    at.selectbox(key="lab.recipe_layers").set_value("nvfp4_sr").run(timeout=60)
+    assert any(m.value == "**NVFP4 + stochastic rounding: what each layer's tensors lost**" for m in at.markdown)

@@ -175,6 +175,24 @@ def test_the_estimate_is_near_the_runs_own_time(worker):
 
 
 @pytest.mark.serial  # a clock: timed alone, after the parallel tests (Makefile)
+def test_the_estimate_holds_for_the_default_comparison_of_all_the_recipes(worker):
+    """The lab's default comparison of every arm, the 12 recipes below 16 bits among them (their quantizations
+    costed kind by kind from the calibration): the same loose band per arm and in all, the estimate within its
+    target (``make bench``, bench/lowp_speed.py, holds the whole to 0.67x-1.5x and 30 s on a quiet machine)."""
+    clock = worker.clock("cpu")
+    cfg = live.recipes_defaults_for(clock)
+    assert cfg.estimate_seconds("cpu", live.ALL_ARMS, clock) <= live.RECIPES_RUN_SECONDS
+    job = worker.submit("compare", config=cfg, arms=live.ALL_ARMS)
+    _wait(job, 180)
+    assert job.error is None and not job.result.cancelled and list(job.result.arms) == list(live.ALL_ARMS)
+    for arm, result in job.result.arms.items():
+        ratio = result.wall_s / cfg.arm_seconds(clock, arm)
+        assert 0.4 <= ratio <= 2.5, (arm, result.wall_s, cfg.arm_seconds(clock, arm))
+    ratio = job.result.wall_s / cfg.estimate_seconds("cpu", live.ALL_ARMS, clock)
+    assert 0.4 <= ratio <= 2.5, (job.result.wall_s, cfg)
+
+
+@pytest.mark.serial  # a clock: timed alone, after the parallel tests (Makefile)
 def test_the_estimate_holds_for_a_wide_run_as_for_the_defaults(worker):
     """The same loose band for the widest, longest run of the page's slider stops that the clock puts within
     10 s: a model wider than the defaults, costed at the rate the calibration measured at that width (where

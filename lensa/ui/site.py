@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from lensa.blockscale import RECIPES
 from lensa.exact import try_parse_exact
 from lensa.formats import FormatGroup
+from lensa.lowp import TRAINING_RECIPES
 from lensa.memory import CHECKPOINTING, OPTIMIZERS
 from lensa.models import DEFAULT_PRESET, PRESETS
 from lensa.runstats import KINDS
@@ -144,6 +145,18 @@ PAGES: tuple[PageInfo, ...] = (
         ),
     ),
     PageInfo(
+        "low_bits",
+        "pages/low_bits.py",
+        None,
+        (
+            # where the value lies between E2M1's 1 and 1.5 (lensa.lowp_lesson.rounding_view)
+            NumberControl("position", tuple(i / 20 for i in range(21)), 0.25),
+            # how far the block's outlier stands above its other values: 2**outlier times their largest
+            NumberControl("outlier", tuple(i / 2 for i in range(0, 21)), 5.0),
+            ChoiceControl("arm", tuple(TRAINING_RECIPES), "nvfp4_recipe"),
+        ),
+    ),
+    PageInfo(
         "lab",
         "pages/lab.py",
         None,
@@ -158,6 +171,8 @@ PAGES: tuple[PageInfo, ...] = (
             NumberControl("trace_spike", tuple(range(25)), 12, integer=True),
             NumberControl("trace_factor", (1e2, 1e3, 1e4, 1e5, 1e6, 1e8), 1e4, log=True),
             NumberControl("trace_growth", (1, 2, 3, 4, 5, 10), 3, integer=True),
+            # The comparison of the recipes below 16 bits: which of them (lensa.ui.live_view.RECIPE_GROUPS).
+            ChoiceControl("recipes", ("all", "fp8", "fp4"), "all"),
         ),
     ),
 )
