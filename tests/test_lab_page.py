@@ -226,7 +226,9 @@ def test_step6_measures_this_machine():
     rates = {m: float(measured[m].replace(",", "")) for m in ("FP32", "BF16", "FP16")}
     assert all(r > 0 for r in rates.values())
     n = {m: int(sizes[m].replace(",", "")) for m in ("FP32", "BF16", "FP16")}
-    assert n["FP32"] == 2048 and all(64 <= v <= 2048 for v in n.values())
+    # Each mode at the largest size up to 2048 whose one product fits the budget: on a loaded machine (the worker
+    # runs at the lowest priority) even FP32 can stop short of 2048, so only the doubling sizes are certain.
+    assert all(v in (256, 512, 1024, 2048) for v in n.values()), n
     assert measured["TF32"] == "no TF32 on a CPU" and sizes["TF32"] == "—"
     assert list(table["NVIDIA A100 SXM 80GB datasheet (TFLOP/s)"]) == ["19.5", "156", "312", "312"]
     assert any("as fast as FP32 here; the NVIDIA A100 SXM 80GB datasheet ratio is 16×" in m.value for m in at.markdown)
