@@ -16,7 +16,8 @@ Lost updates. :func:`summarize_update` takes a weight before and after a step, r
 held in that format would lose: with ``q`` the weight before stored in the format (the library cast of
 :func:`lensa.formats.cast`), ``q + u`` computed in float32 and stored in the format again equals ``q``. That is
 how PyTorch applies a float32 update to a low-precision tensor (it computes in float32 and rounds the result
-once into the tensor's type).
+once into the tensor's type). :func:`summarize_intended` takes the update itself instead (the one the optimizer
+meant to make, which a low-precision weight's after − before hides) and counts FP32's losses too.
 
 This module imports numpy (and the rest of :mod:`lensa.runstats`, :mod:`lensa.formats`) only.
 """
@@ -284,6 +285,30 @@ def summarize_update(w_before: ArrayLike, w_after: ArrayLike, recipes: bool = Fa
     wb = _as_float32(before)
     with np.errstate(invalid="ignore", over="ignore"):
         update = _as_float32(after) - wb
+    return _update_stats(wb, update, before.shape, recipes, intended=False)
+
+
+def summarize_intended(w_before: ArrayLike, update: ArrayLike, recipes: bool = False) -> TensorStats:
+    """Statistics of an update the optimizer meant to make, ``update``, to the weight ``w_before``.
+
+    As :func:`summarize_update`, with the update given rather than read as after − before: a weight held in a
+    low-precision type rounds its own update away (after − before is then 0, and a lost update would look like
+    no update at all), so the recorder works the intended one out (:mod:`lensa.live.capture`) and judges every
+    format against it, FP32 too: ``lost_fp32`` counts the non-zero updates u with ``w + u == w`` in float32.
+    Both arrays are read as float32 and must have the same shape.
+    """
+    before = np.asarray(w_before)
+    u = np.asarray(update)
+    if before.shape != u.shape:
+        raise ValueError(f"w_before has shape {before.shape} but the update has {u.shape}")
+    return _update_stats(_as_float32(before), _as_float32(u), before.shape, recipes, intended=True)
+
+
+def _update_stats(
+    wb: NDArray[np.float32], update: NDArray[np.float32], shape: tuple[int, ...], recipes: bool, intended: bool
+) -> TensorStats:
+    """The record of ``update`` (float32) to the weights ``wb`` (float32), with lost counts (and the FP32 one)."""
+    with np.errstate(invalid="ignore", over="ignore"):
         stats = summarize(update)
         moved = update != 0
         lost = []
@@ -291,8 +316,10 @@ def summarize_update(w_before: ArrayLike, w_after: ArrayLike, recipes: bool = Fa
             stored = cast(wb, name).astype(np.float32)  # exact: every stored value is a float32
             again = cast(stored + update, name).astype(np.float32)
             lost.append(int(np.count_nonzero(moved & (again == stored))))
+        lost_fp32 = int(np.count_nonzero(moved & ((wb + update) == wb))) if intended else None
     return replace(
         stats,
         lost_counts=tuple(lost),
-        recipes=recipe_records(update.reshape(before.shape)) if recipes else None,
+        recipes=recipe_records(update.reshape(shape)) if recipes else None,
+        lost_fp32=lost_fp32,
     )
