@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -141,7 +142,8 @@ def _probe(trainer, name: str):
             self.before = self._param().detach().clone()
 
         def on_optimizer_step(self, args, state, control, **kw):
-            self.grads[state.global_step + 1] = summarize(self._param().grad.detach().float().numpy(), recipes=True)
+            grad = self._param().grad.detach().float().numpy()
+            self.grads[state.global_step + 1] = replace(summarize(grad, recipes=True), dtype="float32")
 
         def on_step_end(self, args, state, control, **kw):
             self.changed.append(not bool((self._param().detach() == self.before).all()))
