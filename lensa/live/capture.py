@@ -110,7 +110,7 @@ its start how many records its plan makes (tensors per recorded step times recor
 many, keeps fewer steps (spread as the plan's were, the first and the last kept), and past two steps, fewer
 tensors (spread evenly through the model); it says what it dropped in a :class:`RecorderWarning` then, and in the
 run's meta (``"recorder"``), never by failing at the end. A 32-layer Llama-shaped model (1,521 records a step)
-keeps 6 of its 12 default steps.
+keeps 6 of the 11 steps a 100-step run records by default.
 
 ``torch.compile``. The hooks run outside the compiled graph: each is a ``torch.compiler.disable``'d call, so Dynamo
 breaks the graph where a hooked module returns and runs the hook as ordinary Python, on real tensors, then
@@ -496,6 +496,12 @@ class IntendedUpdates:
 
 # --- the recorder ---------------------------------------------------------------------------------------------
 
+# The kinds a hook reads, switched off with it when something in it fails that nothing inside it caught.
+_HOOK_PARTS: dict[str, tuple[str, ...]] = {
+    "forward": ("weight",),
+    "outputs": ("activation", "activation_grad"),
+    "optimizer": ("weight_grad", "update"),
+}
 # What each part is, and what is left once it is off (the warning's two halves).
 _PARTS: dict[str, tuple[str, str]] = {
     **{
@@ -511,6 +517,9 @@ _PARTS: dict[str, tuple[str, str]] = {
     "amax": ("keeping each tensor's amax", "no more amax is kept"),
     "summaries": ("summarising", "nothing more is summarised (each step's loss is still kept)"),
     "step": ("keeping the step's loss and loss scale", "they are no longer kept"),
+    "forward": ("the hook on the model's forward pass", "weights are no longer recorded"),
+    "outputs": ("a hook on a module's output", "activations and their gradients are no longer recorded"),
+    "optimizer": ("a hook on the optimizer's step", "weight gradients and updates are no longer recorded"),
 }
 
 
@@ -594,13 +603,13 @@ class Recorder:
         self._intended: list[torch.Tensor | None] | None = None
         self._scale = float(scaler.get_scale()) if scaler is not None else None  # the scale this step uses
 
-        self._handles: list[Any] = [model.register_forward_pre_hook(_outside_graph(self._on_model_forward))]
+        self._handles: list[Any] = [model.register_forward_pre_hook(self._hook("forward", self._on_model_forward))]
         self._module_hooks = bool(plan.modules)
         for name, module in plan.modules:
-            self._handles.append(module.register_forward_hook(_outside_graph(self._output_hook(name))))
+            self._handles.append(module.register_forward_hook(self._hook("outputs", self._output_hook(name))))
         if optimizer is not None:
-            self._handles.append(optimizer.register_step_pre_hook(_outside_graph(self._on_optimizer_pre)))
-            self._handles.append(optimizer.register_step_post_hook(_outside_graph(self._on_optimizer_post)))
+            self._handles.append(optimizer.register_step_pre_hook(self._hook("optimizer", self._on_optimizer_pre)))
+            self._handles.append(optimizer.register_step_post_hook(self._hook("optimizer", self._on_optimizer_post)))
         # Made now (a summary process starts while the caller sets up its loop); none when no step is recorded.
         recorded_any = self._steps is None or bool(self._steps)
         self._summary_sink = _summary_sink(self._run, background, recipes) if recorded_any else None
@@ -631,6 +640,7 @@ class Recorder:
         if part in self._off:
             return
         self._off.add(part)
+        self._off.update(_HOOK_PARTS.get(part, ()))
         what = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
         doing, after = _PARTS.get(part, (part, "it is off"))
         warnings.warn(
@@ -639,6 +649,21 @@ class Recorder:
             RecorderWarning,
             stacklevel=3,
         )
+
+    def _hook(self, part: str, fn: Callable[..., Any]) -> Callable[..., None]:
+        """``fn`` as a hook: outside torch.compile's graphs (:func:`_outside_graph`), and whatever it raises caught
+        (``part`` and the kinds it reads switched off, :data:`_HOOK_PARTS`); it never returns a value that would
+        replace a module's output or a gradient."""
+
+        def guarded(*args: Any) -> None:
+            if part in self._off:
+                return
+            try:
+                fn(*args)
+            except Exception as e:
+                self._fail(part, e)
+
+        return _outside_graph(functools.wraps(fn)(guarded))
 
     def _safely(self, part: str, fn: Callable[..., Any], *args: Any, always: bool = False) -> Any:
         """``fn(*args)``; a failure switches ``part`` off (:meth:`_fail`) instead of reaching the training loop.
@@ -762,7 +787,7 @@ class Recorder:
                 return
             self._hooks_ran = True
             if not self._started:  # the model's own forward was not called (Lightning's training_step calls a part)
-                self._on_model_forward(module, args)
+                self._safely("forward", self._on_model_forward, module, args)
             self._seen.add(name)
             out = _first_tensor(output)
             if out is None or not out.is_floating_point():
@@ -775,7 +800,8 @@ class Recorder:
             if not out.requires_grad:
                 return
             if self._want("activation_grad") or ("activation_grad" in self._amax_kinds and not self._recording):
-                self._safely("activation_grad", out.register_hook, _outside_graph(self._grad_hook(name)))
+                hook = self._hook("activation_grad", self._grad_hook(name))
+                self._safely("activation_grad", out.register_hook, hook)
 
         return hook
 
@@ -923,13 +949,14 @@ class Recorder:
                 self._safely("summaries", self._summary_sink.flush)  # the step's copies go to the summary process
             if self._recording and not self._hooks_ran and not self._started and self._weights_read:
                 wanted = {"activation", "activation_grad"} & set(self._kinds)
-                if wanted and self._module_hooks and "fullgraph" not in _warned:
+                if wanted and self._module_hooks:
                     _warn_once(
-                        "no-hooks",
+                        f"no-hooks-{self._id}",
                         f"lensa Recorder: no module hook ran in recorded step {self.current_step}, so its "
-                        "activations were not recorded. A model compiled and run before the Recorder was attached "
-                        "keeps its graph without the hooks: attach the Recorder before the first compiled call "
-                        "(or call torch._dynamo.reset() after attaching it).",
+                        "activations were not recorded. A model compiled with fullgraph=True runs no hook inside "
+                        "it; one compiled and run before the Recorder was attached keeps its graph without the "
+                        "hooks: attach the Recorder before the first compiled call (or call torch._dynamo.reset() "
+                        "after attaching it).",
                     )
         finally:
             self.current_step += 1

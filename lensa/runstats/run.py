@@ -632,8 +632,9 @@ def merge_ranks(parts: Sequence[RunStats]) -> RunStats:
     tensors every rank holds the same of (weights, weight gradients, updates) are kept once, from the first part
     that has them. Per step: the loss is the mean over the parts that have the step (what a data-parallel run
     optimises, and what the Trainer logs), the loss scale the first part's, and a step is skipped when any part
-    skipped it. An amax series of a rank kind is the largest over the parts. The meta is the first part's, with
-    ``"ranks"``: the number of parts. ValueError when there is no part.
+    skipped it. An amax series is the largest over the parts (each rank's shard of a sharded weight, each rank's
+    batch of an activation; a tensor every rank holds whole gives the same number on each). The meta is the first
+    part's, with ``"ranks"``: the number of parts. ValueError when there is no part.
     """
     from lensa.runstats.record import combine_over_ranks
 
@@ -654,8 +655,6 @@ def merge_ranks(parts: Sequence[RunStats]) -> RunStats:
         out.record_step(step, loss, rows[0][1], any(r[2] for r in rows))
     for key in dict.fromkeys(k for part in parts for k in part._amax):
         series = [part._amax[key] for part in parts if key in part._amax]
-        if key[0] not in RANK_KINDS:
-            series = series[:1]
         for step in sorted({t for s in series for t in s}):
             values = [s[step] for s in series if step in s]
             out.record_amax(key[0], key[1], step, max(values))
