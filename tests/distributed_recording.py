@@ -58,4 +58,4 @@ def train(mode: str, out: str) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(train(sys.argv[1], sys.argv[2])))
+    print("LENSA-JSON", json.dumps(train(sys.argv[1], sys.argv[2])))

@@ -862,7 +862,7 @@ def test_a_recorder_attached_after_the_first_compiled_call_says_its_hooks_did_no
 
 
 def torchrun(script: Path, *args: str, timeout: int = 180) -> list[dict]:
-    """``script`` on two ranks (gloo, CPU) under torchrun; each rank's JSON line."""
+    """``script`` on two ranks (gloo, CPU) under torchrun; what each rank printed after ``LENSA-JSON``."""
     import json
 
     out = subprocess.run(
@@ -874,7 +874,7 @@ def torchrun(script: Path, *args: str, timeout: int = 180) -> list[dict]:
         env={**__import__("os").environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return [json.loads(line.split(" ", 1)[1]) for line in out.stdout.splitlines() if line.startswith("LENSA-JSON ")]
 
 
 @pytest.mark.parametrize("mode", ["fsdp", "ddp"])

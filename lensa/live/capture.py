@@ -626,6 +626,21 @@ class Recorder:
         """The steps that will be recorded (None: powers of two, as many as a file holds)."""
         return None if self._steps is None else tuple(sorted(self._steps))
 
+    @property
+    def recording(self) -> bool:
+        """Whether the step in progress is recorded."""
+        return self._recording
+
+    @property
+    def keeps_amax(self) -> bool:
+        """Whether each tensor's amax is kept at every step (``amax=True``)."""
+        return bool(self._amax_kinds)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the default process group (0 without one): rank 0 writes the run's file."""
+        return self._rank
+
     def _want(self, kind: str) -> bool:
         return self._recording and kind in self._kinds and kind not in self._off and "summaries" not in self._off
 
@@ -994,13 +1009,14 @@ class Recorder:
         if self._recording or "weight_grad" in self._amax_kinds:
             self._safely("weight_grad", self._read_grads)
 
-    def stats(self) -> RunStats:
+    def stats(self, wait: bool = True) -> RunStats:
         """This rank's run so far, every summary queued until now included (the same object each time; it grows).
 
-        Never raises for what went wrong inside the Recorder: a tensor that could not be summarised is left out,
-        and a :class:`RecorderWarning` says which kind was switched off.
+        ``wait=False``: without waiting for the summaries still being made (the per-step scalars and amax are in at
+        once). Never raises for what went wrong inside the Recorder: a tensor that could not be summarised is left
+        out, and a :class:`RecorderWarning` says which kind was switched off.
         """
-        if self._summary_sink is not None and "summaries" not in self._off:
+        if wait and self._summary_sink is not None and "summaries" not in self._off:
             try:
                 errors = self._summary_sink.drain()
             except Exception as e:
