@@ -18,13 +18,15 @@ comes from the same catalogues as the pages (``lensa/text``): in ``--lang``, els
 ``--width``): a table too wide for it is cut into tables of fewer columns, long sentences and lists wrap. Output
 into a pipe that closes early (``| head``) ends quietly, with the check's exit code.
 
-This module imports numpy and the core only (plotly too, for ``--html`` alone): no streamlit, no torch.
+This module imports numpy and the core only (plotly too, through :mod:`lensa.ui.report_html`, for ``--html``
+alone): no streamlit, no torch.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -578,10 +580,14 @@ def _report(args: argparse.Namespace, w: _Words, out: TextIO, err: TextIO) -> in
     # Known before a word is written: a reader that closes the pipe early still gets the check's exit code.
     args.exit_code = EXIT_CHECK_FAILED if result is not None and not result.passed else EXIT_OK
     if args.html:
-        from lensa import report_html
-
         try:
-            report_html.write(doc, arms, w.lang, args.html, result)
+            from lensa.ui import report_html  # plotly: the app's extra
+
+            text = io.StringIO()
+            write_text(doc, w.lang, text, width=110)
+            if result is not None:
+                write_check(result, args.kinds, w.lang, text, width=110)
+            report_html.write(doc, arms, w.lang, args.html, text.getvalue())
         except ImportError as e:
             err.write(w.t("report.html_needs_plotly", detail=str(e)) + "\n")
             return EXIT_BAD_INPUT

@@ -189,7 +189,8 @@ def warm_up(recipes: bool) -> None:
 def main() -> None:
     recipes = len(sys.argv) > 3 and sys.argv[3] == "1"  # what every block recipe loses, too (Recorder(recipes=True))
     # Training comes first: where the cores are busy, the summaries wait (the ring keeps their copies), not the
-    # steps. The summaries run at full speed whenever a core is free (between steps, and once training ends).
+    # steps. The summaries run at full speed whenever a core is free (between steps, and once training ends); the
+    # parent raises this process again while it waits for a drain, where the system lets it.
     with contextlib.suppress(OSError, AttributeError):
         os.nice(19)
     warm_up(recipes)

@@ -134,24 +134,40 @@ class _Buffers:
 
 
 def _count_window(bits: NDArray[np.uint32], acc: _RunningTotals, buf: _Buffers) -> None:
-    """Add one window (at most _WINDOW values) of float32 bit patterns to ``acc``: integer work on the bits."""
-    buf.packed = np.zeros(_N_EXPONENTS * FINE_PER_BINADE, np.int64)
+    """Add one window (at most _WINDOW values) of float32 bit patterns to ``acc``: integer work on the bits.
+
+    A window of one chunk (a small tensor) keeps packed totals only for the exponent fields its values reach
+    (a few dozen rows, not all 256: the 4 MB of zeros a full window needs cost more than counting 64 values); a
+    larger one keeps all 256 rows. Both give the same totals."""
+    fields: NDArray[np.intp] | None = None
+    slot: NDArray[np.intp] | None = None
+    if bits.size <= _CHUNK:
+        fields = np.unique(np.right_shift(bits, FRAC_BITS) & np.uint32(0xFF)).astype(np.intp)
+        slot = np.zeros(_N_EXPONENTS, np.intp)
+        slot[fields] = np.arange(fields.size)
+    buf.packed = np.zeros((_N_EXPONENTS if fields is None else fields.size) * FINE_PER_BINADE, np.int64)
     for i in range(0, bits.size, _CHUNK):
-        _scatter_chunk(bits[i : i + _CHUNK], acc, buf)
-    _unpack_window(bits, acc, buf)
+        _scatter_chunk(bits[i : i + _CHUNK], acc, buf, slot)
+    _unpack_window(bits, acc, buf, np.arange(_N_EXPONENTS) if fields is None else fields)
 
 
-def _scatter_chunk(bits: NDArray[np.uint32], acc: _RunningTotals, buf: _Buffers) -> None:
-    """Add a chunk to the window's packed totals, and count exactly the values at the exact fractions."""
+def _scatter_chunk(
+    bits: NDArray[np.uint32], acc: _RunningTotals, buf: _Buffers, slot: NDArray[np.intp] | None = None
+) -> None:
+    """Add a chunk to the window's packed totals, and count exactly the values at the exact fractions. ``slot``:
+    each exponent field's row in a window that keeps only the fields its values reach (None: all 256 rows)."""
     n = bits.size
     key, weight, masked, packed = buf.key[:n], buf.weight[:n], buf.masked[:n], buf.packed
     np.bitwise_and(bits, _ABS, out=weight)  # |bits| in int64
     np.right_shift(weight, LOW_BITS, out=key)
+    if slot is not None:  # the field's row, then the top 11 fraction bits
+        key[:] = (slot[key >> LOG_FINE] << LOG_FINE) | (key & (FINE_PER_BINADE - 1))
     np.add(weight, _PACK, out=weight)
+    first_is_zero_row = slot is None or (slot[0] == 0 and bool(np.any((bits & np.uint32(0x7F800000)) == 0)))
     before = int(packed[0])
     np.add.at(packed, key, weight)  # numpy's fast path for 1-d intp keys; exact in int64 (see _PACK)
     # This chunk's share of bin 0 (|bits| < 2**12): zeros only, this many, when its low bits add up to 0.
-    zeros, low_bits = divmod(int(packed[0]) - before, _PACK)
+    zeros, low_bits = divmod(int(packed[0]) - before, _PACK) if first_is_zero_row else (0, 0)
     # The candidate mask lets through the values at the exact fractions, the zeros and a few more (±inf, some
     # subnormals); look closer only when it lets through more than the chunk's zeros.
     np.bitwise_and(bits, buf.candidate_mask, out=masked)
@@ -162,20 +178,25 @@ def _scatter_chunk(bits: NDArray[np.uint32], acc: _RunningTotals, buf: _Buffers)
         acc.exact_at += count_exact(m0 & np.uint32(FRAC_MASK), m0 >> np.uint32(FRAC_BITS), _N_EXPONENTS)
 
 
-def _unpack_window(bits: NDArray[np.uint32], acc: _RunningTotals, buf: _Buffers) -> None:
+def _unpack_window(
+    bits: NDArray[np.uint32], acc: _RunningTotals, buf: _Buffers, fields: NDArray[np.intp] | None = None
+) -> None:
     """Add the window's packed totals to ``acc`` as counts and sums of low bits.
 
     ``bits`` is the whole window, read again only for what the fine bins cannot tell: zeros beside tiny
     subnormals in bin 0, infinities beside NaNs in the first exponent-255 bin, and float32 subnormals.
+    ``fields``: the exponent field of each row of the packed totals (default: all 256, in order).
     """
+    fields = np.arange(_N_EXPONENTS) if fields is None else fields
     # Only the exponent fields the values reached (every value adds at least _PACK): a few dozen, not all 256.
-    packed = buf.packed.reshape(_N_EXPONENTS, FINE_PER_BINADE)
-    rows = np.flatnonzero(packed.max(axis=1))
-    if not rows.size:
+    packed = buf.packed.reshape(fields.size, FINE_PER_BINADE)
+    held = np.flatnonzero(packed.max(axis=1))
+    if not held.size:
         return
+    rows = fields[held]
     step = (rows[:, None] << FRAC_BITS) + (np.arange(FINE_PER_BINADE) << LOW_BITS)  # each bin's key << 12
     step += _PACK
-    count, low = np.divmod(packed[rows], step)
+    count, low = np.divmod(packed[held], step)
     acc.add_rows(rows, count, low)
     zeros = subnormals = 0
     if rows[0] == 0:

@@ -2,7 +2,8 @@
 
 The file stands alone: plotly.js is written into it once (``include_plotlyjs=True``), the charts' data beside it,
 no request leaves the page and no server is needed (open it from a disk, attach it to a CI run, mail it). It holds
-the text report (:func:`lensa.__main__.write_text`, the numbers of :mod:`lensa.report`), then the charts steps 2-5
+the text report (``lensa report``'s text, handed in by :mod:`lensa.__main__`: the numbers of :mod:`lensa.report`),
+then the charts steps 2-5
 draw for a recorded run, built by the same functions (:mod:`lensa.ui.figures`) from the same records, each with its
 title, caption and its data as a table: per kind, its values per binade against FP16's zones (step 2); per gradient
 kind, the shares lost at every loss scale (step 3); the share of each layer's updates a 16-bit weight would lose
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import html
-import io
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -24,7 +24,6 @@ from typing import Any
 import plotly.io as pio
 
 from lensa import measured
-from lensa import report as R
 from lensa.formats import FORMATS
 from lensa.runstats import RunStats
 from lensa.ui import figures, i18n
@@ -194,18 +193,10 @@ def charts(run: RunStats, doc: Mapping[str, Any], lang: str) -> list[tuple[str, 
     return out
 
 
-def page(
-    doc: Mapping[str, Any], runs: RunStats | Mapping[str, RunStats], lang: str, result: R.CheckResult | None
-) -> str:
-    """The whole HTML document (a string): the text report, then :func:`charts`."""
-    from lensa.__main__ import write_check, write_text
-
+def page(doc: Mapping[str, Any], runs: RunStats | Mapping[str, RunStats], lang: str, text: str) -> str:
+    """The whole HTML document (a string): the text report ``text``, then :func:`charts`."""
     arms = measured.arms_of(runs)
     run = arms[measured.tensors_arm(arms)]
-    text = io.StringIO()
-    write_text(dict(doc), lang, text, width=110)
-    if result is not None:
-        write_check(result, list({i.kind for i in result.items}), lang, text, width=110)
     title = i18n.text(lang, "report.title", file=doc["file"])
     parts = [
         "<!DOCTYPE html>",
@@ -213,7 +204,7 @@ def page(
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        f"<pre>{html.escape(text.getvalue())}</pre>",
+        f"<pre>{html.escape(text)}</pre>",
     ]
     section = None
     for i, (step_title, fig, chart_title, caption) in enumerate(charts(run, doc, lang)):
@@ -230,10 +221,11 @@ def write(
     runs: RunStats | Mapping[str, RunStats],
     lang: str,
     path: str | os.PathLike[str],
-    result: R.CheckResult | None = None,
+    text: str,
 ) -> None:
-    """Write :func:`page` to ``path`` (atomically: a file beside it, renamed over it)."""
-    data = page(doc, runs, lang, result).encode("utf-8")
+    """Write :func:`page` (the report's ``text``, then its charts) to ``path``, atomically: a file beside it, renamed
+    over it."""
+    data = page(doc, runs, lang, text).encode("utf-8")
     target = os.fspath(path)
     temp = f"{target}.part"
     with open(temp, "wb") as fh:
