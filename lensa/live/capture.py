@@ -86,7 +86,8 @@ recorder is), and a process of numpy (:mod:`lensa.live.summaries`) summarises th
 on another core; the records come back when the run is read (:meth:`Recorder.stats`, :meth:`Recorder.save`,
 :meth:`Recorder.close`).
 On the small reference model (:mod:`lensa.live.reference`, 120 tensors, 5.1 M values a recorded step) a
-recorded step then costs the training thread about 1.2 times a bare one; summarised inside the step
+recorded step then costs the training thread about 1.2 times a bare one on a quiet machine (``bench.recorder_cost``
+measures it, and a GPT-2 built from a config, background and inline; docs/performance.md); summarised inside the step
 (``background=False``), about 5 times: about 1 to 2 ns per value of torch integer work plus 100 to 300
 microseconds per tensor (``make bench``, docs/performance.md). With ``recipes=True`` the summary process also
 computes what every block recipe loses: compiled where numba is installed (:mod:`lensa.blockscale_jit`, about
