@@ -191,9 +191,10 @@ class RecordingCallback:
         if self.path is None:
             self.path = os.path.join(folder, DEFAULT_FILE)
 
-    def _safely(self, event: str, fn: Any, *args: Any) -> Any:
-        """``fn(*args)`` for one of the library's events; a failure is told once, and recording stops (the training
-        goes on: the hooks are removed), never raised into the library's loop."""
+    def _safely(self, event: str, fn: Any, *args: Any, stop: bool = False) -> Any:
+        """``fn(*args)`` for one of the library's events; a failure is told once and never raised into the library's
+        loop. ``stop``: a failure there ends the recording (the hooks are removed: where training starts, nothing is
+        set up; at the end, nothing more is to come); elsewhere only that event's work is lost."""
         try:
             return fn(*args)
         except Exception as e:
@@ -201,14 +202,15 @@ class RecordingCallback:
                 from lensa.live.capture import RecorderWarning
 
                 self._failed.add(event)
+                then = "recording stops here" if stop else "this step's part of it is lost, recording goes on"
                 warnings.warn(
-                    f"lensa {type(self).__name__}: {event} failed ({type(e).__name__}: {e}); recording stops here, "
-                    "training goes on.",
+                    f"lensa {type(self).__name__}: {event} failed ({type(e).__name__}: {e}); {then}, training goes on.",
                     RecorderWarning,
                     stacklevel=2,
                 )
-            with contextlib.suppress(Exception):  # already told; close() never raises for the hooks
-                self.close()
+            if stop:
+                with contextlib.suppress(Exception):  # already told; close() never raises for the hooks
+                    self.close()
             return None
 
     def _tell_once(self, what: str) -> None:
@@ -229,6 +231,9 @@ class RecordingCallback:
         recorder.step(loss=self._loss.take())
         if not self._tensorboard or write is None:
             return
+        self._safely("writing to TensorBoard", self._write_tensorboard, recorder, step, recorded, last, write)
+
+    def _write_tensorboard(self, recorder: Recorder, step: int, recorded: bool, last: bool, write: Any) -> None:
         # A recorded step's summaries (and the amax they take) come in from the summary process a step later.
         ready, self._to_log = self._to_log, ([step] if recorded and not last else [])
         now = [] if recorded and not last else [step]

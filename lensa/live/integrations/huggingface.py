@@ -75,7 +75,7 @@ class LensaCallback(RecordingCallback, TrainerCallback):
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        self._safely("on_train_begin", self._begin, args, state, kwargs)
+        self._safely("on_train_begin", self._begin, args, state, kwargs, stop=True)
 
     def _begin(self, args: TrainingArguments, state: TrainerState, kwargs: dict[str, Any]) -> None:
         model: torch.nn.Module = kwargs["model"]
@@ -123,7 +123,7 @@ class LensaCallback(RecordingCallback, TrainerCallback):
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        self._safely("on_train_end", self._finish, self._writer())
+        self._safely("on_train_end", self._finish, self._writer(), stop=True)
 
     def _writer(self) -> Any:
         """``write(step, scalars)`` through the Trainer's TensorBoardCallback's writer; None where there is none."""

@@ -56,7 +56,7 @@ class LensaCallback(RecordingCallback, L.Callback):
     _global_step = 0
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._safely("on_train_start", self._begin, trainer, pl_module)
+        self._safely("on_train_start", self._begin, trainer, pl_module, stop=True)
 
     def _begin(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         optimizers = list(trainer.optimizers)
@@ -88,10 +88,10 @@ class LensaCallback(RecordingCallback, L.Callback):
             self._safely("on_train_batch_end", self._end_step, self._writer(trainer), last)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._safely("on_train_end", self._finish, self._writer(trainer))
+        self._safely("on_train_end", self._finish, self._writer(trainer), stop=True)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self._safely("on_exception", self.close)
+        self._safely("on_exception", self.close, stop=True)
 
     def _writer(self, trainer: L.Trainer) -> Any:
         """``write(step, scalars)`` through the trainer's loggers (each one's ``log_metrics``); None without any."""
