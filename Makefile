@@ -90,6 +90,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench.runstats_speed
 	$(BIN)/python -m bench.blockscale_speed
 	$(BIN)/python -m bench.capture_overhead
+	$(BIN)/python -m bench.recorder_cost
 	$(BIN)/python -m bench.lab_clock
 	$(BIN)/python -m bench.lowp_speed
 	$(BIN)/python -m bench.page_rerun
