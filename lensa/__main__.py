@@ -97,7 +97,14 @@ class _Words:
         """``text`` wrapped to the width, each line after ``first`` (default ``indent``) indented by ``indent``."""
         lead = indent if first is None else first
         out.write(
-            textwrap.fill(text, self.width, initial_indent=lead, subsequent_indent=indent, break_on_hyphens=False)
+            textwrap.fill(
+                text,
+                self.width,
+                initial_indent=lead,
+                subsequent_indent=indent,
+                break_on_hyphens=False,
+                break_long_words=False,  # a path or a name stays whole, even past the width
+            )
             + "\n"
         )
 

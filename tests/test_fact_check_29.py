@@ -23,7 +23,7 @@ from lensa.ui import i18n
 from tests.conftest import requires_torch
 from tests.pagetools import open_page
 
-pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+pytestmark = [pytest.mark.numpy_kernels, pytest.mark.torch_kernels]  # rerun by make test-kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

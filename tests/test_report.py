@@ -31,6 +31,13 @@ pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _a_terminal_of_100_columns(monkeypatch):
+    """The report fits the terminal's width: these tests read it at the width of no terminal (100), wherever
+    pytest runs (an xdist worker may see another)."""
+    monkeypatch.setenv("COLUMNS", "100")
+
+
 def run_cli(*args: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = main(list(args), out=out, err=err)

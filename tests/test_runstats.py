@@ -698,7 +698,7 @@ def test_a_version_2_record_made_without_recipes_says_how_it_was_made_and_how_to
     run.add("activation", "fc", 1, plain)
     run.add("weight", "fc.weight", 1, R.summarize(x, recipes=True))
     back = R.load(run.to_bytes())
-    assert back.version == R.FILE_VERSION == 2 and not back.has_recipes
+    assert back.version == R.FILE_VERSION >= 2 and not back.has_recipes
     for record in (plain, back.get("activation", "fc", 1), pickle.loads(pickle.dumps(back)).get("activation", "fc", 1)):
         with pytest.raises(ValueError) as err:
             record.recipe("mxfp8_e4m3")
