@@ -65,7 +65,7 @@ def _element_texts(node: Any) -> list[str]:
     if kind == "metric":
         return [proto.label, proto.body]
     visibility = getattr(proto, "label_visibility", None)
-    visible_label = [proto.label] if getattr(visibility, "value", 0) == 0 else []
+    visible_label = [proto.label] if hasattr(proto, "label") and getattr(visibility, "value", 0) == 0 else []
     if kind == "radio":
         return [*visible_label, *proto.options]
     if kind == "button_group":
