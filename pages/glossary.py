@@ -32,7 +32,7 @@ def entry(key: str) -> None:
 
 
 if term != "all":
-    with st.container(border=True):
+    with st.container(border=True, key="lensa-glossary-entry"):
         entry(term)
 
 st.subheader(page.t("all_title"))

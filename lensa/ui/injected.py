@@ -34,7 +34,8 @@ PAGE_SCRIPT = """<script>
   document.body.classList.toggle("lensa-print-view", window.lensaPrintOpen.length > 0);
   const openSections = () => {
     for (const summary of document.querySelectorAll('[data-testid="stExpander"] details:not([open]) > summary')) {
-      if (window.lensaPrintOpen.includes(summary.textContent.trim())) summary.click();
+      const label = summary.textContent.trim();  // after the icon's own text (a ligature such as "table")
+      if (window.lensaPrintOpen.some((open) => label.endsWith(open))) summary.click();
     }
   };
   if (window.lensaPrintOpen.length) openSections();

@@ -72,6 +72,7 @@ def lesson(page: Page, body: Callable[[], None]) -> None:
             page.partial = True
             page.notices.clear()
         runs += 1
+        page.questions_drawn = False  # the questions sit in the fragment: each of its runs draws them again
         body()
 
     st.fragment(part)()
@@ -86,8 +87,9 @@ def step_header(page: Page) -> None:
 
 def extras(page: Page) -> None:
     """The page's script and styles (:func:`lensa.ui.injected.page_extras`); the print view opens the charts'
-    data tables."""
-    page_extras(page.lang, (page.t("figure.table"),) if page.printing else ())
+    data tables and the account of how a float is stored."""
+    opened = (page.t("figure.table"), page.t("glossary.primer_title"))
+    page_extras(page.lang, opened if page.printing else ())
 
 
 def explain(page: Page, paragraph: str, try_this: str | None) -> None:
@@ -111,6 +113,7 @@ def explain(page: Page, paragraph: str, try_this: str | None) -> None:
 # default gradient (a subnormal) and one that rounds to 0 (step 2's slider reaches each as a typical size).
 PRIMER_FORMAT = "fp16"
 PRIMER_EXAMPLES = ("0.1", "6.103515625e-5", "1e-6", "2e-8")
+PLAIN_FROM = 0.01  # values from here up are written as plain decimals (0.1), smaller ones in e-notation (1.0e-6)
 
 
 def how_a_float_is_stored(page: Page) -> None:
@@ -134,12 +137,12 @@ def how_a_float_is_stored(page: Page) -> None:
             r = inspector.inspect(text, fmt)
             rows.append(
                 (
-                    page.sci(float(text)),
+                    page.decimal(float(text)) if float(text) >= PLAIN_FROM else page.sci(float(text)),
                     f":violet[`{r.sign_str}`]",
                     f":blue[`{r.exponent_str}`]",
                     f":orange[`{r.significand_str}`]",
                     page.t(f"category.{r.category}"),
-                    page.decimal(r.stored) if r.stored else "0",
+                    r.stored_exact.replace(".", ",") if page.lang == "id" else r.stored_exact,
                 )
             )
         headers = [page.t(f"glossary.primer_col_{c}") for c in ("value", "sign", "exponent", "significand", "what")]
@@ -165,7 +168,7 @@ def step_links(page: Page) -> None:
     """
     if page.printing:
         return
-    with st.container(horizontal=True, key="lensa-tools", gap="medium"):
+    with st.container(horizontal=True, key="lensa-tools", gap="medium", vertical_alignment="center"):
         st.page_link(
             PAGES_BY_KEY["glossary"].file,
             label=page.t("common.link_glossary"),
