@@ -253,7 +253,7 @@ def _print_bar(page: Page) -> None:
     with st.container(key="lensa-print-bar", border=True):
         st.markdown(f"**{page.t('common.print_view')}** {page.t('common.print_hint')}")
         with st.container(horizontal=True, gap="medium", vertical_alignment="center"):
-            st.html(_PRINT_BUTTON.format(label=f"🖨 {page.t('common.print_button')}"), unsafe_allow_javascript=True)
+            st.html(_PRINT_BUTTON.format(label=page.t("common.print_button")), unsafe_allow_javascript=True)
             back = {k: v for k, v in st.query_params.items() if k != PRINT_PARAM}
             st.page_link(page.info.file, label=f"← {page.t('common.print_back')}", query_params=back)
 
