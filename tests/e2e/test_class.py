@@ -10,7 +10,7 @@ import pytest
 from lensa.ui import i18n, progress
 from lensa.ui.frame import DONE_MARK
 from tests.e2e.harness import wait_for_app
-from tests.e2e.test_browser import nav_labels, url_of, wait_until
+from tests.e2e.test_browser import SLIDER, nav_labels, url_of, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -59,7 +59,12 @@ def test_the_print_view_shows_the_figures_with_their_data_and_nothing_to_click(s
     wait_until(page, lambda: page.locator("details[open]", has_text=table).count() >= 1)
     assert page.locator("details[open] table").first.is_visible()
     bar = page.locator(".st-key-lensa-print-bar")
-    assert bar.is_visible() and page.get_by_role("button", name=re.compile(i18n.text("id", "common.print_button")))
+    assert bar.is_visible()
+    page.evaluate("window.print = () => { window.lensaPrinted = true; }")
+    page.get_by_role("button", name=i18n.text("id", "common.print_button"), exact=True).click()
+    assert page.evaluate("window.lensaPrinted === true")  # the button opens the browser's print dialog
+    back = bar.get_by_role("link", name=re.compile(i18n.text("id", "common.print_back")))
+    assert "print" not in (back.get_attribute("href") or "") and "grad=1e-8" in back.get_attribute("href")
     assert "1,0e-8" in page.locator('[data-testid="stSlider"]').first.inner_text()  # the link's state
     page.set_viewport_size({"width": 794, "height": 1123})  # an A4 sheet at 96 dpi
     page.emulate_media(media="print")
@@ -71,6 +76,22 @@ def test_the_print_view_shows_the_figures_with_their_data_and_nothing_to_click(s
     assert chart is not None and chart["x"] >= 0 and chart["x"] + chart["width"] <= 794
     pdf = page.pdf(format="A4")
     assert pdf.startswith(b"%PDF") and len(re.findall(rb"/Type\s*/Page[^s]", pdf)) >= 2
+
+
+def test_the_print_link_follows_a_move_and_an_answer_keeps_the_explanation_below(server, page):
+    """The print view's link is redrawn with the lesson fragment, so it carries the slider's value of now."""
+    page.goto(url_of(server, "fp16_range", lang="en"))
+    wait_for_app(page)
+    page.locator(SLIDER).first.focus()
+    page.keyboard.press("ArrowRight")
+    link = page.get_by_role("link", name=i18n.text("en", "common.link_print"))
+    wait_until(page, lambda: "grad=1.5e-6" in (link.get_attribute("href") or ""))
+    first = progress.questions("fp16_range")[0]
+    _choose(page, first, "c")  # a wrong one: the verdict and why come under the question, above the paragraph
+    box = page.locator(".st-key-lensa-quiz")
+    assert i18n.text("en", f"quiz.{first}_why") in box.inner_text()
+    paragraph = page.locator('[data-testid="stMarkdownContainer"]', has_text="vanish").first
+    assert box.bounding_box()["y"] < paragraph.bounding_box()["y"]
 
 
 def test_on_paper_any_page_leaves_out_the_sidebar_and_the_questions(server, page):
