@@ -80,3 +80,24 @@ def test_the_count_leaves_closed_sections_out_and_fails_on_what_it_cannot_read()
 
     with pytest.raises(AssertionError, match="does not know"):
         list(visible_words.texts(Strange()))
+
+
+def test_a_component_is_counted_through_the_data_it_is_sent():
+    from streamlit.proto.BidiComponent_pb2 import BidiComponent
+    from streamlit.testing.v1.element_tree import UnknownElement
+
+    class Component(UnknownElement):
+        def __init__(self, proto: BidiComponent) -> None:
+            self.type, self.proto = "bidi_component", proto
+
+    sent = BidiComponent(component_name="lensa.step", json='{"cards": [["Rounded to 0", "4.3%"]], "try": "Drag it."}')
+    with pytest.raises(AssertionError, match="cannot read"):
+        list(visible_words.texts(Component(sent)))
+    visible_words.COMPONENT_TEXT["lensa.step"] = lambda data: [
+        *(w for card in data["cards"] for w in card),
+        data["try"],
+    ]
+    try:
+        assert sum(visible_words.count(t) for t in visible_words.texts(Component(sent))) == 6
+    finally:
+        del visible_words.COMPONENT_TEXT["lensa.step"]

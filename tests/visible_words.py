@@ -33,7 +33,10 @@ _MARKS = re.compile(r"[*_`#|>]+")
 
 # Elements that show no words of their own: layout, styles and scripts, charts (their text is the chart's).
 _SILENT = {"html", "plotly_chart", "space", "divider", "empty", "vega_lite_chart", "image"}
-# For a components-v2 element, its name -> the strings its payload (the JSON the page sends it) shows.
+# For a component, its registered name -> the strings it shows, read from the data the page sent it (its JSON,
+# decoded): the labels and values of its cards, its "Try this" line, its control's label and value. A component
+# that draws words its data does not carry (a caption typed into its JavaScript) would escape this count: keep the
+# words in the catalogue and send them.
 COMPONENT_TEXT: dict[str, Callable[[Any], list[str]]] = {}
 
 
@@ -92,11 +95,14 @@ def _element_texts(node: Any) -> list[str]:
         cells += [str(v) for row in frame.itertuples(index=False) for v in row]
         return cells
     if kind in ("bidi_component", "component_instance"):
-        name = getattr(proto, "component_name", "") or getattr(proto, "name", "")
+        # components v2 (bidi_component): the registered name, and the data the page sent as JSON (``json``, or
+        # the JSON part of ``mixed`` when the data holds dataframes); v1 (component_instance): ``json_args``.
+        name = getattr(proto, "component_name", "")
         if name not in COMPONENT_TEXT:
             raise AssertionError(f"a component ({name or kind}) whose words tests/visible_words.py cannot read")
-        payload = json.loads(getattr(proto, "json_args", "") or "{}")
-        return COMPONENT_TEXT[name](payload)
+        raw = getattr(proto, "json", "") or getattr(getattr(proto, "mixed", None), "json", "")
+        raw = raw or getattr(proto, "json_args", "")
+        return COMPONENT_TEXT[name](json.loads(raw or "null"))
     raise AssertionError(f"an element of kind {kind!r} that tests/visible_words.py does not know how to read")
 
 
