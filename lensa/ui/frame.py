@@ -27,7 +27,7 @@ _MISSING = object()
 _SEEN = "lensa.seen"  # URL values as we last read or wrote them: a difference means the URL moved
 _REMEMBER = "lensa.remember"  # each page's control values as URL text, for links into it
 _LANG_NAMES = {"id": "Bahasa Indonesia", "en": "English"}
-PRINT_PARAM = "print"  # ?print=1: the page as it goes on paper (lensa.ui.layout.print_bar)
+PRINT_PARAM = "print"  # ?print=1: the page as it goes on paper (its bar: _print_bar; its styles: lensa.ui.injected)
 DONE_MARK = "✓"  # after a step whose questions are all answered; the navigation's legend says what it means
 
 
