@@ -199,10 +199,14 @@ def test_bf16_rounds_to_nearest_even_and_its_limits():
         }
         notes = i18n.text(lang, "bf16.notes", fp32_max="", fp32_tiny="", **shown)
         assert all(v in notes for v in shown.values())
-        answer = text("quiz.bf16_q1_c", lang)
-        assert i18n.sci(bf16.smallest_subnormal, lang) in answer
-        assert i18n.sci(float(np.finfo(np.float32).smallest_subnormal), lang) in answer
-        assert i18n.sci(bf16.max, lang, 3) in answer
+        why = text("quiz.bf16_q1_why", lang)
+        assert i18n.sci(bf16.smallest_subnormal, lang) in why
+        dynamic_range = text("glossary.def_dynamic_range", lang)
+        assert i18n.sci(bf16.smallest_subnormal, lang) in dynamic_range
+        assert i18n.sci(bf16.max, lang, 3) in dynamic_range
+        fp32 = text("glossary.def_fp32", lang)
+        tiny, top = float(np.finfo(np.float32).smallest_normal), float(np.finfo(np.float32).max)
+        assert i18n.sci(tiny, lang) in fp32 and i18n.sci(top, lang) in fp32
     assert "only drops the low significand bits" not in text("bf16.notes")
 
 

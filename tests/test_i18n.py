@@ -189,6 +189,7 @@ def dynamic_keys() -> dict[str, set[str]]:
     from lensa.models import PRESETS
     from lensa.runstats import KINDS
     from lensa.speed import GPUS, mixed_precision_mode
+    from lensa.ui.glossary import TERM_KEYS
     from lensa.ui.site import ALSO, DATA_SOURCES, PAGES, PAGES_BY_KEY, STEPS
 
     def options(page: str, name: str) -> tuple[str, ...]:
@@ -249,6 +250,8 @@ def dynamic_keys() -> dict[str, set[str]]:
         "data sources": family("data", "source_", DATA_SOURCES)
         | family("data", "line_", sources)
         | family("data", "scaler_", sources),
+        "glossary terms (lensa.ui.glossary.TERMS)": family("glossary", "term_", TERM_KEYS)
+        | family("glossary", "def_", TERM_KEYS),
         "questions (answers.toml)": {
             f"quiz.{q}{part}" for q in i18n.answers() for part in ("", "_a", "_b", "_c", "_why")
         },

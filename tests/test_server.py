@@ -70,17 +70,21 @@ async def _one_move(url: str, page: str) -> RunResult:
 def test_a_move_reruns_the_lesson_fragment_and_sends_the_numbers_before_the_figures(page):
     """What a browser gets back for a slider move: only the step's lesson part, its metric cards before its charts.
 
-    The fragment keeps the title, notes, questions and footer out of the move; the order lets the browser show
-    the new numbers before it draws a changed figure again (docs/performance.md).
+    The fragment keeps the title, notes and footer out of the move; the questions are in it, because they sit
+    above the explanation whose numbers follow the move (lensa.ui.layout.explain), and come after the cards.
+    The order lets the browser show the new numbers before it draws a changed figure again
+    (docs/performance.md).
     """
     with Server() as server:
         after = asyncio.run(_one_move(server.url, page))
     assert after.fragment_run
-    assert "heading" not in after.kinds and "radio" not in after.kinds  # no title, no questions
+    assert "heading" not in after.kinds  # no title
     metrics = [i for i, kind in enumerate(after.kinds) if kind == "metric"]
     charts = [i for i, kind in enumerate(after.kinds) if kind == "plotly_chart"]
-    assert metrics and charts
+    questions = [i for i, kind in enumerate(after.kinds) if kind == "radio"]
+    assert metrics and charts and questions
     assert max(metrics) < min(charts)
+    assert max(metrics) < min(questions)
 
 
 def test_serving_every_page_imports_nothing_after_start_up():

@@ -26,6 +26,7 @@ from lensa.ui.controls import (
     log_stops,
     power_of_two_stops,
 )
+from lensa.ui.glossary import TERM_KEYS
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,8 @@ PAGES: tuple[PageInfo, ...] = (
             NumberControl("cluster", (*GPU_COUNTS, 2048, 4096, 8192, 16384), 1024, log=True, integer=True),
         ),
     ),
+    # The end of the lesson: the six ideas with the learner's answers (after the last step, whatever PAGES adds).
+    PageInfo("summary", "pages/summary.py", None),
     PageInfo("formats", "pages/formats.py", None, (TextControl("x", "0.1", lambda t: try_parse_exact(t) is not None),)),
     PageInfo(
         "blocks",
@@ -175,11 +178,17 @@ PAGES: tuple[PageInfo, ...] = (
             ChoiceControl("recipes", ("all", "fp8", "fp4"), "all"),
         ),
     ),
+    # ?term=subnormal opens the glossary at that entry ("all": the whole list, no entry picked).
+    PageInfo("glossary", "pages/glossary.py", None, (ChoiceControl("term", ("all", *TERM_KEYS), "all"),)),
 )
 
 PAGES_BY_KEY = {p.key: p for p in PAGES}
 STEPS = tuple(p for p in PAGES if p.step is not None)
 STEP_COUNT = len(STEPS)  # the N of "step n of N" and the count of steps the text says
+# The lesson in reading order, the previous and next links of its footers: the overview, every step, the summary.
+LESSON = (PAGES_BY_KEY["overview"], *STEPS, PAGES_BY_KEY["summary"])
+# Our navigation: the lesson first, then the other pages in the order of PAGES (the same order for the shipped list).
+NAVIGATION = (*LESSON, *(p for p in PAGES if p not in LESSON))
 
 
 def pages_with(control: str, pages: tuple[PageInfo, ...] | None = None) -> tuple[PageInfo, ...]:
