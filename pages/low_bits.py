@@ -120,7 +120,7 @@ def rounding(v: lowp_lesson.RoundingView) -> None:
         "se": page.num(v.standard_error, 3),
     }
     key = "explain_rounding_on_grid" if v.nearest_error == 0 else "explain_rounding"
-    layout.explain(page, page.t(key, **values), page.t("rounding_try"))
+    layout.explain(page, page.t(key, **values), page.t("rounding_try"), links=False)
 
 
 def rotation(v: lowp_lesson.RotationView) -> None:
@@ -178,7 +178,7 @@ def rotation(v: lowp_lesson.RotationView) -> None:
     key = "explain_rotation_recovers" if recovered else "explain_rotation_spreads"
     if v.flushed == 0 and v.scale_exponent == v.rotated_scale_exponent:
         key = "explain_rotation_nothing"
-    layout.explain(page, page.t(key, **values), page.t("rotation_try"))
+    layout.explain(page, page.t(key, **values), page.t("rotation_try"), links=False)
 
 
 def recorded(view: lowp_lesson.ComparisonView) -> None:

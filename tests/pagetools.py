@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -48,3 +49,11 @@ def sidebar_links(at: AppTest) -> list[str]:
 def notices(at: AppTest) -> list[str]:
     """The notices about link values the page could not use (other warnings left out)."""
     return [w.value for w in at.warning if w.icon == LINK_NOTICE_ICON]
+
+
+_GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(glossary\?[^)]*\)")
+
+
+def unlinked(text: str) -> str:
+    """A text as a reader sees it: a glossary link ``[words](glossary?...)`` reads as its words."""
+    return _GLOSSARY_LINK.sub(r"\1", text)

@@ -17,6 +17,8 @@ from lensa.ui import glossary, i18n, layout
 from lensa.ui.site import PAGES_BY_KEY
 from tests.pagetools import notices, open_page
 
+pytestmark = [pytest.mark.numpy_kernels, pytest.mark.torch_kernels]  # rerun by make test-kernels
+
 _URL = re.compile(r"\]\(glossary\?lang=(\w+)&term=(\w+)\)")
 
 

@@ -19,6 +19,8 @@ from lensa.ui.frame import DONE_MARK
 from lensa.ui.site import PAGES_BY_KEY, STEPS, NumberControl
 from tests.pagetools import notices, open_page, sidebar_links
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 STEP_KEYS = [s.key for s in STEPS]
 
 

@@ -92,13 +92,14 @@ def extras(page: Page) -> None:
     page_extras(page.lang, opened if page.printing else ())
 
 
-def explain(page: Page, paragraph: str, try_this: str | None) -> None:
+def explain(page: Page, paragraph: str, try_this: str | None, *, links: bool = True) -> None:
     """The step's words under its picture: "Try this", the questions, then the explanation that answers them.
 
     The questions (:func:`lensa.ui.quiz.predict`) come before the paragraph, so the learner predicts before
     reading why. ``try_this`` is None where the picture's own component shows it. The page where floating
     point is first used gets the account of how a float is stored after its paragraph; every step ends its
-    words with the links to the glossary, the format inspector and its print view.
+    words with the links to the glossary, the format inspector and its print view (a step that explains
+    several pictures passes ``links=False`` to all but its last).
     """
     if try_this is not None and not page.printing:
         st.info(f"**{page.t('common.try_this')}** {try_this}", icon=":material/touch_app:")
@@ -106,7 +107,8 @@ def explain(page: Page, paragraph: str, try_this: str | None) -> None:
     st.markdown(paragraph)
     if page.info.key == glossary.first_page(glossary.PRIMER_TERM):
         how_a_float_is_stored(page)
-    step_links(page)
+    if links:
+        step_links(page)
 
 
 # The numbers the account of a float writes out bit by bit: a normal value, the smallest normal, the step's
