@@ -169,7 +169,11 @@ def run(config: Config, pytest_args: list[str]) -> bool:
             *pytest_args,
         ]
         t0 = time.perf_counter()
-        code = subprocess.run(cmd, cwd=ROOT, env=clean_env(config.env)).returncode
+        env = clean_env(config.env)
+        # torch.compile's caches do not key on ATEN_CPU_CAPABILITY: a kernel Inductor generated for this CPU's
+        # vector set, reused under "default", fails to compile (at::vec undeclared). Each set compiles afresh.
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / "inductor")
+        code = subprocess.run(cmd, cwd=ROOT, env=env).returncode
         seconds = time.perf_counter() - t0
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         if report.is_file():
