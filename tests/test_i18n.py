@@ -183,6 +183,8 @@ def dynamic_keys() -> dict[str, set[str]]:
     from typing import get_args, get_type_hints
 
     from lensa import blockscale, estimators, exact, formats, inspector, master, memory
+    from lensa.lessons import blocks as lesson_blocks
+    from lensa.lessons import master_weights as lesson_master
     from lensa.live import ARMS
     from lensa.live.errors import ErrorKind
     from lensa.models import PRESETS
@@ -211,6 +213,11 @@ def dynamic_keys() -> dict[str, set[str]]:
         "BF16 against FP16": family("bf16", "explain_", verdicts) | family("bf16_data", "explain_", verdicts),
         "step 2's regimes": family("fp16_range", "explain_", regimes) | family("fp16_range_data", "explain_", regimes),
         "block outcomes": family("blocks", "outcome_", blockscale.OUTCOMES),
+        "the block page's recipes (lensa.lessons.blocks)": family("blocks", "recipe_", lesson_blocks.SHOWN),
+        "the block page's flush regimes": family("blocks", "explain_", get_args(lesson_blocks.FlushRegime)),
+        "what one update does, per format (lensa.lessons.master_weights)": family(
+            "master_weights", "outcome_", lesson_master.OUTCOME_FORMATS
+        ),
         "typed values out of range": family(
             "formats", "out_of_range_", _literal_values(get_type_hints(exact.Parsed)["out_of_range"])
         ),

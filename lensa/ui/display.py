@@ -8,6 +8,9 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from lensa.ui import i18n
+from lensa.ui.frame import Page
+
+TRY_THIS_ICON = ":material/touch_app:"
 
 
 def chart(fig: object, title: str, caption: str | None = None, alt: str | None = None) -> None:
@@ -22,6 +25,11 @@ def chart(fig: object, title: str, caption: str | None = None, alt: str | None =
     st.plotly_chart(fig, config={"displayModeBar": False}, alt=alt or getattr(fig, "alt", None) or title)
     if caption:
         st.caption(caption)
+    table_of(fig)
+
+
+def table_of(fig: object) -> None:
+    """The values a figure plots (``fig.table``), in a closed section, as a real table (nothing without one)."""
     table = getattr(fig, "table", None)
     if table is not None and table.rows:
         with st.expander(i18n.text(table.lang, "figure.table"), icon=":material/table:"):
@@ -53,3 +61,13 @@ def metric_row(items: Sequence[tuple[str, str]]) -> None:
     columns = st.columns(len(items), border=True)
     for column, (label, value) in zip(columns, items, strict=True):
         column.metric(label, value)
+
+
+def try_this(page: Page, text: str) -> None:
+    """The step's "Try this", right under its sliders, chart and cards, where the hand and the eye already are."""
+    st.info(f"**{page.t('common.try_this')}** {text}", icon=TRY_THIS_ICON)
+
+
+def secondary_row(count: int) -> list[DeltaGenerator]:
+    """A row of ``count`` places under the picture for a step's secondary choices (data source, "also show")."""
+    return list(st.columns(count, gap="small", vertical_alignment="bottom"))

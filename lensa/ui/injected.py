@@ -43,7 +43,7 @@ PAGE_SCRIPT = """<script>
 # under white text is 2:1); with reduced motion, the loss-scale run shows its final state, no animation.
 PAGE_STYLE = """<style>
 :is(a, button, input, select, textarea, summary, [role="slider"], [role="button"], [tabindex]):focus-visible,
-label:has(input:focus-visible), div:has(> input[type="range"]:focus-visible) {
+label:has(input:focus-visible), div:not(.lensa-slider):has(> input[type="range"]:focus-visible) {
     outline: 3px solid #3b82f6 !important; outline-offset: 2px !important;
 }
 [data-testid="stBaseButton-primary"], [data-testid="stBaseButton-primary"]:hover {
@@ -55,7 +55,30 @@ label:has(input:focus-visible), div:has(> input[type="range"]:focus-visible) {
 </style>"""
 
 
+# A step's slider, chart, cards and "Try this" fit one screen (1280×900 and 390×844): the page starts right under
+# Streamlit's header bar instead of 6rem down, a phone's title and headline are a size smaller, and a row of metric
+# cards the server draws (st.columns) keeps two cards a row on a phone instead of one (scrub.css does the same for
+# the component's own cards).
+ONE_SCREEN_STYLE = """<style>
+[data-testid="stMainBlockContainer"] { padding-top: 3.75rem !important; }
+@media (max-width: 640px) {
+    [data-testid="stMainBlockContainer"] h1 {
+        font-size: 2rem !important; line-height: 1.2 !important; padding-bottom: 0.25rem !important;
+    }
+    [data-testid="stMainBlockContainer"] h4 { font-size: 1.1rem !important; padding: 0.25rem 0 !important; }
+    [data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] [data-testid="stMetric"]) {
+        flex-wrap: wrap !important; gap: 0.5rem !important;
+    }
+    [data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] [data-testid="stMetric"])
+        > [data-testid="stColumn"] {
+        flex: 1 1 calc(50% - 0.5rem) !important; min-width: calc(50% - 0.5rem) !important;
+        width: calc(50% - 0.5rem) !important;
+    }
+}
+</style>"""
+
+
 def page_extras(lang: str) -> None:
     """The page script and style: the document's language (``lang``), keyboard-reachable plot buttons, focus
     rings."""
-    st.html(PAGE_STYLE + PAGE_SCRIPT % {"lang": lang}, unsafe_allow_javascript=True)
+    st.html(PAGE_STYLE + ONE_SCREEN_STYLE + PAGE_SCRIPT % {"lang": lang}, unsafe_allow_javascript=True)

@@ -80,9 +80,10 @@ def step_header(page: Page) -> None:
     st.markdown(f"#### {page.t('headline')}")
 
 
-def explain(page: Page, paragraph: str, try_this: str) -> None:
+def explain(page: Page, paragraph: str, try_this: str | None = None) -> None:
     st.markdown(paragraph)
-    st.info(f"**{page.t('common.try_this')}** {try_this}", icon=":material/touch_app:")
+    if try_this is not None:  # a step whose sliders are a scrub draws its "Try this" with them (display.try_this)
+        st.info(f"**{page.t('common.try_this')}** {try_this}", icon=":material/touch_app:")
 
 
 def notes(page: Page, body: str, sources: Sequence[str]) -> None:
