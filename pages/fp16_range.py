@@ -71,7 +71,7 @@ def frame(view: Fp16RangeView, count_top: float) -> scrub.Frame:
     shares = view.shares
     pct = {zone: page.pct(share) for zone, share in shares.items()}
     chart = scrub.Chart(
-        zone_charts.fp16_histogram(page, view.histogram, count_top),
+        zone_charts.fp16_histogram(page, view.histogram, count_top, aligned=bool(view.also)),
         page.t("figure_title"),
         " ".join(
             [

@@ -235,7 +235,7 @@ def frame(view: LossScalingView, count_top: float) -> scrub.Frame:
     cards, which all follow S."""
     pct = {zone: page.pct(share) for zone, share in view.shares.items()}
     chart = scrub.Chart(
-        zone_charts.fp16_histogram(page, view.histogram, count_top),
+        zone_charts.fp16_histogram(page, view.histogram, count_top, aligned=bool(view.extra)),
         page.t("figure_title"),
         " ".join([page.t("caption"), page.t("common.illustration")]),
         alt=page.t("alt", s=power_of_two(view.k), zero=pct["zero"], over=pct["overflow"]),

@@ -274,7 +274,7 @@ class Reader:
         """Stacked counts per bin: the bin (decoded from the axis) is a ``lo … hi`` row, the count is exact. An
         empty trace (a category with no value at this stop, kept for the legend) draws nothing to look up."""
         for t in traces:
-            if not t.get("x"):
+            if not any(t.get("y") or ()):  # no value in this category at this stop (a bar of 0 for the legend)
                 continue
             column = self.column(t["name"])
             if column is None:

@@ -355,8 +355,8 @@ def stacked_memory(
 # --- steps 2, 3 -------------------------------------------------------------------
 
 # Room above the tallest bar for the marks' labels: the counts axis reaches this many times the tallest count.
-MARK_HEADROOM = 1.55
-MARK_ROW = 0.1  # the second row of mark labels, this far (paper) below the first
+MARK_HEADROOM = 1.6
+MARK_ROW = 0.12  # the second row of mark labels, this far (paper) below the first
 MARK_FLIP_AT = 0.6  # a mark past this share of the axis has its label on its left
 HISTOGRAM_HEIGHT_PX = 300
 
@@ -388,6 +388,14 @@ def _stacked_counts_layout(
     )
 
 
+ALIGNED_LEFT_MARGIN_PX = 84  # room for "gradients" and its ticks, or for a format's name: both charts line up
+
+
+def _fix_left_margin(layout: Spec, px: int) -> None:
+    layout["margin"] = {**layout.get("margin", {}), "l": px}
+    layout["yaxis"] = {**layout.get("yaxis", {}), "automargin": False}
+
+
 def count_axis_top(histograms: Sequence[LogHistogram]) -> float:
     """One counts axis for every histogram of a slider's stops: the tallest bar of any, with room for the marks'
     labels above it (at least 1)."""
@@ -403,12 +411,14 @@ def category_histogram(
     hover: str,
     lang: str,
     count_top: float | None = None,
+    left_margin: int | None = None,
 ) -> go.Figure:
     """Stacked counts per quarter-decade bin (a :class:`lensa.lessons.common.LogHistogram`), coloured by what the
     format does to each value.
 
     Every category has its trace, an empty one too, so the legend names all four at every stop. ``hover`` is a
-    template with {lo}, {hi}, {n}, {category}; ``count_top`` fixes the counts axis (:func:`count_axis_top`).
+    template with {lo}, {hi}, {n}, {category}; ``count_top`` fixes the counts axis (:func:`count_axis_top`);
+    ``left_margin`` (px) fixes the room left of the plot, so a chart under it on the same axis lines up.
     """
     centres, edges = hist.centres, hist.edges
     bounds = [i18n.sci(10**e, lang) for e in edges]
@@ -419,13 +429,15 @@ def category_histogram(
         if used:
             columns[cat] = counts
         hovertext = [hover.format(lo=bounds[i], hi=bounds[i + 1], n=counts[i], category=labels[cat]) for i in used]
-        data.append(
-            _category_bars(
-                cat, labels[cat], [centres[i] for i in used], [counts[i] for i in used], hist.width, hovertext
-            )
-        )
+        if used:
+            xs, ys = [centres[i] for i in used], [counts[i] for i in used]
+        else:  # plotly leaves an empty trace out of the legend: a bar of no height, left of the axis, keeps it in
+            xs, ys = [edges[0] - 1.0], [0]
+        data.append(_category_bars(cat, labels[cat], xs, ys, hist.width, hovertext))
     ticks = decade_ticks(round(edges[0]), round(edges[-1]))
     layout = _stacked_counts_layout(marks, axis_title, ticks, count_title, lang, count_top)
+    if left_margin is not None:
+        _fix_left_margin(layout, left_margin)
     occupied = hist.occupied()
     table = _table(
         lang,
@@ -975,6 +987,17 @@ def memory_total_bars(
 RANGE_LO, RANGE_HI = -46, 40
 FormatRange = FormatLimits  # a format's smallest subnormal, smallest normal and largest finite, as drawn
 RANGE_ROW_PX = 44  # a row of the range chart
+SUBNORMAL_ALPHA = 0.4  # a format's subnormal range is its colour, lighter (in the bars and the legend's swatch)
+
+
+def _translucent(hex_colour: str, alpha: float) -> str:
+    """``#RRGGBB`` as ``rgba(r,g,b,alpha)`` (itself at alpha 1)."""
+    if alpha >= 1:
+        return hex_colour
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
 RANGE_FRAME_PX = 120  # the range chart's axis, legend and margins
 
 
@@ -984,8 +1007,8 @@ def _range_bars(ranges: Sequence[FormatRange], labels: dict[str, str], lang: str
     The two traces are named in the legend (``labels["legend_subnormal"]``, ``labels["legend_normal"]``): the
     lighter part of each bar is its subnormal range."""
     data: list[Spec] = []
-    for kind, low, high, opacity in (
-        ("subnormal", "smallest_subnormal", "smallest_normal", 0.4),
+    for kind, low, high, alpha in (
+        ("subnormal", "smallest_subnormal", "smallest_normal", SUBNORMAL_ALPHA),
         ("normal", "smallest_normal", "max", 1.0),
     ):
         names = [labels[kind].format(fmt=r.label) for r in ranges]
@@ -1000,7 +1023,7 @@ def _range_bars(ranges: Sequence[FormatRange], labels: dict[str, str], lang: str
                 "orientation": "h",
                 "width": 0.6,
                 "name": labels.get(f"legend_{kind}", kind),
-                "marker": {"color": [FORMAT_COLOURS[r.key] for r in ranges], "opacity": opacity},
+                "marker": {"color": [_translucent(FORMAT_COLOURS[r.key], alpha) for r in ranges]},
                 "showlegend": f"legend_{kind}" in labels,
                 "hovertext": [
                     labels["hover"].format(fmt=n, lo=i18n.sci(lo, lang), hi=i18n.sci(h, lang))
@@ -1038,6 +1061,7 @@ def format_ranges(
     lo: int = RANGE_LO,
     hi: int = RANGE_HI,
     every: int = 10,
+    left_margin: int | None = None,
 ) -> go.Figure:
     """Each format's subnormal and normal range on one log axis (``lo`` to ``hi`` decades, a tick every ``every``);
     above them, when ``extent`` is given, the gradients' (smallest, largest) as a bar of their own.
@@ -1065,6 +1089,8 @@ def format_ranges(
         },
         xaxis={**decade_ticks(lo, hi, every=every), "fixedrange": True},
     )
+    if left_margin is not None:
+        _fix_left_margin(layout, left_margin)
     rows = [
         (r.label, *(i18n.exact_or_sci(v, lang) for v in (r.smallest_subnormal, r.smallest_normal, r.max)))
         for r in ranges
@@ -1445,30 +1471,27 @@ def _outcome_markers(rows: Sequence[BlockRow], outcome: str, name: str) -> Spec:
 def _templated_markers(
     rows: Sequence[BlockRow], values: Sequence[str], outcome_names: Mapping[str, str], hover: str
 ) -> list[Spec]:
-    """The cells as one trace per (recipe, outcome), each with one hover template and the two numbers of each cell
-    as its data: a fraction of the bytes of a text per cell, which matters for a slider's 65 frames. Each outcome is
-    named once in the legend."""
+    """The cells as one trace per outcome, with one hover template each and each cell's recipe, value and stored
+    value as its data: a fraction of the bytes of a text per cell (which matters for a slider's 65 frames), and
+    four traces for Plotly to redraw at each stop, not one per recipe and outcome."""
     data: list[Spec] = []
     for outcome, name in outcome_names.items():
-        for r, row in enumerate(rows):
-            cells = [i for i, o in enumerate(row.outcomes) if o == outcome]
-            template = hover.format(
-                recipe=row.label, i="%{x}", x="%{customdata[0]}", stored="%{customdata[1]}", what=name
-            )
-            data.append(
-                {
-                    "type": "scatter",
-                    "mode": "markers",
-                    "name": name,
-                    "marker": _outcome_marker(outcome),
-                    "x": [i + 1 for i in cells],
-                    "y": [r] * len(cells),
-                    "customdata": [[values[i], row.stored[i]] for i in cells],
-                    "hovertemplate": template + HIDE_TRACE_NAME,
-                    "legendgroup": outcome,
-                    "showlegend": r == 0,
-                }
-            )
+        template = hover.format(
+            recipe="%{customdata[0]}", i="%{x}", x="%{customdata[1]}", stored="%{customdata[2]}", what=name
+        )
+        cells = [(r, i) for r, row in enumerate(rows) for i, o in enumerate(row.outcomes) if o == outcome]
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": name,
+                "marker": _outcome_marker(outcome),
+                "x": [i + 1 for _, i in cells],
+                "y": [r for r, _ in cells],
+                "customdata": [[rows[r].label, values[i], rows[r].stored[i]] for r, i in cells],
+                "hovertemplate": template + HIDE_TRACE_NAME,
+            }
+        )
     return data
 
 

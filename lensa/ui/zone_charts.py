@@ -30,9 +30,10 @@ def _fp16_marks(page: Page) -> list[tuple[float, str]]:
     ]
 
 
-def fp16_histogram(page: Page, hist: LogHistogram, count_top: float | None = None) -> object:
+def fp16_histogram(page: Page, hist: LogHistogram, count_top: float | None = None, aligned: bool = False) -> object:
     """The gradient sample per quarter decade on a log axis, coloured by what FP16 does to each value, with FP16's
-    limits marked; ``count_top`` fixes the counts axis (the same at every stop of a slider)."""
+    limits marked; ``count_top`` fixes the counts axis (the same at every stop of a slider); ``aligned``: its
+    plot lines up with a :func:`format_strip` under it."""
     return figures.category_histogram(
         hist,
         _zone_labels(page),
@@ -42,6 +43,7 @@ def fp16_histogram(page: Page, hist: LogHistogram, count_top: float | None = Non
         page.t("fp16_range.hover"),
         page.lang,
         count_top,
+        figures.ALIGNED_LEFT_MARGIN_PX if aligned else None,
     )
 
 
@@ -59,10 +61,9 @@ def range_labels(page: Page) -> dict[str, str]:
 
 def format_strip(page: Page, formats: Sequence[FormatLimits]) -> object:
     """The ranges of FP16 and the formats "also show" adds, on the histogram's own axis, to sit right under it."""
-    fig = figures.format_ranges(formats, None, range_labels(page), page.lang, HIST_LO, HIST_HI, every=2)
-    spec = fig.to_dict()
-    spec["layout"]["margin"] = {"l": 8, "r": 8, "t": 8, "b": 8}
-    return fig
+    labels = range_labels(page)
+    margin = figures.ALIGNED_LEFT_MARGIN_PX
+    return figures.format_ranges(formats, None, labels, page.lang, HIST_LO, HIST_HI, every=2, left_margin=margin)
 
 
 def fp16_binades(page: Page, hist: ZoneHistogram) -> object:

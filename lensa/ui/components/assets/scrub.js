@@ -93,6 +93,9 @@ class Scrub {
     this.drawn = null;
     this.frameCache = new Map();
     this.compact = null;
+    this.template = null;
+    this.frameRequest = null;
+    this.pendingDraw = 0;
     this.gestures = 0;
     this.token = Math.random().toString(36).slice(2, 10);
     this.resize = new ResizeObserver(() => this.onResize());
@@ -103,6 +106,7 @@ class Scrub {
 
   update(data, setStateValue) {
     this.setStateValue = setStateValue;
+    this.plotlyFile = data.plotly;
     this.lang = data.lang;
     const texts = data.parts;
     const changed = !same(texts, this.texts);
@@ -122,6 +126,8 @@ class Scrub {
       this.sent = null;
     }
     this.syncInputs();
+    this.template = this.theme(); // read once per update: getComputedStyle on every stop would force a restyle
+    this.compact = this.root.clientWidth < COMPACT_PX;
     this.draw(0, true);
   }
 
@@ -236,7 +242,15 @@ class Scrub {
     if (Number.isNaN(i)) return;
     this.at[s] = i;
     this.syncInputs();
-    this.draw(s, false);
+    // One draw a frame, of the latest stop: a hand moves faster than a chart redraws, and a queue of stale
+    // stops would only make the picture lag behind it.
+    this.pendingDraw = s;
+    if (this.frameRequest === null) {
+      this.frameRequest = requestAnimationFrame(() => {
+        this.frameRequest = null;
+        this.draw(this.pendingDraw, false);
+      });
+    }
     this.announceLater();
   }
 
@@ -285,7 +299,9 @@ class Scrub {
 
   onResize() {
     const compact = this.root.clientWidth < COMPACT_PX;
-    if (compact !== this.compact && this.drawn) this.draw(this.drawn.s, true);
+    if (compact === this.compact || !this.drawn) return;
+    this.compact = compact;
+    this.draw(this.drawn.s, true);
   }
 
   theme() {
@@ -313,8 +329,7 @@ class Scrub {
     if (!force && this.drawn && this.drawn.s === s && this.drawn.i === i) return;
     const frame = this.frame(s, i);
     this.drawn = { s, i };
-    this.compact = this.root.clientWidth < COMPACT_PX;
-    const template = this.theme();
+    const template = this.template || this.theme();
     frame.forEach((block, b) => {
       const view = this.blocks[b];
       if (!view) return;
@@ -323,6 +338,10 @@ class Scrub {
       else this.fillChart(view, block, template);
     });
     this.root.dataset.at = this.at.join(",");
+  }
+
+  drawLatest() {
+    if (this.drawn) this.draw(this.drawn.s, true);
   }
 
   fillCards(view, cards) {
@@ -343,21 +362,34 @@ class Scrub {
   }
 
   fillChart(view, block, template) {
-    setRich(view.title, block.title);
-    view.title.hidden = !block.title;
-    setRich(view.caption, block.caption);
-    view.caption.hidden = !block.caption;
-    view.plot.setAttribute("aria-label", block.alt);
+    if (view.titleText !== block.title) {
+      view.titleText = block.title;
+      setRich(view.title, block.title);
+      view.title.hidden = !block.title;
+    }
+    if (view.captionText !== block.caption) {
+      view.captionText = block.caption;
+      setRich(view.caption, block.caption);
+      view.caption.hidden = !block.caption;
+    }
+    if (view.plot.getAttribute("aria-label") !== block.alt) view.plot.setAttribute("aria-label", block.alt);
     let layout = { ...block.fig.layout, template };
     if (this.compact && block.compact) {
       layout = merge(layout, block.compact.layout || {});
       if (block.compact.height) layout.height = block.compact.height;
     }
-    view.node.style.minHeight = "";
-    view.plot.style.height = `${layout.height || 360}px`;
+    const height = `${layout.height || 360}px`;
+    if (view.plot.style.height !== height) view.plot.style.height = height;
     view.spec = block.fig; // what the server built, for the tests: the browser adds only the theme and height
-    loadPlotly(window.__lensaPlotlyFile || "plotly-basic-4.1.1.min.js").then((Plotly) => {
-      Plotly.react(view.plot, block.fig.data, layout, PLOTLY_CONFIG);
+    // Synchronously once Plotly.js is there, so a stop's chart and cards change in the same frame; "lensa-drawn"
+    // tells a watcher (the tests, bench/scrub.py) which stop is now drawn.
+    if (!window.Plotly) {
+      loadPlotly(this.plotlyFile).then(() => this.drawLatest());
+      return;
+    }
+    const at = this.at.join(",");
+    window.Plotly.react(view.plot, block.fig.data, layout, PLOTLY_CONFIG).then(() => {
+      this.root.dispatchEvent(new CustomEvent("lensa-drawn", { detail: { at }, bubbles: true }));
     });
   }
 
@@ -366,7 +398,6 @@ class Scrub {
 export default function (args) {
   const { data, parentElement, setStateValue } = args;
   if (!data || !Array.isArray(data.parts) || !data.parts.length) return undefined;
-  if (data.plotly) window.__lensaPlotlyFile = data.plotly;
   let scrub = MOUNTS.get(parentElement);
   if (!scrub) {
     scrub = new Scrub(parentElement);
