@@ -133,9 +133,9 @@ def lesson() -> None:
     with data_column:
         data = recorded_run.data_choice(page, compact=True)
     with n_column:
-        n = int(widgets.slider(page, "n", page.t("n"), lambda v: page.num(v), help=page.t("n_help"), tooltip=True))
+        n = int(widgets.slider(page, "n", page.t("n"), lambda v: page.num(v), help=page.t("n_help")))
     with grad_column:
-        grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"), tooltip=True)
+        grad = widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help"))
     selection = recorded_run.data_controls(page, data)
     control = widgets.declared(page, "outlier", NumberControl)
     outlier_slider = scrub.Slider(

@@ -47,10 +47,10 @@ def also_table(page: Page, values: np.ndarray, also: str) -> None:
 
 def also_control(page: Page, compact: bool = False) -> str:
     """Steps 2, 3 and 5's choice of format groups to show beside FP16 and BF16 (URL ``also``); ``compact``: a
-    drop-down with its help as a tooltip, for the row of secondary choices under the picture."""
+    drop-down, for the row of secondary choices under the picture."""
     label, show, help_text = page.t("also.label"), lambda o: page.t(f"also.option_{o}"), page.t("also.help")
     if compact:
-        return widgets.dropdown(page, "also", label, show, help=help_text, tooltip=True)
+        return widgets.dropdown(page, "also", label, show, help=help_text)
     return widgets.choice(page, "also", label, show, help=help_text)
 
 

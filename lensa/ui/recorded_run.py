@@ -256,12 +256,12 @@ def _track(page: Page) -> dict[str, tuple[str, str | None]]:
 
 
 def data_choice(page: Page, compact: bool = False) -> str:
-    """The data source choice (URL ``data``); ``compact``: a drop-down with its help as a tooltip, for the row of
-    secondary choices under a step's picture."""
+    """The data source choice (URL ``data``); ``compact``: a drop-down, for the row of secondary choices under a
+    step's picture (its help stays a caption: a tooltip opens only on hover)."""
     # The data choice also travels in the links into the other steps (the footer's too): a change redraws it all.
     label, show, help_text = page.t("data.data"), lambda v: page.t(f"data.source_{v}"), page.t("data.data_help")
     if compact:
-        data = widgets.dropdown(page, "data", label, show, help=help_text, whole_page=True, tooltip=True)
+        data = widgets.dropdown(page, "data", label, show, help=help_text, whole_page=True)
     else:
         data = widgets.choice(page, "data", label, show, help=help_text, whole_page=True)
     _share_choice(page, data)

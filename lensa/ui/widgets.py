@@ -81,10 +81,8 @@ def slider(
     show: Callable[[float], str],
     help: str | None = None,
     control: NumberControl | None = None,
-    tooltip: bool = False,
 ) -> float:
-    """A URL-bound slider over the control's stops; ``show`` writes a stop for people; ``tooltip``: its help in the
-    slider's help icon (focusable, for a compact row) instead of a caption under it."""
+    """A URL-bound slider over the control's stops; ``show`` writes a stop for people."""
     control = control or declared(page, name, NumberControl)
     stops = control.stops
     return _bound(
@@ -92,9 +90,9 @@ def slider(
         name,
         label,
         show,
-        lambda key: st.select_slider(label, options=stops, format_func=show, key=key, help=help if tooltip else None),
+        lambda key: st.select_slider(label, options=stops, format_func=show, key=key),
         control=control,
-        help=None if tooltip else help,
+        help=help,
     )
 
 
@@ -122,10 +120,8 @@ def dropdown(
     help: str | None = None,
     control: ChoiceControl | None = None,
     whole_page: bool = False,
-    tooltip: bool = False,
 ) -> str:
-    """A URL-bound choice drawn as a drop-down, for controls with many options; ``tooltip``: its help in the
-    drop-down's help icon (focusable, for a compact row) instead of a caption under it."""
+    """A URL-bound choice drawn as a drop-down, for controls with many options (or a compact row of choices)."""
     control = control or declared(page, name, ChoiceControl)
     options = control.options
     return _bound(
@@ -133,9 +129,9 @@ def dropdown(
         name,
         label,
         show,
-        lambda key: st.selectbox(label, options, format_func=show, key=key, help=help if tooltip else None),
+        lambda key: st.selectbox(label, options, format_func=show, key=key),
         control=control,
-        help=None if tooltip else help,
+        help=help,
         whole_page=whole_page,
     )
 

@@ -100,8 +100,20 @@ class Scrub {
     this.token = Math.random().toString(36).slice(2, 10);
     this.resize = new ResizeObserver(() => this.onResize());
     this.resize.observe(this.root);
-    window.addEventListener("pointerup", () => this.pointerEnd(), true);
-    window.addEventListener("pointercancel", () => this.pointerEnd(), true);
+    this.onPointerEnd = () => this.pointerEnd();
+    window.addEventListener("pointerup", this.onPointerEnd, true);
+    window.addEventListener("pointercancel", this.onPointerEnd, true);
+  }
+
+  // When Streamlit unmounts the component (another page): nothing of it stays behind.
+  destroy() {
+    this.resize.disconnect();
+    window.removeEventListener("pointerup", this.onPointerEnd, true);
+    window.removeEventListener("pointercancel", this.onPointerEnd, true);
+    for (const timer of [this.keyTimer, this.liveTimer]) if (timer !== null) clearTimeout(timer);
+    if (this.frameRequest !== null) cancelAnimationFrame(this.frameRequest);
+    if (window.Plotly) for (const view of this.blocks || []) if (view.plot) window.Plotly.purge(view.plot);
+    this.root.remove();
   }
 
   update(data, setStateValue) {
@@ -404,5 +416,13 @@ export default function (args) {
     MOUNTS.set(parentElement, scrub);
   }
   scrub.update(data, setStateValue);
-  return undefined;
+  // Streamlit keeps the cleanup of the latest call and runs it when the component unmounts; an older call's
+  // cleanup can still run late (a rerun's data arriving while the last was loading): only the latest counts.
+  scrub.generation = (scrub.generation || 0) + 1;
+  const generation = scrub.generation;
+  return () => {
+    if (scrub.generation !== generation) return;
+    MOUNTS.delete(parentElement);
+    scrub.destroy();
+  };
 }
