@@ -335,7 +335,11 @@ def main() -> None:
     parser.add_argument("--think", type=float, default=5.0)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--baseline", default="e1529c2", help="the commit the lesson is compared with")
+    parser.add_argument("--paint-only", action="store_true", help="only first paints and bytes (no drags, no class)")
     args = parser.parse_args()
+    if args.paint_only:
+        paint_only(args)
+        return
     need_chromium()
     load_before = load()
     keys = tuple(s.key for s in STEPS)
@@ -374,6 +378,30 @@ def main() -> None:
     body = render(dragged, bare_drag, paints, today_paints, bundle, report, args, load_before, load())
     print(f"(bench ran {time.perf_counter() - started:.0f} s)")
     publish("scrub", "The lesson's loop: a picture that answers while the hand moves (bench/scrub.py)", body)
+
+
+def paint_only(args: argparse.Namespace) -> None:
+    """First paints and bytes alone, printed (not published): for trying a change quickly."""
+    keys = tuple(s.key for s in STEPS)
+    baseline = prepare_baseline(args.baseline)
+    with browser() as chromium:
+        with Server() as lensa:
+            ours = first_paints(chromium, lensa, keys, args.repeats)
+        with Server(root=baseline) as today:
+            theirs = first_paints(chromium, today, keys, args.repeats)
+    rows = [
+        [
+            k,
+            f"{ours[k]['cold_ms']:.0f}",
+            f"{theirs[k]['cold_ms']:.0f}",
+            f"{ours[k]['warm_ms']:.0f}",
+            f"{theirs[k]['warm_ms']:.0f}",
+            f"{ours[k]['warm_ms'] / theirs[k]['warm_ms']:.2f}×",
+        ]
+        for k in keys
+    ]
+    print(f"load {load()}")
+    print(table(["step", "cold (ms)", "baseline cold", "warm (ms)", "baseline warm", "warm ratio"], rows))
 
 
 def render(

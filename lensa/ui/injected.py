@@ -78,7 +78,23 @@ ONE_SCREEN_STYLE = """<style>
 </style>"""
 
 
-def page_extras(lang: str) -> None:
+# Asks the browser for a module the page will import (the scrub component's Plotly.js) while the server is still
+# running the page's script: it is fetched and compiled before the component mounts, not after. Relative to the
+# page (a page's URL is one level under the app's), so it also holds under a base URL path.
+PRELOAD_SCRIPT = """<script>
+(() => {
+  const href = new URL("./%(path)s", document.baseURI).href;
+  if (document.querySelector(`link[rel="modulepreload"][href="${href}"]`)) return;
+  const link = document.createElement("link");
+  link.rel = "modulepreload";
+  link.href = href;
+  document.head.appendChild(link);
+})();
+</script>"""
+
+
+def page_extras(lang: str, preload: str | None = None) -> None:
     """The page script and style: the document's language (``lang``), keyboard-reachable plot buttons, focus
-    rings."""
-    st.html(PAGE_STYLE + ONE_SCREEN_STYLE + PAGE_SCRIPT % {"lang": lang}, unsafe_allow_javascript=True)
+    rings; ``preload``: a module's path under the app's root to fetch and compile ahead (:data:`PRELOAD_SCRIPT`)."""
+    extra = "" if preload is None else PRELOAD_SCRIPT % {"path": preload.lstrip("/")}
+    st.html(PAGE_STYLE + ONE_SCREEN_STYLE + PAGE_SCRIPT % {"lang": lang} + extra, unsafe_allow_javascript=True)

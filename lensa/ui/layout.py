@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 import streamlit as st
 
 from lensa.ui import quiz
+from lensa.ui.components import scrub
 from lensa.ui.frame import (
     Page,
     draw_navigation,
@@ -56,7 +57,7 @@ def lesson(page: Page, body: Callable[[], None]) -> None:
     controls' values) in a slot kept for it; Streamlit redraws a fragment's writes to such an outside slot
     in place. A control whose value shows outside ``body`` is drawn with ``whole_page=True``.
     """
-    page_extras(page.lang)
+    page_extras(page.lang, preload=scrub.PLOTLY_PATH)  # a step's scrub imports Plotly.js: fetch it meanwhile
     slots = navigation_slots(page)
     page.own_link = slots[page.info.key]
     runs = 0

@@ -49,6 +49,7 @@ ASSETS = PACKAGE_ROOT / ASSET_DIR
 PLOTLY_VERSION = "4.1.1"
 PLOTLY_FILE = f"plotly-basic-{PLOTLY_VERSION}.min.js"  # versioned: a new bundle is a new URL (served immutable)
 ASSET_URL_PREFIX = f"/_stcore/bidi-components/{NAME}/"
+PLOTLY_PATH = f"{ASSET_URL_PREFIX}{PLOTLY_FILE}"
 MAX_GESTURE_ID_CHARS = 64
 _SEEN_GESTURES = "lensa.scrub.gestures"  # per (page, control): the gesture id whose value the server has taken
 

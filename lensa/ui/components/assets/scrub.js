@@ -11,7 +11,8 @@ const LIVE_MS = 700; // the cards are read out this long after the last move (a 
 const PENDING_MS = 4000; // how long a sent value outranks an older one the server is still answering with
 const COMPACT_PX = 560; // narrower than this, a chart takes its phone height
 const STEP_KEYS = new Set(["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown", "PageUp", "PageDown", "Home", "End"]);
-const PLOTLY_CONFIG = { displayModeBar: false, responsive: true, scrollZoom: false };
+// The axes are fixed (the server's figures say fixedrange): no zoom, pan or double-click to set up at every stop.
+const PLOTLY_CONFIG = { displayModeBar: false, responsive: true, scrollZoom: false, doubleClick: false, showTips: false };
 let plotly = null;
 
 function loadPlotly(file) {
@@ -332,6 +333,7 @@ class Scrub {
         yaxis2: axis,
         legend: { bgcolor: "rgba(0,0,0,0)" },
         hoverlabel: { font: { family: font } },
+        dragmode: false,
       },
     };
   }
