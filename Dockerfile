@@ -115,7 +115,7 @@ COPY --from=deps /opt/venv /opt/venv
 
 WORKDIR /app
 # .dockerignore keeps the venv, tests, caches, docs and scripts out; .streamlit/config.toml comes along
-# (headless, no usage statistics, XSRF protection, toolbar "viewer").
+# (headless, no usage statistics, XSRF protection, toolbar "viewer"), and so does LICENSE.
 COPY . .
 
 USER 10001:10001

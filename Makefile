@@ -16,7 +16,8 @@ TORCH_INDEX_URL ?=
 # docker-build with WITH_TORCH=0: the lesson-only image, without torch and the live runs (under 400 MB).
 WITH_TORCH ?= 1
 
-.PHONY: run test test-kernels torch lint format clean screenshots bench bench-compose reference-run docker-build \
+.PHONY: run test test-kernels torch lint format clean screenshots bench bench-compose reference-run reference-recipes \
+	docker-build \
 	docker-run container-check compose-up compose-down kube-play
 
 $(BIN)/python:
@@ -89,7 +90,9 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench.runstats_speed
 	$(BIN)/python -m bench.blockscale_speed
 	$(BIN)/python -m bench.capture_overhead
+	$(BIN)/python -m bench.recorder_cost
 	$(BIN)/python -m bench.lab_clock
+	$(BIN)/python -m bench.lowp_speed
 	$(BIN)/python -m bench.page_rerun
 	$(BIN)/python -m bench.browser_roundtrip
 	$(BIN)/python -m bench.browser_floor
@@ -104,6 +107,11 @@ bench: $(VENV)/.dev-installed
 ## Rebuild the shipped reference run (lensa/data/reference_fp32.npz, reference_fp16.npz): a few minutes on 2 cores.
 reference-run: $(VENV)/.app-installed
 	$(BIN)/python -m lensa.live.reference
+
+## Rebuild the shipped comparison of the recipes below 16 bits on the reference transformer
+## (lensa/data/reference_recipes.npz): 14 arms of 300 steps, tens of minutes on 2 cores.
+reference-recipes: $(VENV)/.app-installed
+	$(BIN)/python -m lensa.live.lowp_reference
 
 ## Screenshots of every page (light theme, en and id, 1280 and 390 px) into docs/screenshots/.
 screenshots: $(VENV)/.dev-installed

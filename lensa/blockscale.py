@@ -16,8 +16,11 @@ Scale rules (``amax`` is the largest magnitude in the block):
     exponent clipped to [-127, 127]; a block of zeros gets 2**-127. amax /
     scale lies in [2**emax, 2**(emax + 1)), which can pass max_elem: MXFP8
     E4M3's 448 is 1.75 * 2**8, so a block whose amax has a significand above
-    1.75 saturates its largest value.
-``"mx_ceil"`` (Mishra, Stosic and Layton, "Recipes for Pre-training LLMs with MXFP8", arXiv:2506.08027)
+    1.75 has its largest value scaled past 448. Rounding to nearest still
+    brings it back to 448 up to 464 = 1.8125 * 2**8 (the midpoint to the next
+    step, a tie that goes to 448); only a significand above 1.8125 (29/16)
+    saturates it (:func:`floor_regime` says which of the three a block is in).
+``"mx_ceil"`` (Mishra, Stosic, Layton and Micikevicius, "Recipes for Pre-training LLMs with MXFP8", arXiv:2506.08027)
     scale = 2**ceil(log2(amax / max_elem)): the power of two rounded *up*,
     so that amax / scale <= max_elem and nothing saturates. Computed exactly
     here: the smallest power of two with amax <= max_elem * scale, clipped as above.
@@ -44,12 +47,19 @@ Blocks run over the last axis (``(1, n)``), or over the last two (``(128,
 ``None`` is the whole tensor. An axis that is not a multiple of the block is
 padded with zeros for the scale (zeros do not change amax) and cut back.
 A block with a NaN or an infinity gets a NaN scale, and all its values are
-stored as NaN (OCP MX: a NaN scale makes the whole block NaN).
+stored as NaN (OCP MX: a NaN scale makes the whole block NaN). An FP32 scale
+(the per-tensor and tile rules', NVFP4's tensor scale and its product with a
+block's) that would underflow to 0 is FP32's smallest positive number,
+2^-149, instead: a block of the tiniest float32 subnormals is then divided by
+2^-149, lands within the element's range, and is stored as FP32 arithmetic
+stores it, where a scale of 0 would give 0 / 0 (the power-of-two scales stop
+at E8M0's 2^-127 already).
 
 Public API: :data:`RECIPES`, :func:`quantize`, :func:`encode` (stored values,
 the scales, which values saturated), :func:`lost` (shares flushed and
-saturated, SQNR) and :func:`outcomes` (kept, rounded, flushed or saturated,
-per value).
+saturated, SQNR), :func:`outcomes` (kept, rounded, flushed or saturated,
+per value) and :func:`floor_regime` (where OCP's floor rule stands against
+the rounded-up scale).
 """
 
 from __future__ import annotations
@@ -57,7 +67,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any, Literal, NamedTuple
 
@@ -70,9 +80,11 @@ from lensa.formats import FORMATS, FloatFormat, classify, get_format, round_floa
 ScaleRule = Literal["amax", "mx_floor", "mx_ceil", "nvfp4"]
 Outcome = Literal["kept", "rounded", "flushed", "saturated"]
 OUTCOMES: tuple[Outcome, ...] = ("kept", "rounded", "flushed", "saturated")
+FloorRegime = Literal["fits", "rounds_back", "saturates"]
 
 _E8M0_LO, _E8M0_HI = -127, 127  # E8M0's exponents: 2**-127 ... 2**127
 _NVFP4_TENSOR_DIVISOR = np.float32(448.0 * 6.0)  # E4M3's max times E2M1's max
+_SMALLEST_SCALE = np.float32(np.finfo(np.float32).smallest_subnormal)  # 2**-149: where an FP32 scale stops at
 
 
 @dataclass(frozen=True)
@@ -309,17 +321,17 @@ def _encode(values: ArrayLike, recipe: str | Recipe, details: bool) -> Encoded:
         amax, bad = _block_amax(b, br)
         tensor_scale: float | None = None
         if r.rule == "amax":
-            scale = np.where(amax > 0, amax / np.float32(f.max), np.float32(1.0)).astype(np.float32)
+            scale = _amax_scales(amax, f)
             block_scales = scale
         elif r.rule == "nvfp4":
             t_amax = np.float32(np.max(amax)) if amax.size else np.float32(0)
-            ts = t_amax / _NVFP4_TENSOR_DIVISOR if t_amax > 0 else np.float32(1.0)
+            ts = _nvfp4_tensor_scale(t_amax)
             tensor_scale = float(ts)
             block = (amax / np.float32(f.max)) / ts
             smallest_normal = np.float32(FORMATS["fp8_e4m3"].smallest_normal)
             block = np.clip(block, smallest_normal, np.float32(FORMATS["fp8_e4m3"].max))
             block_scales = block.astype(FORMATS["fp8_e4m3"].dtype).astype(np.float32)
-            scale = (ts * block_scales).astype(np.float32)
+            scale = np.maximum(ts * block_scales, _SMALLEST_SCALE).astype(np.float32)
         else:
             e = _mx_exponent(amax, f, r.rule)
             scale = np.ldexp(np.float32(1.0), e).astype(np.float32)
@@ -409,14 +421,27 @@ def _db(signal: float, noise: float) -> float:
     return 10 * math.log10(signal / noise)
 
 
+def _amax_scales(amax: NDArray[np.float32], f: FloatFormat) -> NDArray[np.float32]:
+    """The per-tensor and tile rules' scales, amax / max in FP32: 1 for a block of zeros, at least 2**-149."""
+    scale = np.maximum(amax / np.float32(f.max), _SMALLEST_SCALE)
+    return np.where(amax > 0, scale, np.float32(1.0)).astype(np.float32)
+
+
+def _nvfp4_tensor_scale(tensor_amax: np.float32) -> np.float32:
+    """NVFP4's FP32 scale per tensor, amax / (448 * 6): 1 for a tensor of zeros, at least 2**-149."""
+    if not tensor_amax > 0:
+        return np.float32(1.0)
+    return np.float32(max(np.float32(tensor_amax / _NVFP4_TENSOR_DIVISOR), _SMALLEST_SCALE))
+
+
 def _block_scales(r: Recipe, amax: NDArray[np.float32], tensor_amax: np.float32) -> NDArray[np.float32]:
     """Each block's scale (what its values are divided by), as :func:`encode` computes it, for finite blocks."""
     f = r.element_format
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if r.rule == "amax":
-            return np.where(amax > 0, amax / np.float32(f.max), np.float32(1.0)).astype(np.float32)
+            return _amax_scales(amax, f)
         if r.rule == "nvfp4":
-            ts = tensor_amax / _NVFP4_TENSOR_DIVISOR if tensor_amax > 0 else np.float32(1.0)
+            ts = _nvfp4_tensor_scale(tensor_amax)
             block = np.ascontiguousarray(amax / np.float32(f.max), np.float32)
             block /= ts
             e4m3 = FORMATS["fp8_e4m3"]
@@ -426,6 +451,7 @@ def _block_scales(r: Recipe, amax: NDArray[np.float32], tensor_amax: np.float32)
             # value within E4M3's normal range, so nothing saturates
             scales: NDArray[np.float32] = round_float32(block, e4m3, inplace=True)
             scales *= ts
+            np.maximum(scales, _SMALLEST_SCALE, out=scales)
             return scales
         return _powers_of_two(_mx_exponent(amax, f, r.rule))
 
@@ -939,6 +965,27 @@ def lost(values: ArrayLike, recipe: str | Recipe) -> Lost:
     """What ``recipe`` loses on ``values``: shares flushed and saturated, and the SQNR in dB (see :func:`lost_all`)."""
     r = get_recipe(recipe)
     return lost_all(values, (r,))[r.key]
+
+
+def floor_regime(values: ArrayLike, recipe: str | Recipe = "mxfp8_e4m3") -> FloorRegime:
+    """Where OCP's floor rule (``recipe``, an ``"mx_floor"`` recipe) leaves ``values`` against the rounded-up scale.
+
+    ``"fits"``: every block gets the same scale under both rules (its amax, scaled, is at most the element's
+    largest value: for E4M3 a significand of at most 1.75). ``"rounds_back"``: some block's scale differs, its
+    largest value lands past the element's largest value under OCP's scale, and rounding to nearest brings it
+    back (E4M3: a significand above 1.75, up to 1.8125 = 464 / 2**8). ``"saturates"``: some value is past what
+    rounding absorbs and is clamped (:attr:`Encoded.saturated`; E4M3: a significand above 1.8125). A tensor of
+    several blocks is in the regime of its worst block.
+    """
+    r = get_recipe(recipe)
+    if r.rule != "mx_floor":
+        raise ValueError(f"{r.key} does not use OCP's floor rule (its rule is {r.rule!r})")
+    floor = encode(values, r)
+    if floor.saturated.any():
+        return "saturates"
+    ceil = encode(values, replace(r, key=f"{r.key}_ceil", rule="mx_ceil"))
+    same = np.array_equal(floor.block_scales, ceil.block_scales, equal_nan=True)
+    return "fits" if same else "rounds_back"
 
 
 # --- delayed scaling, replayed on a recorded amax sequence ---------------------------------------------------

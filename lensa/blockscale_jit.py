@@ -187,7 +187,9 @@ def _maxima(bits: NDArray[np.uint32], lead: int, rows: int, c: Constants, worker
     if top >= 0x7F800000:
         return None
     tensor_amax = top.view(np.float32)
-    ts = np.float32(tensor_amax / c.e4m3[2] if tensor_amax > 0 else np.float32(1.0))  # as blockscale._block_scales
+    # as blockscale._nvfp4_tensor_scale: amax / (448 * 6), 1 for zeros, at least FP32's smallest number 2**-149
+    ts = np.float32(tensor_amax / c.e4m3[2]) if tensor_amax > 0 else np.float32(1.0)
+    ts = max(ts, np.float32(np.finfo(np.float32).smallest_subnormal))
     return (*k.block_maxima(a16, bits, lead, rows, top, c.block_rows, c.block_cols), ts)
 
 

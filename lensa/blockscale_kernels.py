@@ -45,6 +45,7 @@ _float_of: Any = _bitcast(types.float32, types.uint32, ir.FloatType())  # and ba
 
 # Scale rules, as lensa.blockscale_jit.Constants codes them
 AMAX, MX_FLOOR, MX_CEIL, NVFP4 = 0, 1, 2, 3
+SMALLEST_SCALE = np.float32(2.0**-149)  # an FP32 scale that would underflow to 0 stops here (blockscale says why)
 WHOLE = -1  # a block dimension that is the whole axis (None in a Recipe's block)
 TENSOR = -2  # block_rows of a recipe whose block is the whole tensor
 
@@ -85,12 +86,12 @@ def _scale_of(rule: Any, amax_bits: Any, sr: Any) -> Any:
     (smallest normal, largest, -) and its rounding's (low, shift)."""
     max_elem, emax, frac_top, ts, e4m3, grid = sr
     amax = _float_of(amax_bits)
-    if rule == AMAX:  # amax / max_elem in FP32; a block of zeros gets 1
-        return np.float32(amax / max_elem) if amax > 0 else np.float32(1.0)
-    if rule == NVFP4:  # E4M3(clamp(amax / 6 / tensor_scale, 2**-6, 448)) * tensor_scale, in FP32
+    if rule == AMAX:  # amax / max_elem in FP32, at least 2**-149; a block of zeros gets 1
+        return max(np.float32(amax / max_elem), SMALLEST_SCALE) if amax > 0 else np.float32(1.0)
+    if rule == NVFP4:  # E4M3(clamp(amax / 6 / tensor_scale, 2**-6, 448)) * tensor_scale, in FP32, at least 2**-149
         block = np.float32(np.float32(amax / max_elem) / ts)
         block = min(max(block, e4m3[0]), e4m3[1])
-        return np.float32(_to_grid(block, grid[0], grid[1]) * ts)
+        return max(np.float32(_to_grid(block, grid[0], grid[1]) * ts), SMALLEST_SCALE)
     # MX: 2**(E - emax) from amax's exponent field E (one more, rounded up, where amax's significand passes
     # max_elem's), at least 2**-127 (lensa.blockscale._mx_exponent says why this is exact)
     e = np.int32(amax_bits >> np.uint32(23)) - np.int32(127) - np.int32(emax)

@@ -18,11 +18,14 @@ exponents such as 2^−14 with a typographic minus.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from lensa.blockscale import RECIPES
 from lensa.formats import FORMATS, quantize, spacing
 from lensa.gradients import SAMPLE_SIZE, SPREAD_DECADES
+from lensa.lowp import HADAMARD_SIZE, hadamard_matrix
+from lensa.lowp_lesson import ROUNDING_LOW
 from lensa.master import accumulate
 from lensa.measured import KEEP_SHARE
 from lensa.memory import ACTIVATION_BYTES_PER_TOKEN_PER_D_MODEL
@@ -51,6 +54,12 @@ _Q2_SIGNIFICAND = 1.9
 _Q2_FLOOR_SCALED = _Q2_SIGNIFICAND * 2.0 ** (_E4M3.emax)
 _Q2_CEIL_SCALED = _Q2_SIGNIFICAND * 2.0 ** (_E4M3.emax - 1)
 _STEP_MODEL = SpikeModel()
+# quiz.low_bits_q1: 1.25 rounded 1,000 times between E2M1's 1 and 1.5 (a step of 0.5, so one draw's spread is 0.25)
+_ROUNDING_LOW = ROUNDING_LOW
+_ROTATION_QUARTER = float(abs(hadamard_matrix()[0, 0]))
+_Q_VALUE = _ROUNDING_LOW + _E2M1.smallest_subnormal / 2
+_Q_STEPS = 1000
+_Q_SPREAD_STEP = _E2M1.smallest_subnormal / 2
 
 
 def _a100_tflops(mode: str) -> float:
@@ -118,6 +127,9 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(8192, "a stop of the tokens control (lensa.ui.site)"),
     ProseNumber(_E5M2.max, "FP8 E5M2's largest value (lensa.formats)"),
     ProseNumber(_FP16.max, "FP16's largest value (lensa.formats)"),
+    ProseNumber(
+        _FP16.overflow_threshold, "FP16's overflow threshold: from 65,520 up a value rounds to inf (lensa.formats)"
+    ),
     ProseNumber(_FP16.overflow_threshold - 1, "an inspector example just under FP16's overflow threshold, 65,520"),
     ProseNumber(0x7F, "FP8 E4M3's NaN code S.1111.111 with the sign clear (ml_dtypes.float8_e4m3fn)"),
     ProseNumber(0xFF, "FP8 E4M3's NaN code S.1111.111 with the sign set (ml_dtypes.float8_e4m3fn)"),
@@ -130,6 +142,10 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(_BF16.max, "BF16's largest value (lensa.formats, ml_dtypes)"),
     ProseNumber(_BF16.smallest_subnormal, "BF16's smallest subnormal (lensa.formats, ml_dtypes)"),
     ProseNumber(_FP32.smallest_subnormal, "FP32's smallest subnormal (lensa.formats)"),
+    ProseNumber(_FP32.smallest_normal, "FP32's smallest normal, 2^−126 ≈ 1.2e-38 (lensa.formats)"),
+    ProseNumber(_FP32.max, "FP32's largest value, ≈ 3.4e38 (lensa.formats)"),
+    ProseNumber(_FP16.overflow_threshold, "FP16's overflow threshold: from 65,520 up, a value rounds to inf"),
+    ProseNumber(float(spacing(1.0, "bf16")), "BF16's spacing at 1, 2^−7 (lensa.formats.spacing)"),
     ProseNumber(float(spacing(1.0, "fp16")), "FP16's spacing at 1, 2^−10 (lensa.formats.spacing)"),
     ProseNumber(float(spacing(1.0, "fp16")) / 2, "half of FP16's spacing at 1 (lensa.formats.spacing)"),
     ProseNumber(1 + float(spacing(1.0, "fp16")), "1 plus one FP16 spacing: 6e-4 added to 1 in FP16"),
@@ -150,8 +166,9 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(2e-8, "quiz.fp16_range_q1's gradient, below 2^−25"),
     ProseNumber(1e-7, "a learning rate of 1e-4 times a gradient of 1e-3 (lensa.master.EXAMPLE_LR × EXAMPLE_GRAD)"),
     ProseNumber(1e-4, "lensa.master.EXAMPLE_LR; a gradient in quiz.master_weights_q2_why; quiz.master_weights_q1_a"),
-    ProseNumber(4e-4, "quiz.master_weights_q1_b: under half of FP16's spacing at 1"),
-    ProseNumber(6e-4, "quiz.master_weights_q1_c: over half of FP16's spacing at 1"),
+    ProseNumber(3e-4, "quiz.master_weights_q1_b, a stop of step 4's update control: under half of FP16's spacing at 1"),
+    ProseNumber(5e-4, "quiz.master_weights_q1_c, a stop of step 4's update control: over half of FP16's spacing at 1"),
+    ProseNumber(1e-10, "quiz.bf16_q1, a stop of step 5's gradient control (lensa.ui.site)"),
     ProseNumber(2.5e-3, "an example the inspector reads (formats.parse_error)"),
     ProseNumber(0.01, "the highest stop of step 5's gradient control (lensa.ui.site)"),
     ProseNumber(0.1, "an inspector example; the top stop of step 2's gradient control; 0.1% = 1 − KEEP_SHARE"),
@@ -160,6 +177,11 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(SPREAD_DECADES, "lensa.gradients.SPREAD_DECADES: one decade"),
     ProseNumber(_a100_tflops("fp32"), "the A100's FP32 rate in TFLOP/s (lensa.speed.GPUS)"),
     ProseNumber(1.12, "PyTorch 1.12, which turned TF32 off for matrix multiplies by default (its release notes)"),
+    ProseNumber(
+        2.12,
+        "PyTorch 2.12, the first whose eager casts to float8_e4m3fn saturate at 448 instead of giving NaN "
+        "(pytorch/pytorch#178817; torchao's to_fp8_saturated says 2.11 and older did not)",
+    ),
     ProseNumber(7.5, "7.5B, an example of a typed parameter count (memory.params_help)"),
     ProseNumber(1.3e9, "1.3e9 and 1,300,000,000, examples of a typed parameter count (memory.params_help)"),
     ProseNumber(175e9, "175e9, an example of a typed parameter count (GPT-3's size)"),
@@ -170,7 +192,15 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(_E2M1.smallest_subnormal, "FP4 E2M1's smallest non-zero value (lensa.formats)"),
     ProseNumber(_E2M1.smallest_subnormal / 2, "half of FP4 E2M1's smallest non-zero value: below it, 0"),
     ProseNumber(1 + _E2M1.smallest_subnormal, "FP4 E2M1's value 1.5, 1 + 2^−1 (lensa.formats)"),
+    ProseNumber(
+        _E2M1.max / (_E2M1.smallest_subnormal / 2),
+        "24 = 6 ÷ 0.25: an NVFP4 block's values below about 1/24 of its largest round to 0 (quiz.blocks_q1_why)",
+    ),
     ProseNumber(_E4M3.max / 2.0**_E4M3.emax, "FP8 E4M3's largest significand, 448 = 1.75 × 2^8 (lensa.formats)"),
+    ProseNumber(
+        _E4M3.overflow_threshold / 2.0**_E4M3.emax,
+        "464 = 1.8125 × 2^8: past it OCP's MXFP8 scale clamps a block's largest value (lensa.blockscale.floor_regime)",
+    ),
     ProseNumber(2.0**_E4M3.emax, "2^8: FP8 E4M3's largest exponent; the outlier 2^8 above its block in quiz.blocks_q1"),
     ProseNumber(_MX_BLOCK - 1, "the other values of a 32-value MX block beside its outlier (lensa.blockscale.RECIPES)"),
     ProseNumber(8 / 2.0**_E4M3.emax, "8 ÷ 2^8: the others' bound when the outlier is scaled below 8 (quiz.blocks_q1)"),
@@ -179,6 +209,20 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(_Q2_FLOOR_SCALED, "1.9 × 2^8, quiz.blocks_q2's value under OCP's scale"),
     ProseNumber(_Q2_CEIL_SCALED, "1.9 × 2^7, quiz.blocks_q2's value under the rounded-up scale"),
     ProseNumber(float(quantize(_Q2_CEIL_SCALED, "fp8_e4m3")), "1.9 × 2^7 rounded to FP8 E4M3 (lensa.formats.quantize)"),
+    # --- training below 16 bits (lensa.lowp, lensa.lowp_lesson)
+    ProseNumber(HADAMARD_SIZE, "the rotation's 16 points and NVFP4's 16×16 weight blocks (lensa.lowp)"),
+    ProseNumber(_ROUNDING_LOW, "E2M1's 1, the lower neighbour of the stochastic-rounding part (lensa.lowp_lesson)"),
+    ProseNumber(_ROTATION_QUARTER, "1/4: the rotation's entries are ±1/4 (lensa.lowp.hadamard_matrix), a quarter"),
+    ProseNumber(12, "NVIDIA's NVFP4 model: 12 billion parameters (arXiv:2509.25149, abstract)"),
+    ProseNumber(10, "NVIDIA's NVFP4 run: 10 trillion tokens (arXiv:2509.25149, abstract)"),
+    ProseNumber(3, "√3: FP4 All the Way's threshold, gradient norm over quantization noise (arXiv:2505.19115)"),
+    ProseNumber(_Q_VALUE, "quiz.low_bits_q1: the gradient 1.25, halfway between E2M1's 1 and 1.5"),
+    ProseNumber(_Q_STEPS, "quiz.low_bits_q1: 1,000 steps"),
+    ProseNumber(_Q_STEPS * _Q_VALUE, "quiz.low_bits_q1: the exact sum, 1,000 × 1.25"),
+    ProseNumber(_Q_STEPS * _Q_VALUE - _Q_STEPS * 1.0, "quiz.low_bits_q1: round to nearest's shortfall, 1,250 − 1,000"),
+    ProseNumber(_Q_SPREAD_STEP, "quiz.low_bits_q1: a draw's spread, 0.25 (p = 1/2, a step of 0.5)"),
+    ProseNumber(_Q_SPREAD_STEP * math.sqrt(_Q_STEPS), "quiz.low_bits_q1: the sum's spread, 0.25 × √1000"),
+    ProseNumber(2, "the reference transformer's two blocks (lensa.live.reference.Recipe.n_layers)"),
 )
 
 

@@ -11,16 +11,17 @@ This module imports numpy and the core only.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa.formats import get_format
+from lensa.formats import FORMATS, cast, get_format
 from lensa.master import MASTER_FORMAT, master_lost_count
-from lensa.runstats import RunStats, TensorStats, combine
+from lensa.runstats import RunStats, TensorStats, combine, combine_over_ranks
 from lensa.runstats.binning import CELL_CLASSES, cell_classes
 
 ALL_LAYERS = "all"
@@ -203,13 +204,18 @@ def mean_relative_errors(stats: TensorStats, fmts: Sequence[str]) -> dict[str, f
 def lost_share(stats: TensorStats, fmt: str) -> float:
     """Share of the non-zero updates that a weight held in ``fmt`` would lose (NaN when there are none).
 
-    ``fmt`` FP32 is the master copy, which holds the weight as recorded: the record keeps no count for it,
-    and :func:`lensa.master.master_lost_count` gives it. A record that is not an update raises ValueError.
+    ``fmt`` FP32 is the master copy: for an update read as after − before of an FP32 weight the record keeps no
+    count for it, and :func:`lensa.master.master_lost_count` gives it (none); for an intended update (a weight of
+    a narrow type, file version 3) the record counts what an FP32 weight would lose of it. A record that is not an
+    update raises ValueError.
     """
     if stats.lost_counts is None:
         raise ValueError("a lost share needs the statistics of an update, made by summarize_update")
     n = stats.nonzero
-    lost = master_lost_count(n) if get_format(fmt).name == MASTER_FORMAT else stats.lost(fmt)
+    if get_format(fmt).name == MASTER_FORMAT:
+        lost = master_lost_count(n) if stats.lost_fp32 is None else stats.lost_fp32
+    else:
+        lost = stats.lost(fmt)
     return lost / n if n else math.nan
 
 
@@ -382,7 +388,8 @@ def depth_finding(run: RunStats, fmt: str = "fp16", step: int | None = None) -> 
 # --- block recipes on a recorded run (file version 2) -----------------------------------------------------------
 
 # Which layers could go to a narrower recipe: the three families an engineer weighs, each by one recipe (MXFP8 with
-# the scale rounded up, as the MXFP8 pre-training recipe of Mishra, Stosic and Layton, arXiv:2506.08027, does).
+# the scale rounded up, as the MXFP8 pre-training recipe of Mishra, Stosic, Layton and Micikevicius, arXiv:2506.08027,
+# does).
 VERDICT_RECIPES: tuple[str, ...] = ("fp8_tensor", "mxfp8_e4m3_ceil", "nvfp4")
 # The thresholds are Lensa's product choice, not a published criterion (the page says so): a recipe "fits" a
 # tensor when it flushes at most 1% of its non-zero values to 0, saturates at most 0.1% of its values, and
@@ -466,3 +473,105 @@ def delayed_replays(
         over = {h: steps[replay_delayed(amax, history=h, fmt=fmt)].tolist() for h in histories}
         out.append(DelayedReplay(name, steps.tolist(), over))
     return out
+
+
+# --- what a recording in a narrow type can say (file version 3 keeps each tensor's dtype) ---------------------
+
+
+def format_of_dtype(dtype: str) -> str | None:
+    """The key of the format a torch dtype name stores (``"bfloat16"`` -> ``"bf16"``), or None for one Lensa has no
+    format for (``"float64"``)."""
+    return next((k for k, f in FORMATS.items() if f.dtype_name == dtype), None)
+
+
+@cache
+def holds_exactly(dtype: str, fmt: str) -> bool:
+    """Whether every finite value of torch type ``dtype`` is stored exactly by ``fmt`` (so a tensor of that type
+    loses nothing in ``fmt`` by construction). Exact: every value of an 8- or 16-bit type is cast and compared; a
+    32-bit type is held only by FP32 itself."""
+    key = format_of_dtype(dtype)
+    if key is None:
+        return False
+    if key == get_format(fmt).name:
+        return True
+    source = FORMATS[key]
+    if source.bits > 16 or source.dtype is None or source.dtype.itemsize * 8 != source.bits:
+        return False
+    codes = np.arange(2**source.bits, dtype=np.uint16 if source.bits > 8 else np.uint8)
+    with np.errstate(all="ignore"):
+        values = codes.view(source.dtype).astype(np.float64)
+        values = values[np.isfinite(values)]
+        return bool(np.array_equal(cast(values, fmt), values))
+
+
+def trivial_formats(dtypes: Iterable[str], fmts: Sequence[str]) -> tuple[str, ...]:
+    """The formats of ``fmts`` that hold every value of every one of ``dtypes`` exactly: their columns say 0% lost by
+    construction (a BF16 tensor "in BF16"), and only a recording in FP32 answers whether the format would do. None
+    when no dtype is known (files before version 3)."""
+    known = list(dtypes)
+    if not known:
+        return ()
+    return tuple(f for f in fmts if all(holds_exactly(d, f) for d in known))
+
+
+def recorded_dtypes(run: RunStats, kind: str, step: int) -> tuple[str, ...]:
+    """The dtypes the tensors of ``kind`` had when recorded at ``step`` (sorted; () where the file does not say)."""
+    found: set[str] = set()
+    for stats in _recorded(run, kind, step).values():
+        if stats.dtype is None:
+            return ()
+        found.update(stats.dtypes)
+    return tuple(sorted(found))
+
+
+# --- FP8 as it is trained: one scale per tensor --------------------------------------------------------------------
+
+
+def per_tensor_scaled_shares(run: RunStats, kind: str, step: int, fmt: str) -> tuple[dict[str, float], dict[str, int]]:
+    """The zone shares of all of ``kind``'s non-zero values at ``step`` when each tensor is first multiplied by its
+    own power of two, the largest that overflows none in ``fmt`` (its ``safe_k``; none where every scale overflows,
+    a tensor with inf): FP8 with one scale per tensor, as FP8 training stores it, exactly from the records (a
+    power-of-two scale moves each value's binade and nothing else). Also the k each tensor got, by name."""
+    counts = dict.fromkeys(ZONES, 0)
+    nonzero = 0
+    ks: dict[str, int] = {}
+    for name, stats in _recorded(run, kind, step).items():
+        k = scale_bounds(stats, fmt).safe_k
+        ks[name] = 0 if k is None else k
+        for zone, n in zone_counts(stats, fmt, ks[name]).items():
+            if zone in counts:
+                counts[zone] += n
+        nonzero += stats.nonzero
+    return {z: c / nonzero if nonzero else math.nan for z, c in counts.items()}, ks
+
+
+@dataclass(frozen=True)
+class RecipeTotal:
+    """A block recipe on every tensor of one kind at one step, each tensor with its own scales: the shares of all
+    their values flushed to 0 and saturated (exact counts, added over the tensors), the lowest SQNR of the tensors
+    (dB), and how many of them :func:`fits`."""
+
+    recipe: str
+    flushed: float
+    saturated: float
+    sqnr_db: float
+    fitting: int
+    tensors: int
+
+    @property
+    def lost(self) -> float:
+        """The share flushed or saturated (the two are counted of different wholes; their sum bounds the loss)."""
+        return self.flushed + self.saturated
+
+
+def recipe_total(run: RunStats, kind: str, step: int, recipe: str) -> RecipeTotal | None:
+    """:class:`RecipeTotal` of ``recipe`` on ``kind`` at ``step``; None where the records keep no recipes."""
+    records = [s for s in _recorded(run, kind, step).values() if s.has_recipes]
+    if not records:
+        return None
+    together = combine_over_ranks(records)  # each tensor stored with its own scales: counts add, the SQNR's minimum
+    got = together.recipe(recipe)
+    rows = recipe_rows(run, kind, step, (recipe,))
+    return RecipeTotal(
+        recipe, got.flushed, got.saturated, got.sqnr_db, sum(fits(r.lost[recipe]) for r in rows), len(rows)
+    )

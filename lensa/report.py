@@ -15,9 +15,17 @@ default, so each equals what the page shows for the same file:
   (step 4), and the layers FP16 weights would lose any of;
 - step 5's FP16-against-BF16 verdict;
 - per layer (file version 2), what every block recipe of :data:`lensa.blockscale.RECIPES` loses: the shares
-  flushed to 0 and saturated and the SQNR (``recipes``; null for a version-1 file and for all layers together).
+  flushed to 0 and saturated and the SQNR (``recipes``; null for a version-1 file and for all layers together),
+  and per kind every recipe on all its layers, each with its own scales (``recipes``: exact shares, the lowest
+  SQNR, how many layers fit);
+- per kind, FP8 as it is trained, each tensor with one power-of-two scale of its own (``fp8_scaled``): the
+  columns of ``all.shares`` for FP8 are the raw, unscaled cast;
+- per kind (file version 3), the dtypes the tensors had when recorded and the formats that hold those exactly
+  (``trivial``: a BF16 tensor loses nothing "in BF16" by construction; only an FP32 recording answers the
+  question); for updates, whether they are the updates the optimizer meant to make (``intended``).
 
-:func:`check` turns a report into a pass or a fail for one format (``--check fp16``, for CI).
+:func:`check` turns a report into a pass or a fail for one format or block recipe (``--check fp16``,
+``--check mxfp8_e4m3``, for CI).
 
 This module imports numpy and the core only.
 """
@@ -30,17 +38,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from lensa import measured
-from lensa.blockscale import RECIPES
+from lensa.blockscale import RECIPES, get_recipe
 from lensa.formats import FORMATS, fp16_against_bf16
 from lensa.runstats import KINDS, SUMMARY_FORMATS, RunStats, TensorStats
 
 SCHEMA = "lensa-report"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: recipes per kind, fp8_scaled, dtypes and trivial formats, intended updates, the plan
 REPORT_FORMATS: tuple[str, ...] = SUMMARY_FORMATS  # the formats a run's statistics count exactly
 GRADIENT_KINDS: tuple[str, ...] = ("weight_grad", "activation_grad")
 LOST_KEYS: tuple[str, ...] = ("zero", "overflow")  # what a format loses of a value: rounded to 0, or overflowed
 # The check's default: the loss-scale band's own tolerance, all but 0.1% kept.
 DEFAULT_THRESHOLD = round(1 - measured.KEEP_SHARE, 12)
+FP8_FORMATS: tuple[str, ...] = tuple(f for f in REPORT_FORMATS if f.startswith("fp8"))
+CHECKABLE: tuple[str, ...] = (*REPORT_FORMATS, *RECIPES)  # --check takes a format or any block recipe
+# The smallest SQNR a recipe check accepts (dB): the recipe verdict's own line (lensa.measured.MIN_SQNR_DB).
+DEFAULT_MIN_SQNR_DB = measured.MIN_SQNR_DB
 # What an AMP run stores in the low-precision format: its activations, gradients and the weights' low-precision
 # copies. Updates go to an FP32 master copy, so they are checked only when asked for (--kinds ... update).
 CHECKED_KINDS: tuple[str, ...] = tuple(k for k in KINDS if k != "update")
@@ -79,12 +91,40 @@ def _recipes(stats: TensorStats) -> dict[str, dict[str, float | None]] | None:
 
 def _kind(run: RunStats, kind: str, step: int) -> dict[str, Any]:
     layers = measured.layers_at(run, kind, step)
-    return {
+    dtypes = measured.recorded_dtypes(run, kind, step)
+    section = {
         "step": step,
         "steps": run.steps(kind),
+        "dtypes": list(dtypes),
+        "trivial": list(measured.trivial_formats(dtypes, REPORT_FORMATS)) if kind != "update" else [],
         "all": _tensor(measured.tensor_stats(run, kind, measured.ALL_LAYERS, step)),
         "layers": [{"name": name, **_tensor(s)} for name, s in layers.items()],
+        "fp8_scaled": None,
+        "recipes": _recipe_totals(run, kind, step),
     }
+    if kind != "update":
+        section["fp8_scaled"] = {
+            f: {z: _num(v) for z, v in measured.per_tensor_scaled_shares(run, kind, step, f)[0].items()}
+            for f in FP8_FORMATS
+        }
+    return section
+
+
+def _recipe_totals(run: RunStats, kind: str, step: int) -> dict[str, dict[str, Any]] | None:
+    """Per block recipe, on all of ``kind``'s layers each with its own scales; None without recipe records."""
+    out = {}
+    for key in RECIPES:
+        total = measured.recipe_total(run, kind, step, key)
+        if total is None:
+            return None
+        out[key] = {
+            "flushed": _num(total.flushed),
+            "saturated": _num(total.saturated),
+            "sqnr_db": _num(total.sqnr_db),
+            "fitting": total.fitting,
+            "layers": total.tensors,
+        }
+    return out
 
 
 def _loss_scale(run: RunStats, kind: str, step: int) -> dict[str, Any]:
@@ -117,9 +157,14 @@ def _updates(run: RunStats, step: int) -> dict[str, Any]:
     stats = measured.tensor_stats(run, "update", measured.ALL_LAYERS, step)
     rows = measured.lost_by_layer(run, step, REPORT_FORMATS)
     all_lost = {f: _num(measured.lost_share(stats, f)) for f in REPORT_FORMATS} if stats.lost_counts else {}
+    records = list(measured.layers_at(run, "update", step).values())
+    intended = bool(records) and all(r.intended for r in records)
     return {
         "step": step,
         "nonzero": stats.nonzero,
+        "intended": intended,
+        "fp32_lost": _num(measured.lost_share(stats, "fp32")) if intended and stats.lost_counts else None,
+        "dtypes": list(measured.recorded_dtypes(run, "update", step)),
         "lost": all_lost,
         "layers": [
             {"name": r.name, "nonzero": r.nonzero, "lost": {f: _num(v) for f, v in r.lost.items()}} for r in rows
@@ -174,21 +219,34 @@ def build(
         "scaler_history": _history(None if scaler is None else arms[scaler]),
         "updates": None if update_step is None else _updates(run, update_step),
         "fp16_against_bf16": {k: _verdict(run, k, s) for k, s in chosen.items() if k != "update"},
+        "recorder": run.meta.get("recorder"),
+        "ranks": run.meta.get("ranks"),
     }
 
 
 @dataclass(frozen=True)
 class CheckItem:
-    """One checked number: the share of ``kind``'s non-zero values ``fmt`` loses (at 2**scale_k, for gradients)."""
+    """One checked number: the share of ``kind``'s non-zero values ``fmt`` loses (at 2**scale_k, for gradients),
+    or for a block recipe, the shares flushed and saturated and the lowest SQNR of its layers."""
 
     kind: str
     step: int
     share: float | None  # None: nothing to count (no non-zero value)
     scale_k: int  # the loss scale applied first, as k in 2**k (0: none)
+    how: str = "cast"  # "cast", "loss_scale" (gradients at 2**scale_k), "per_tensor" (FP8), "raw" (FP8), "recipe"
+    trivial: bool = False  # the tensors were recorded in a type the format holds exactly: 0 by construction
+    sqnr_db: float | None = None  # a recipe's lowest SQNR over the layers
+    min_sqnr_db: float | None = None  # and the least the check accepts
 
     @property
     def failed_at(self) -> float:
         return -1.0 if self.share is None else self.share
+
+    def fails(self, threshold: float) -> bool:
+        """Whether this item is past ``threshold`` (or, for a recipe, its SQNR below the least accepted)."""
+        over = self.share is not None and self.share > threshold
+        low = self.sqnr_db is not None and self.min_sqnr_db is not None and self.sqnr_db < self.min_sqnr_db
+        return over or low
 
 
 @dataclass(frozen=True)
@@ -203,7 +261,15 @@ class CheckResult:
 
     @property
     def passed(self) -> bool:
-        return all(i.share is None or i.share <= self.threshold for i in self.items)
+        return not any(i.fails(self.threshold) for i in self.items)
+
+    @property
+    def failed(self) -> tuple[CheckItem, ...]:
+        return tuple(i for i in self.items if i.fails(self.threshold))
+
+    @property
+    def is_recipe(self) -> bool:
+        return self.fmt in RECIPES
 
 
 def check_scale_k(bounds: Mapping[str, Any], scaled: bool) -> int:
@@ -227,36 +293,60 @@ def check(
     kinds: Sequence[str] = CHECKED_KINDS,
     loss_scaling: bool = True,
     step: int | None = None,
+    min_sqnr_db: float = DEFAULT_MIN_SQNR_DB,
 ) -> CheckResult:
     """Whether ``fmt`` keeps every checked kind of the run within ``threshold`` (a share 0..1 of non-zero values).
 
     Each kind is read as :func:`build` reads it (all layers, its last recorded step or ``step``). For values
     (activations, weights): the share that rounds to 0 or overflows. For gradients: the same after the loss
-    scale :func:`check_scale_k` picks in ``fmt`` (``loss_scaling=False``: unscaled). For ``update``: the share
-    a weight held in ``fmt`` would lose (step 4). A kind the run did not record is left out.
+    scale :func:`check_scale_k` picks in ``fmt`` (``loss_scaling=False``: unscaled). FP8 as it is trained: every
+    tensor, gradients and values alike, at its own power-of-two scale, the largest that overflows none
+    (:func:`lensa.measured.per_tensor_scaled_shares`; ``loss_scaling=False``: the raw, unscaled cast). For
+    ``update``: the share a weight held in ``fmt`` would lose (step 4). A block recipe (any key of
+    :data:`lensa.blockscale.RECIPES`): the share of the values it flushes to 0 or saturates, every layer with its
+    own scales, and its lowest SQNR, which must reach ``min_sqnr_db``; a run recorded without ``recipes=True``
+    raises ValueError. A kind the run did not record is left out.
     """
-    if fmt not in REPORT_FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; checkable: {', '.join(REPORT_FORMATS)}")
+    if fmt not in CHECKABLE:
+        raise ValueError(f"unknown format or recipe {fmt!r}; checkable: {', '.join(CHECKABLE)}")
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         raise ValueError(f"unknown kinds {unknown}; known: {', '.join(KINDS)}")
     arms = measured.arms_of(runs)
     run = arms[measured.tensors_arm(arms)]
+    recipe = fmt in RECIPES
+    if recipe and not run.has_recipes:
+        raise ValueError(f"the run keeps no block recipes (record it with recipes=True) to check {fmt!r}")
     items = []
     for kind in kinds:
         steps = run.steps(kind)
         at = steps[-1] if steps and step is None else step
         if at is None or at not in steps:
             continue
-        stats = measured.tensor_stats(run, kind, measured.ALL_LAYERS, at)
-        k = 0
-        if kind == "update":
-            share = measured.lost_share(stats, fmt) if stats.lost_counts is not None else math.nan
-        else:
-            if kind in GRADIENT_KINDS:
-                b = measured.scale_bounds(stats, fmt)
-                k = check_scale_k({"keep_k": b.keep_k, "safe_k": b.safe_k}, loss_scaling)
-            shares = measured.zone_shares(stats, fmt, k)
-            share = shares["zero"] + shares["overflow"]
-        items.append(CheckItem(kind, at, _num(share), k))
-    return CheckResult(fmt, float(threshold), tuple(items))
+        items.append(_check_item(run, kind, at, fmt, loss_scaling, min_sqnr_db))
+    return CheckResult(get_recipe(fmt).key if recipe else fmt, float(threshold), tuple(items))
+
+
+def _check_item(run: RunStats, kind: str, at: int, fmt: str, loss_scaling: bool, min_sqnr_db: float) -> CheckItem:
+    """One kind's checked share in ``fmt`` (see :func:`check`)."""
+    if fmt in RECIPES:
+        total = measured.recipe_total(run, kind, at, fmt)
+        assert total is not None, "the run has recipes"
+        return CheckItem(kind, at, _num(total.lost), 0, "recipe", sqnr_db=total.sqnr_db, min_sqnr_db=min_sqnr_db)
+    stats = measured.tensor_stats(run, kind, measured.ALL_LAYERS, at)
+    if kind == "update":
+        share = measured.lost_share(stats, fmt) if stats.lost_counts is not None else math.nan
+        return CheckItem(kind, at, _num(share), 0)
+    trivial = fmt in measured.trivial_formats(measured.recorded_dtypes(run, kind, at), (fmt,))
+    if fmt in FP8_FORMATS:
+        if not loss_scaling:
+            shares = measured.zone_shares(stats, fmt)
+            return CheckItem(kind, at, _num(shares["zero"] + shares["overflow"]), 0, "raw", trivial)
+        shares, _ = measured.per_tensor_scaled_shares(run, kind, at, fmt)
+        return CheckItem(kind, at, _num(shares["zero"] + shares["overflow"]), 0, "per_tensor", trivial)
+    k = 0
+    if kind in GRADIENT_KINDS:
+        b = measured.scale_bounds(stats, fmt)
+        k = check_scale_k({"keep_k": b.keep_k, "safe_k": b.safe_k}, loss_scaling)
+    shares = measured.zone_shares(stats, fmt, k)
+    return CheckItem(kind, at, _num(shares["zero"] + shares["overflow"]), k, "loss_scale" if k else "cast", trivial)

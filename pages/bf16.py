@@ -169,7 +169,7 @@ def illustration(picture: DeltaGenerator, also: str) -> None:
         "e16": page.pct(view.errors["fp16"]),
         "ebf": page.pct(view.errors["bf16"]),
     }
-    layout.explain(page, page.t(f"explain_{view.verdict}", **values))
+    layout.explain(page, page.t(f"explain_{view.verdict}", **values), None)  # the scrub shows Try this
     precision_chart()
     if also == "none":
         return

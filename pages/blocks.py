@@ -107,7 +107,7 @@ def recipe_table(view: BlocksView) -> None:
 
 
 def explanation(view: BlocksView) -> str:
-    """What the block shows: which 4-bit recipes flush values to 0, and whether MXFP8's scale saturates."""
+    """What the block shows: which 4-bit recipes flush values to 0, and where MXFP8's OCP scale stands."""
     lost = {k: r.lost for k, r in view.recipes.items()}
     floor, ceil = lost["mxfp8_e4m3"], lost["mxfp8_e4m3_ceil"]
     values = {
@@ -121,7 +121,7 @@ def explanation(view: BlocksView) -> str:
     return " ".join(
         [
             page.t(f"explain_{view.flush_regime}", **values),
-            page.t("explain_floor_saturates" if view.floor_saturates else "explain_floor_fits", **values),
+            page.t(f"explain_floor_{view.floor_regime}", **values),
         ]
     )
 
@@ -149,7 +149,7 @@ def lesson() -> None:
     layout.after_controls(page)
     view = blocks_view(n, grad, outlier)
     recipe_table(view)
-    layout.explain(page, explanation(view))
+    layout.explain(page, explanation(view), None)  # the scrub shows Try this
     if selection is not None:
         recorded_run.recipe_section(page, selection)
 

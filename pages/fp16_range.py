@@ -143,7 +143,7 @@ def illustration(picture: DeltaGenerator, also: str) -> None:
     sentences = [page.t(f"explain_{view.regime}", **values)]
     if view.overflows:
         sentences.append(page.t("explain_overflow", **values))
-    layout.explain(page, "".join(sentences))
+    layout.explain(page, "".join(sentences), None)  # the scrub shows Try this
     also_illustrated(view, also)
 
 

@@ -12,6 +12,7 @@ from lensa.ui.i18n import power_of_two
 from lensa.ui.jobs import Job
 
 JOB = "lab.job"
+RECIPES_JOB = "lab.recipes_job"
 TRACE = "lab.trace"
 TRACE_JOB = "lab.trace_job"
 
@@ -48,6 +49,8 @@ st.markdown(page.t("intro"))
 # before the navigation is drawn, so its links carry this page's values even during a run.
 settings_area, run_area, results_area = st.container(), st.container(), st.container()
 st.divider()
+recipes_area, recipes_results_area = st.container(), st.container()
+st.divider()
 trace_area, trace_result_area = st.container(), st.container()
 
 RUN_FIELDS = {"width": "width", "batch": "batch_size", "steps": "steps"}
@@ -60,9 +63,8 @@ with settings_area:
     info = clock = kind = None
     device_error: Exception | None = None
     try:
-        info = jobs.device_info(device)
+        info, clock = jobs.ready(page, device)
         kind = info.device
-        clock = jobs.clock(device)
     except live.LiveError as exc:
         device_error = exc
     chosen = None
@@ -97,11 +99,20 @@ with trace_area:
         spike_factor = widgets.slider(page, "trace_factor", page.t("trace_factor"), page.sci)
         growth = int(widgets.slider(page, "trace_growth", page.t("trace_growth"), page.num))
     trace_clicked = st.button(page.t("trace_run"), key="lab.trace_run", icon=":material/science:")
+with recipes_area:
+    st.subheader(page.t("recipes_title"))
+    st.markdown(page.t("recipes_intro"))
+    group = widgets.choice(page, "recipes", page.t("recipes_group"), lambda v: page.t(f"recipes_group_{v}"))
+    recipes_job: Job | None = st.session_state.get(RECIPES_JOB)
+    with recipes_results_area:
+        recipes_summary_area, recipes_layers_area = st.container(), st.container()
 layout.after_controls(page)
 
 with settings_area:
     if device_error is not None:
         st.error(live_view.error_text(page, device_error), icon=":material/memory:")
+        if getattr(device_error, "kind", None) == "not_ready":
+            st.button(page.t("live.try_again"), key="lab.try_again", icon=":material/refresh:")
 
     if info is not None:
         st.markdown(f"{page.t('live.this_machine')}: {live_view.device_line(page, info)}")
@@ -279,3 +290,107 @@ with trace_result_area:
             )
         else:
             st.warning(page.t("trace_mismatch", step=page.num(differs)), icon=":material/warning:")
+
+# --- the recipes below 16 bits ----------------------------------------------------------------------------------
+with recipes_area:
+    recipe_arms = live_view.RECIPE_GROUPS[group]
+    recipes_config = None
+    if kind is not None and clock is not None:
+        recipes_config = live.recipes_defaults_for(clock, live.RunConfig(device=device))
+        st.caption(
+            page.t(
+                "recipes_estimate",
+                n=page.num(len(recipe_arms)),
+                width=page.num(recipes_config.width),
+                batch=page.num(recipes_config.batch_size),
+                steps=page.num(recipes_config.steps),
+                seconds=page.seconds(recipes_config.estimate_seconds(kind, recipe_arms, clock)),
+                device=kind.upper(),
+            )
+        )
+    go_col, halt_col = st.columns([3, 1])
+    busy = recipes_job is not None and not recipes_job.done
+    recipes_clicked = go_col.button(
+        page.t("recipes_run"),
+        type="primary",
+        key="lab.recipes_run",
+        disabled=recipes_config is None or busy,
+        icon=":material/play_arrow:",
+    )
+    if halt_col.button(page.t("stop"), key="lab.recipes_stop", disabled=not busy, icon=":material/stop:"):
+        assert recipes_job is not None
+        recipes_job.cancel()
+    if recipes_clicked and recipes_config is not None and not busy:
+        st.session_state[RECIPES_JOB] = jobs.submit("compare", config=recipes_config, arms=recipe_arms)
+        st.rerun()
+    if recipes_job is not None and not recipes_job.done:
+        jobs.follow(page, recipes_job, lambda j: page.t("running_pct", pct=page.pct(j.fraction)))
+        st.rerun()  # draw the finished run with its controls
+
+with recipes_summary_area:
+    if recipes_job is not None and recipes_job.done:
+        if recipes_job.error is not None:
+            st.error(live_view.error_text(page, recipes_job.error), icon=":material/error:")
+        compared = recipes_job.result
+        if compared is not None and compared.arms:
+            if compared.cancelled:
+                st.warning(page.t("cancelled"), icon=":material/stop_circle:")
+            verdict = live.recipes_verdict(compared)
+            lowp_arms = list(verdict.arms)
+            cards = [
+                (
+                    page.t("recipes_metric_close", within=page.pct(live.CLOSE_TO_BF16)),
+                    f"{page.num(len(verdict.close))} / {page.num(len(verdict.arms))}",
+                ),
+                (page.t("recipes_metric_diverged"), page.num(len(verdict.diverged))),
+            ]
+            if verdict.worst is not None:
+                cards.append(
+                    (
+                        page.t("recipes_metric_worst", arm=page.t(f"lab.arm_{verdict.worst}")),
+                        f"{page.num(verdict.worst_gap_pct, 1)} %",
+                    )
+                )
+            display.metric_row(cards)
+            st.dataframe(live_view.recipe_table(page, compared), hide_index=True, width="stretch")
+            st.caption(page.t("recipes_table_caption", n=page.num(len(compared.config.counted_steps()))))
+            references = [
+                (a, page.t(f"lab.arm_{a}"), compared.arms[a].losses) for a in ("fp32", "bf16") if a in compared.arms
+            ]
+            panels = [(live_view.arm_colour_key(a), page.t(f"lab.arm_{a}"), compared.arms[a].losses) for a in lowp_arms]
+            if panels:
+                display.chart(
+                    figures.loss_facets(panels, references, page.t("step_axis"), page.t("loss_axis"), page.lang),
+                    page.t("recipes_chart_title"),
+                    page.t("recipes_chart_caption"),
+                )
+            if lowp_arms:
+                with recipes_layers_area:
+                    # Not a link's setting: the run lives in this session only.
+                    default = "nvfp4_recipe" if "nvfp4_recipe" in lowp_arms else lowp_arms[0]
+                    layers_of = st.selectbox(
+                        page.t("recipes_layers_of"),
+                        lowp_arms,
+                        index=lowp_arms.index(default),
+                        format_func=lambda v: page.t(f"lab.arm_{v}"),
+                        key="lab.recipe_layers",
+                    )
+                    st.markdown(f"**{page.t('recipes_layers_title', arm=page.t(f'lab.arm_{layers_of}'))}**")
+                    st.dataframe(
+                        live_view.layer_table(page, compared.arms[layers_of]), hide_index=True, width="stretch"
+                    )
+                    st.caption(
+                        page.t("recipes_layers_caption", n=page.num(len(compared.arms[layers_of].counted_steps)))
+                    )
+    with recipes_layers_area:
+        if recipes_job is not None and recipes_job.done and recipes_job.result is not None and recipes_job.result.arms:
+            compared = recipes_job.result
+            st.info(page.t("recipes_emulated"), icon=":material/memory:")
+            st.download_button(
+                page.t("download"),
+                live.rows_to_csv(live.recipe_rows(compared)),
+                file_name="lensa-live-recipes.csv",
+                mime="text/csv",
+                icon=":material/download:",
+                key="lab.recipes_download",
+            )

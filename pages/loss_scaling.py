@@ -70,7 +70,7 @@ def bounds_sentence(bounds: measured.ScaleBounds, kind: str) -> str:
         return page.t("loss_scaling_data.bounds_no_safe", kind=kind, keep=_scale_text(bounds.keep_k))
     if bounds.keep_k is None:
         return page.t("loss_scaling_data.bounds_no_keep", kind=kind, safe=_scale_text(bounds.safe_k))
-    key = "bounds_window" if bounds.window else "bounds_clash"
+    key = "bounds_one" if bounds.keep_k == bounds.safe_k else "bounds_window" if bounds.window else "bounds_clash"
     return page.t(
         f"loss_scaling_data.{key}", kind=kind, keep=_scale_text(bounds.keep_k), safe=_scale_text(bounds.safe_k)
     )
@@ -315,7 +315,7 @@ def illustration(picture: DeltaGenerator, also: str) -> None:
             skipped=page.num(len(run.skipped_steps)),
         ),
     ]
-    layout.explain(page, " ".join(sentences))
+    layout.explain(page, " ".join(sentences), None)  # the scrub shows Try this
     run_chart(run)
     if also != "none":
         also_formats(view, also)

@@ -241,7 +241,7 @@ def illustration() -> None:
             page.t(f"explain_fp32_{master.regime}", **values_text),
         ]
     )
-    layout.explain(page, paragraph)
+    layout.explain(page, paragraph, None)  # the scrub shows Try this
 
 
 def outcome_words(outcome: UpdateOutcome) -> str:

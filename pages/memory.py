@@ -207,7 +207,7 @@ def lesson() -> None:
         build = frames(memory_setup, model_name)
         tokens = int(scrub.scrub(page, [tokens_slider], build, (memory_setup, model_key), page.t("try"))["tokens"])
     layout.after_controls(page)
-    layout.explain(page, explanation(memory_view(memory_setup, tokens)))
+    layout.explain(page, explanation(memory_view(memory_setup, tokens)), None)  # the scrub shows Try this
     how_others_count(model_key, memory_setup)
 
 

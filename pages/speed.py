@@ -191,7 +191,7 @@ def lesson() -> None:
         tokens = int(scrub.scrub(page, [tokens_slider], frames(hardware), hardware, page.t("try"))["tokens"])
     layout.after_controls(page)
     view = speed_view(hardware, tokens)
-    layout.explain(page, explanation(view))
+    layout.explain(page, explanation(view), None)  # the scrub shows Try this
     measurement(view.gpu_spec, mixed_precision_mode(view.gpu_spec))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -156,3 +157,11 @@ def scrub_texts(at: AppTest, field: str) -> list[str]:
     return [
         block[field] for i in range(len(scrub_elements(at))) for block in scrub_frame(at, i) if block["k"] == "chart"
     ]
+
+
+_GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(glossary\?[^)]*\)")
+
+
+def unlinked(text: str) -> str:
+    """A text as a reader sees it: a glossary link ``[words](glossary?...)`` reads as its words."""
+    return _GLOSSARY_LINK.sub(r"\1", text)

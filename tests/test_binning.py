@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import marshal
 import pickle
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -125,4 +126,4 @@ def test_a_tensor_larger_than_the_ring_keeps_its_recipe_records():
         runs.append(run)
     inline, process = runs
     assert process == inline and process.has_recipes
-    assert process.get("activation", "big", 1) == R.summarize(x.numpy(), recipes=True)
+    assert process.get("activation", "big", 1) == replace(R.summarize(x.numpy(), recipes=True), dtype="float32")

@@ -23,7 +23,7 @@ def test_renders_at_the_defaults_in_both_languages(lang):
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value == i18n.text(lang, "blocks.title")
     assert len(metrics(at)) == 3 and len(chart_specs(at)) == 1
-    assert len(at.radio) == 2  # predict-then-reveal questions
+    assert [r.key for r in at.radio] == ["quiz.blocks.1"]  # predict-then-reveal: its first question, one at a time
 
 
 def test_an_outlier_2_to_the_8_flushes_mxfp4_and_nvfp4_keeps_more():

@@ -122,6 +122,33 @@ def test_zero_blocks_and_non_finite_blocks():
     assert (q[:32] == 1).all() and np.isnan(q[32:]).all()  # OCP: a NaN scale makes the block NaN
 
 
+def test_a_scale_that_would_underflow_stops_at_fp32s_smallest_number():
+    """A tensor of the tiniest float32 subnormals: its FP32 scale (amax / 448, NVFP4's amax / 2688 and the
+    block's product with it) would be 0, and 0 / 0 made every zero NaN and the flushed share negative (seen as
+    -1.0 for ``[0, 2**-149]``). The scale stops at 2**-149 instead, the values land within the element's range,
+    and what is stored is what FP32 arithmetic stores."""
+    tiny = np.float32(2.0**-149)
+    cases = {
+        "one subnormal": np.array([0, tiny], np.float32),
+        "a row of them": np.concatenate([np.full(64, tiny), np.zeros(64)]).astype(np.float32),
+        "mixed": np.concatenate([[0, np.float32(3e-42)], np.full(100, tiny)]).astype(np.float32),
+    }
+    for name, x in cases.items():
+        for key in B.RECIPES:
+            q = B.quantize(x, key)
+            assert np.isfinite(q).all(), (name, key)
+            assert (q[x == 0] == 0).all(), (name, key)  # a zero stays 0, never 0 / 0
+            got = B.lost(x, key)
+            assert 0.0 <= got.flushed <= 1.0 and 0.0 <= got.saturated <= 1.0, (name, key, got)
+            assert not math.isnan(got.sqnr_db), (name, key)
+    # Divided by 2**-149, one subnormal is 1: E4M3 keeps it exactly, per tensor and in NVFP4 (1 is an E2M1 value).
+    x = cases["one subnormal"]
+    for key in ("fp8_tensor", "nvfp4"):
+        assert same(B.quantize(x, key), x.astype(np.float64)), key
+        assert B.lost(x, key) == B.Lost(0.0, 0.0, math.inf), key
+    assert B.encode(x, "nvfp4").tensor_scale == float(tiny)
+
+
 # --- NVFP4, from its formulas ---------------------------------------------------------------------
 
 

@@ -93,6 +93,19 @@ def test_the_compiled_pass_counts_what_the_numpy_pass_counts(case, monkeypatch):
     assert any(v.flushed > 0 or v.saturated > 0 or v.sqnr_db < math.inf for v in plain.values())  # something to see
 
 
+def test_both_passes_agree_on_the_tiniest_subnormals(monkeypatch):
+    """Where an FP32 scale would underflow (found by the property test below): both passes stop it at 2**-149."""
+    tiny = np.float32(2.0**-149)
+    for x in (
+        np.array([0, tiny], np.float32),
+        np.concatenate([np.full(64, tiny), np.zeros(64)]).astype(np.float32).reshape(4, 32),
+        np.concatenate([[0, np.float32(3e-42)], np.full(126, tiny)]).astype(np.float32),
+    ):
+        compiled, plain = both_passes(x, monkeypatch)
+        assert_same(compiled, plain, f"tiny {x.shape}")
+        assert all(0 <= v.flushed <= 1 and 0 <= v.saturated <= 1 for v in plain.values())
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_quantize_compiled_stores_what_the_numpy_pieces_store(case, monkeypatch):
     rng = np.random.default_rng(26)

@@ -104,11 +104,18 @@ def test_cuda_autocast_keeps_softmax_normalisation_and_losses_in_fp32():
             "softmax": torch.softmax(y, -1),
             "layer_norm": torch.nn.functional.layer_norm(y, (8,)),
             "loss": torch.nn.functional.mse_loss(y, x),
+            "exp": torch.exp(y),  # pointwise functions and reductions too (issue 29)
+            "rsqrt": torch.rsqrt(y.abs() + 1),
+            "sum": y.sum(),
+            "cumsum": y.cumsum(0),
         }
         conv = torch.nn.functional.conv1d(x[None], torch.randn(8, 8, 1, device="cuda"))
         gelu = torch.nn.functional.gelu(y)
-    assert (y.dtype, conv.dtype, gelu.dtype) == (torch.float16,) * 3
+        widest = torch.addcmul(y, y, x)  # the widest input type: FP32 here, with one FP32 input
+        narrow = torch.addcmul(y, y, y)
+    assert (y.dtype, conv.dtype, gelu.dtype, narrow.dtype) == (torch.float16,) * 4
     assert {k: v.dtype for k, v in kept.items()} == dict.fromkeys(kept, torch.float32)
+    assert widest.dtype == torch.float32
 
 
 # --- 4. TF32 is off for matrix multiplies by default, on for cuDNN convolutions ---------------------------------
@@ -192,10 +199,14 @@ def test_bf16_rounds_to_nearest_even_and_its_limits():
         }
         notes = i18n.text(lang, "bf16.notes", fp32_max="", fp32_tiny="", **shown)
         assert all(v in notes for v in shown.values())
-        answer = text("quiz.bf16_q1_c", lang)
-        assert i18n.sci(bf16.smallest_subnormal, lang) in answer
-        assert i18n.sci(float(np.finfo(np.float32).smallest_subnormal), lang) in answer
-        assert i18n.sci(bf16.max, lang, 3) in answer
+        why = text("quiz.bf16_q1_why", lang)
+        assert i18n.sci(bf16.smallest_subnormal, lang) in why
+        dynamic_range = text("glossary.def_dynamic_range", lang)
+        assert i18n.sci(bf16.smallest_subnormal, lang) in dynamic_range
+        assert i18n.sci(bf16.max, lang, 3) in dynamic_range
+        fp32 = text("glossary.def_fp32", lang)
+        tiny, top = float(np.finfo(np.float32).smallest_normal), float(np.finfo(np.float32).max)
+        assert i18n.sci(tiny, lang) in fp32 and i18n.sci(top, lang) in fp32
     assert "only drops the low significand bits" not in text("bf16.notes")
 
 

@@ -85,7 +85,7 @@ def _widget_value(at, key: str, name: str):
 
 def _label(key: str, name: str) -> str:
     """The text of a control's label, which notices quote."""
-    special = {("formats", "x"): "formats.input"}
+    special = {("formats", "x"): "formats.input", ("lab", "recipes"): "lab.recipes_group"}
     if name == "also":
         return i18n.text("en", "also.label")
     if name == "data":

@@ -80,6 +80,9 @@ def test_language_choice_order(url, session, locale, expected):
         (i18n.percent, (0.0,), "0%", "0%"),
         (i18n.percent, (0.0014440784630462727,), "0.14%", "0,14%"),
         (i18n.percent, (1.0,), "100%", "100%"),
+        (i18n.signed_percent, (17 / 400,), "+4.3%", "+4,3%"),
+        (i18n.signed_percent, (-0.0052,), "−0.52%", "−0,52%"),
+        (i18n.signed_percent, (0.0,), "+0%", "+0%"),
         (i18n.sci, (1e-6,), "1.0e-6", "1,0e-6"),
         (lambda x, lang: i18n.sci(x, lang, 3), (9.5367431640625e-4,), "9.54e-4", "9,54e-4"),
         (i18n.sci, (2.0**-14,), "6.1e-5", "6,1e-5"),
@@ -182,14 +185,16 @@ def dynamic_keys() -> dict[str, set[str]]:
     import inspect
     from typing import get_args, get_type_hints
 
-    from lensa import blockscale, estimators, exact, formats, inspector, master, memory
+    from lensa import blockscale, estimators, exact, formats, inspector, lowp_lesson, master, memory
     from lensa.lessons import blocks as lesson_blocks
     from lensa.lessons import master_weights as lesson_master
-    from lensa.live import ARMS
+    from lensa.live import ALL_ARMS
     from lensa.live.errors import ErrorKind
+    from lensa.lowp import ROLES
     from lensa.models import PRESETS
     from lensa.runstats import KINDS
     from lensa.speed import GPUS, mixed_precision_mode
+    from lensa.ui.glossary import TERM_KEYS
     from lensa.ui.site import ALSO, DATA_SOURCES, PAGES, PAGES_BY_KEY, STEPS
 
     def options(page: str, name: str) -> tuple[str, ...]:
@@ -218,6 +223,10 @@ def dynamic_keys() -> dict[str, set[str]]:
         "what one update does, per format (lensa.lessons.master_weights)": family(
             "master_weights", "outcome_", lesson_master.OUTCOME_FORMATS
         ),
+        "where OCP's MXFP8 scale stands": family("blocks", "explain_floor_", get_args(blockscale.FloorRegime)),
+        "what the rotation did (lensa.lowp_lesson)": family(
+            "low_bits", "explain_rotation_", get_args(lowp_lesson.RotationVerdict)
+        ),
         "typed values out of range": family(
             "formats", "out_of_range_", _literal_values(get_type_hints(exact.Parsed)["out_of_range"])
         ),
@@ -228,7 +237,9 @@ def dynamic_keys() -> dict[str, set[str]]:
             "formats", "field_", (f.name for f in inspector.field_bits(inspector.inspect("0.1", "fp16")))
         ),
         "lab devices": family("lab", "device_", options("lab", "device")),
-        "lab arms": family("lab", "arm_", ARMS),
+        "lab arms": family("lab", "arm_", ALL_ARMS),
+        "lab recipe groups": family("lab", "recipes_group_", options("lab", "recipes")),
+        "a linear layer's tensors": family("lab", "role_", ROLES),
         "live errors": family("live", "error_", get_args(ErrorKind)),
         "master copy regimes": family("master_weights", "explain_fp32_", get_args(master.Regime)),
         "update directions": family("master_weights", "outcome_", get_args(master.Direction)),
@@ -252,6 +263,8 @@ def dynamic_keys() -> dict[str, set[str]]:
         "data sources": family("data", "source_", DATA_SOURCES)
         | family("data", "line_", sources)
         | family("data", "scaler_", sources),
+        "glossary terms (lensa.ui.glossary.TERMS)": family("glossary", "term_", TERM_KEYS)
+        | family("glossary", "def_", TERM_KEYS),
         "questions (answers.toml)": {
             f"quiz.{q}{part}" for q in i18n.answers() for part in ("", "_a", "_b", "_c", "_why")
         },

@@ -16,6 +16,8 @@ from __future__ import annotations
 import copy
 import math
 import os
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +32,13 @@ L = pytest.importorskip("lightning")
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 VOCAB, SEQ, BATCH = 61, 8, 4
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _one_rank_size(library: str, module: str) -> int:
+    """Values of ``module``'s output for one rank's micro-batch in tests/distributed_callbacks.py."""
+    sizes = {("huggingface", "transformer.wte"): 2 * SEQ * 32, ("lightning", "net.0"): 8 * 16}
+    return sizes[library, module]
 
 
 # --- Hugging Face --------------------------------------------------------------------------------------------
@@ -141,7 +150,8 @@ def _probe(trainer, name: str):
             self.before = self._param().detach().clone()
 
         def on_optimizer_step(self, args, state, control, **kw):
-            self.grads[state.global_step + 1] = summarize(self._param().grad.detach().float().numpy(), recipes=True)
+            grad = self._param().grad.detach().float().numpy()
+            self.grads[state.global_step + 1] = replace(summarize(grad, recipes=True), dtype="float32")
 
         def on_step_end(self, args, state, control, **kw):
             self.changed.append(not bool((self._param().detach() == self.before).all()))
@@ -346,10 +356,186 @@ def test_each_callback_takes_the_recorders_options_by_its_names_and_defaults(lib
     callback = importlib.import_module(f"lensa.live.integrations.{library}").LensaCallback
     params = inspect.signature(callback).parameters
     recorder = inspect.signature(Recorder).parameters
-    assert list(params) == ["path", "steps", "kinds", "modules", "meta", "background", "amax", "recipes"]
+    assert list(params) == ["path", "steps", "kinds", "modules", "meta", "background", "amax", "recipes", "tensorboard"]
     assert params["path"].default is None and params["path"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
-    for name in list(params)[1:]:
+    assert params["tensorboard"].default is False
+    for name in list(params)[1:-1]:
         assert params[name].kind is inspect.Parameter.KEYWORD_ONLY, name
         assert params[name].default == recorder[name].default, name
     with pytest.raises(RuntimeError, match=r"trainer\.(train|fit)\(\)"):
         callback().stats()
+
+
+# --- the loss each step: the one the library logs ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("accumulation", [1, 4])
+def test_the_trainers_loss_is_the_one_it_logs_with_accumulation_too(tmp_path, accumulation):
+    """The Trainer normalises a causal LM's loss by the tokens of the whole accumulated batch (num_items_in_batch)
+    and logs the sum of its micro-batches' parts: the file holds that, not the micro-batches' mean (a quarter of it
+    with 4 micro-batches)."""
+    from transformers import Trainer
+
+    from lensa.live.integrations.huggingface import LensaCallback
+
+    callback = LensaCallback(tmp_path / "run.npz", kinds=("weight_grad",), background=False)
+    args = _args(tmp_path, max_steps=4, gradient_accumulation_steps=accumulation, per_device_train_batch_size=2)
+    trainer = Trainer(model=_gpt2(), args=args, train_dataset=_Tokens(), callbacks=[callback])
+    trainer.train()
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    run = load(tmp_path / "run.npz")
+    assert len(logged) == 4 and list(run.losses().values()) == pytest.approx(logged, rel=1e-6)
+    assert min(logged) > 3.5  # ln 61 is 4.1: a loss per token, not divided by the accumulation
+    assert "training_step" not in vars(trainer)  # the Trainer's own method again
+
+
+def _logging_module():
+    import torch
+
+    class Logged(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+            self.seen = []
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.seen.append(float(loss.detach()))
+            self.log("loss", loss, on_step=False, on_epoch=True, sync_dist=True)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-2)
+
+    torch.manual_seed(0)
+    return Logged()
+
+
+def test_lightnings_loss_is_the_mean_of_a_steps_batches_as_it_logs_it(tmp_path):
+    """With accumulate_grad_batches=4 Lightning hands the callback each batch's loss divided by 4; the file holds
+    the step's mean loss, and the last epoch's logged mean (self.log(on_epoch=True)) is the mean of its steps'."""
+    from lensa.live.integrations.lightning import LensaCallback
+
+    module = _logging_module()
+    trainer = _fit(module, tmp_path, LensaCallback(tmp_path / "acc.npz", background=False), accumulate_grad_batches=4)
+    run = load(tmp_path / "acc.npz")
+    by_step = [sum(module.seen[4 * i : 4 * i + 4]) / 4 for i in range(6)]
+    assert list(run.losses().values()) == pytest.approx(by_step, rel=1e-6)
+    # 8 batches an epoch: steps 1-2, 3-4 and 5-6 are the three epochs; the last one's logged mean is steps 5 and 6's
+    assert float(trainer.logged_metrics["loss"]) == pytest.approx((by_step[4] + by_step[5]) / 2, rel=1e-6)
+
+
+@pytest.mark.parametrize("library", ["huggingface", "lightning"])
+def test_on_two_ranks_each_callback_writes_one_file_with_the_loss_the_library_logs(library, tmp_path):
+    """Every rank records and hands its part to rank 0, which writes one file: the weights once, each activation
+    over both ranks' batches, and each step's loss the mean over the ranks, as the Trainer logs it and as Lightning
+    logs ``self.log(..., sync_dist=True)``."""
+    from tests.test_capture import torchrun
+
+    ranks = torchrun(ROOT / "tests" / "distributed_callbacks.py", library, str(tmp_path / "run.npz"), timeout=300)
+    files = sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".npz")
+    assert files == ["run.npz"]
+    run = load(tmp_path / "run.npz")
+    assert run.meta["ranks"] == 2 and run.meta["trainer"] == (
+        "transformers" if library == "huggingface" else "lightning"
+    )
+    first = next(r for r in ranks if r["rank"] == 0)
+    if library == "huggingface":
+        assert list(run.losses().values()) == pytest.approx(first["logged"], rel=1e-6)
+        assert run.names("weight")[0] == "transformer.wte.weight"
+    else:
+        seen = [r["seen"] for r in sorted(ranks, key=lambda r: r["rank"])]  # 2 batches a step on each rank
+        by_step = [sum(s[2 * i] + s[2 * i + 1] for s in seen) / 4 for i in range(6)]
+        assert list(run.losses().values()) == pytest.approx(by_step, rel=1e-6)
+        assert first["logged"] == pytest.approx((by_step[4] + by_step[5]) / 2, rel=1e-6)  # the last epoch's mean
+        assert run.names("weight")[0] == "net.0.weight"
+    acts = run.names("activation")[0]
+    assert run.get("activation", acts, 1).size == 2 * _one_rank_size(library, acts)
+
+
+# --- TensorBoard, through the libraries' own loggers ---------------------------------------------------------------
+
+
+def _scalars(folder) -> dict[str, dict[int, float]]:
+    """Every scalar in the TensorBoard event files under ``folder``: tag -> step -> value."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[str, dict[int, float]] = {}
+    for events in Path(folder).rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events.parent), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            out.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
+    return out
+
+
+def _expected_scalars(run, steps):
+    from lensa.live.integrations import tensorboard_scalars
+
+    return {s: tensorboard_scalars(run, s) for s in steps}
+
+
+@pytest.mark.parametrize("library", ["huggingface", "lightning"])
+def test_tensorboard_gets_the_shares_of_every_recorded_step_and_the_amax_of_every_step(library, tmp_path):
+    if library == "huggingface":
+        from transformers import Trainer
+
+        from lensa.live.integrations.huggingface import LensaCallback
+
+        callback = LensaCallback(tmp_path / "run.npz", steps=[1, 3, 6], amax=True, tensorboard=True)
+        args = _args(tmp_path, report_to=["tensorboard"])
+        Trainer(model=_gpt2(), args=args, train_dataset=_Tokens(), callbacks=[callback]).train()
+    else:
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        from lensa.live.integrations.lightning import LensaCallback
+
+        callback = LensaCallback(tmp_path / "run.npz", steps=[1, 3, 6], amax=True, tensorboard=True)
+        L.Trainer(
+            max_steps=6,
+            accelerator="cpu",
+            callbacks=[callback],
+            logger=TensorBoardLogger(str(tmp_path / "tb")),
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        ).fit(_lightning_module(), _batches())
+    run = load(tmp_path / "run.npz")
+    got = _scalars(tmp_path)
+    expected = _expected_scalars(run, range(1, 7))
+    for step, scalars in expected.items():
+        for tag, value in scalars.items():
+            assert got[tag][step] == pytest.approx(value, rel=1e-6), (tag, step)
+    assert sorted(got["lensa/weight_grad/fp16_zero"]) == [1, 3, 6]  # the last one written before the end
+    assert sorted(got["lensa/amax/weight_grad"]) == [1, 2, 3, 4, 5, 6]
+    assert "lensa/update/bf16_lost" in got
+
+
+def test_a_callback_that_fails_inside_stops_recording_and_the_training_goes_on(tmp_path, monkeypatch):
+    from transformers import Trainer
+
+    from lensa.live.capture import Recorder, RecorderWarning
+    from lensa.live.integrations.huggingface import LensaCallback
+
+    def broken(self, loss=None):
+        raise RuntimeError("injected")
+
+    bare = Trainer(model=_gpt2(), args=_args(tmp_path / "bare"), train_dataset=_Tokens())
+    bare.train()
+    monkeypatch.setattr(Recorder, "_end_step", broken)  # caught inside the Recorder: the losses stop, the rest goes on
+    monkeypatch.setattr(Recorder, "save", broken)  # not caught there: the callback catches it
+    callback = LensaCallback(tmp_path / "run.npz", background=False)
+    trainer = Trainer(model=_gpt2(), args=_args(tmp_path), train_dataset=_Tokens(), callbacks=[callback])
+    with pytest.warns(RecorderWarning, match="injected"):
+        trainer.train()
+    same = [torch_equal(a, b) for a, b in zip(bare.model.parameters(), trainer.model.parameters(), strict=True)]
+    assert all(same) and trainer.state.global_step == 6
+    assert not trainer.model._forward_hooks and "training_step" not in vars(trainer)
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return torch.equal(a.detach(), b.detach())

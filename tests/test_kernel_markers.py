@@ -47,6 +47,14 @@ EXEMPT: dict[tuple[str, str], str] = {
         "kernel computes, and takes ~2.5 min a rerun"
     ),
     ("tests/test_lab_page.py", "numpy_kernels"): "the page around the runs (above); its numbers come from lensa.live",
+    ("tests/test_report.py", "torch_kernels"): (
+        "one test records a pure-BF16 run to check what the report says of it; the recorder's numbers are "
+        "tests/test_capture.py's, rerun under each kernel set"
+    ),
+    ("tests/e2e/test_report_html.py", "numpy_kernels"): (
+        "a browser drawing `lensa report --html`'s page offline; the report's numbers are tests/test_report.py's, "
+        "which carries the mark"
+    ),
     ("tests/e2e/test_upload.py", "numpy_kernels"): (
         "a browser test against a server process (make test's e2e pass); the numbers it uploads are checked "
         "in-process by tests/test_measured.py and tests/test_measured_pages.py, which carry the mark"

@@ -40,6 +40,12 @@ def test_lab_runs_a_tiny_comparison_and_keeps_the_results():
     assert "**float16** in the FP16 arm" in proof and "**bfloat16** in the BF16 arm" in proof
     assert "**float32** in FP32" in proof and "loss stayed **float32**" in proof
     assert len(at.get("plotly_chart")) == 2  # loss curves and the FP16 arm's scale
+    # what the results say is said in a learner's words: no module path or script (issue 29)
+    from tests.test_fact_check_29 import CODE_WORDS
+
+    shown = [e.value for kind in ("markdown", "caption", "info", "warning", "error", "success") for e in at.get(kind)]
+    assert i18n.text("en", "lab.memory_caption") in shown
+    assert [s for s in shown if CODE_WORDS.search(s)] == []
     # An arm the worker's calibration found emulated and slower than FP32 in this run (past the 1.1x noise) is
     # said to be, with why; any other is not.
     from lensa.live.worker import default_worker
@@ -220,7 +226,9 @@ def test_step6_measures_this_machine():
     rates = {m: float(measured[m].replace(",", "")) for m in ("FP32", "BF16", "FP16")}
     assert all(r > 0 for r in rates.values())
     n = {m: int(sizes[m].replace(",", "")) for m in ("FP32", "BF16", "FP16")}
-    assert n["FP32"] == 2048 and all(64 <= v <= 2048 for v in n.values())
+    # Each mode at the largest size up to 2048 whose one product fits the budget: on a loaded machine (the worker
+    # runs at the lowest priority) even FP32 can stop short of 2048, so only the doubling sizes are certain.
+    assert all(v in (256, 512, 1024, 2048) for v in n.values()), n
     assert measured["TF32"] == "no TF32 on a CPU" and sizes["TF32"] == "—"
     assert list(table["NVIDIA A100 SXM 80GB datasheet (TFLOP/s)"]) == ["19.5", "156", "312", "312"]
     assert any("as fast as FP32 here; the NVIDIA A100 SXM 80GB datasheet ratio is 16×" in m.value for m in at.markdown)
@@ -301,3 +309,61 @@ def test_lab_says_busy_at_once_when_the_queue_is_full():
             job.cancel()
     for job in queued:
         assert job.wait(lambda _j: None, poll_s=0.05, timeout_s=60)
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_a_worker_that_does_not_answer_in_time_is_said_with_a_way_to_try_again(lang, monkeypatch):
+    from lensa import live
+    from lensa.live.worker import LabWorker
+    from lensa.ui import jobs
+
+    def not_ready(self, device="auto", timeout_s=0.0):
+        raise live.LiveError("not_ready", "…", (jobs.PAGE_WAIT_S,))
+
+    monkeypatch.setattr(LabWorker, "known", lambda self, device="auto": False)
+    monkeypatch.setattr(LabWorker, "device_info", not_ready)
+    at = open_page("lab", lang=lang, **TINY)
+    assert not at.exception
+    expected = i18n.text(lang, "live.error_not_ready", seconds=i18n.seconds(jobs.PAGE_WAIT_S, lang))
+    assert [e.value for e in at.error] == [expected]
+    assert at.button(key="lab.run").disabled is True
+    again = at.button(key="lab.try_again")
+    assert again.label == i18n.text(lang, "live.try_again")
+    monkeypatch.undo()  # the worker answers now
+    again.click().run(timeout=120)
+    assert not at.exception and not at.error
+    assert at.button(key="lab.run").disabled is False
+
+
+def test_lab_trains_the_recipes_below_16_bits(monkeypatch):
+    """The recipes' comparison: every arm of the chosen group in the table, beside FP32 and BF16, each recipe's
+    chart over theirs, one recipe's layers, the CSV; sized down here to the smallest candidate."""
+    from lensa.live import config
+    from lensa.ui.live_view import RECIPE_GROUPS
+
+    monkeypatch.setattr(config, "RECIPES_CANDIDATES", ((64, 64, 10),))
+    at = open_page("lab", lang="en", timeout=120, recipes="fp4", **TINY)
+    assert any(
+        c.value.startswith(f"{len(RECIPE_GROUPS['fp4'])} arms · a width of 64, a batch of 64, 10 steps")
+        for c in at.caption
+    )
+    at.button(key="lab.recipes_run").click().run(timeout=180)
+    assert not at.exception and not at.error, at.exception
+    table = at.dataframe[0].value
+    labels = [i18n.text("en", f"lab.arm_{a}") for a in RECIPE_GROUPS["fp4"]]
+    assert list(table["Arm"]) == labels
+    assert table["Gap to BF16"].iloc[1] == "+0.0 %"  # BF16 against itself
+    assert table["Most flushed"].iloc[0] == "—" and table["Most flushed"].iloc[2] != "—"
+    close = i18n.text("en", "lab.recipes_metric_close", within=i18n.percent(0.01, "en"))
+    assert set(metrics(at)) >= {close, "Diverged"}
+    facets = at.get("plotly_chart")[-1]
+    spec = json.loads(facets.proto.spec)
+    recipes = [t["name"] for t in spec["data"] if t["name"] in labels[2:]]
+    assert recipes == labels[2:]  # one chart each, with FP32's and BF16's lines in every one
+    assert len(spec["data"]) == 3 * len(recipes)
+    layers = at.dataframe[1].value
+    assert list(layers.columns) == ["Layer", "Tensor", "Values", "Flushed", "Saturated"]
+    assert set(layers["Tensor"]) == {"x", "w", "dy"}
+    assert any(m.value == "**NVFP4, NVIDIA's recipe: what each layer's tensors lost**" for m in at.markdown)
+    at.selectbox(key="lab.recipe_layers").set_value("nvfp4_sr").run(timeout=60)
+    assert any(m.value == "**NVFP4 + stochastic rounding: what each layer's tensors lost**" for m in at.markdown)

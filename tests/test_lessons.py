@@ -19,6 +19,8 @@ from lensa.speed import DEFAULT_GPU, DEFAULT_MFU
 from lensa.ui import figures, i18n
 from lensa.ui.site import PAGES_BY_KEY
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 en = "en"
 
 
@@ -196,7 +198,8 @@ def test_blocks_view_is_the_recipes_on_the_block(outlier):
     mx4, nv4 = v.recipes["mxfp4_e2m1"].lost, v.recipes["nvfp4"].lost
     expected = "flush" if mx4.flushed > nv4.flushed else ("both_flush" if mx4.flushed > 0 else "nothing_flushed")
     assert v.flush_regime == expected
-    assert v.floor_saturates == (v.recipes["mxfp8_e4m3"].lost.saturated > 0)
+    assert v.floor_regime == blockscale.floor_regime(v.values)
+    assert (v.floor_regime == "saturates") == (v.recipes["mxfp8_e4m3"].lost.saturated > 0)
 
 
 def test_log_histogram_puts_values_past_the_axis_in_its_end_bins():

@@ -651,3 +651,115 @@ def test_a_mode_too_slow_for_the_budget_is_measured_smaller(monkeypatch):
     assert all(r["tflops"] and r["tflops"] > 0 for r in rows)
     monkeypatch.setattr("lensa.live.matmul.MATMUL_PRODUCT_BUDGET_S", 1e9)  # nothing is too slow: the asked size is kept
     assert live.matmul_benchmark(size=512, modes=("fp32",), repeats=1, warmup=0, device="cpu")[0]["size"] == 512
+
+
+# --- the recipes below 16 bits ---------------------------------------------------------------------------------
+
+
+LOWP_CLOCK = replace(
+    CLOCK,
+    lowp_pass_s={"nvfp4 nearest along": 1e-4},
+    lowp_value_s={"nvfp4 nearest along": 2e-9},
+    lowp_layer_s=3e-5,
+    count_pass_s=1e-4,
+    count_value_s=1e-9,
+)
+
+
+def test_an_arm_below_16_bits_costs_fp32s_step_and_each_quantization():
+    from lensa.lowp import TRAINING_RECIPES, model_passes
+
+    cfg = live.RunConfig(width=64, depth=2, batch_size=32, features=16, steps=20, warmup_steps=2, eval_size=200)
+    passes = model_passes(TRAINING_RECIPES["nvfp4_recipe"], cfg.linear_shapes())
+    # an unmeasured kind of pass costs the medians of the measured ones (here the one measured)
+    quantize = 3e-5 * 3 + sum(1e-4 + p.values * 2e-9 for p, _cls in passes)
+    counted = sum(1e-4 + p.values * 1e-9 for p, _cls in passes)
+    assert cfg.quantize_seconds(LOWP_CLOCK, "nvfp4_recipe") == pytest.approx((quantize, counted))
+    fp32 = cfg.arm_seconds(LOWP_CLOCK, "fp32")
+    expected = fp32 + (cfg.steps + cfg.warmup_steps) * quantize + len(cfg.counted_steps()) * counted
+    assert cfg.arm_seconds(LOWP_CLOCK, "nvfp4_recipe") == pytest.approx(expected)
+    assert cfg.quantize_seconds(LOWP_CLOCK, "bf16") == (0.0, 0.0)
+    # the first layer's input needs no gradient: its weight is read once, by fprop
+    first = [p for p in model_passes(TRAINING_RECIPES["nvfp4"], cfg.linear_shapes()[:1])]
+    assert [(p.role, p.products) for p, _c in first if p.role == "weight"] == [("weight", ("fprop",))]
+
+
+def test_the_recipes_defaults_are_the_largest_within_their_target():
+    cfg = live.recipes_defaults_for(LOWP_CLOCK)
+    assert not cfg.record
+    assert cfg.estimate_seconds("cpu", live.ALL_ARMS, LOWP_CLOCK) <= live.RECIPES_RUN_SECONDS
+    bigger = [c for c in live.config.RECIPES_CANDIDATES if c[0] * c[1] * c[2] > cfg.width * cfg.batch_size * cfg.steps]
+    for width, batch, steps in bigger:
+        over = replace(cfg, width=width, batch_size=batch, steps=steps)
+        assert over.estimate_seconds("cpu", live.ALL_ARMS, LOWP_CLOCK) > live.RECIPES_RUN_SECONDS
+
+
+def test_final_loss_gap_and_divergence_from_the_losses():
+    from lensa import lowp
+
+    assert lowp.final_loss([5.0] * 9 + [1.0, 3.0]) == 3.0  # the last tenth of 11 steps: one step
+    assert lowp.final_loss([4.0] * 10 + [2.0] * 10) == 2.0
+    assert lowp.diverged([1.0, 0.5, float("nan")]) and lowp.diverged([1.0, 2.0, 3.0]) and not lowp.diverged([1.0, 0.5])
+
+
+@requires_torch
+def test_a_comparison_trains_the_recipes_below_16_bits():
+    arms = ("fp32", "bf16", "fp8_delayed", "nvfp4_recipe")
+    c = live.compare(TINY, arms=arms)
+    assert list(c.arms) == list(arms) and not c.cancelled
+    counted = TINY.counted_steps()
+    for arm in arms[2:]:
+        a = c.arms[arm]
+        assert a.counted_steps == counted and a.timed_steps == TINY.steps - len(counted)
+        assert a.compute_dtype == "float32" and a.layer_output_dtypes == ("float32",) * (TINY.depth + 1)
+        layers = {(s.layer, s.role) for s in a.shares}
+        assert ("0", "input") in layers and ("0", "grad") in layers
+        assert all(0 <= s.flushed <= 1 and 0 <= s.saturated <= 1 and s.values > 0 for s in a.shares)
+        assert all(math.isfinite(v) for v in a.losses) and math.isfinite(a.eval_loss)
+    assert not c.arms["fp32"].shares and c.arms["fp32"].counted_steps == ()
+    # NVIDIA's recipe keeps the last layer in BF16: its tensors are counted too
+    last = str(2 * TINY.depth)
+    assert {(s.layer, s.role) for s in c.arms["nvfp4_recipe"].shares} >= {(last, "input"), (last, "weight")}
+    rows = {r["arm"]: r for r in live.recipe_rows(c)}
+    assert rows["bf16"]["gap_vs_bf16_pct"] == 0.0 and rows["fp32"]["flushed_max"] is None
+    gap = (live.final_loss(c.arms["nvfp4_recipe"]) / live.final_loss(c.arms["bf16"]) - 1) * 100
+    assert rows["nvfp4_recipe"]["gap_vs_bf16_pct"] == pytest.approx(gap)
+    assert rows["nvfp4_recipe"]["diverged"] == live.diverged(c.arms["nvfp4_recipe"])
+    text = live.rows_to_csv(live.recipe_rows(c))
+    assert text.splitlines()[0].startswith("arm,label,final_loss,gap_vs_bf16_pct")
+
+
+@requires_torch
+def test_calibration_times_the_quantizations():
+    clock = live.machine_clock("cpu")
+    assert clock.lowp_pass_s and set(clock.lowp_pass_s) == set(clock.lowp_value_s)
+    assert all(math.isfinite(v) and v >= 0 for v in (*clock.lowp_pass_s.values(), *clock.lowp_value_s.values()))
+    assert clock.lowp_layer_s >= 0 and clock.count_pass_s >= 0 and clock.count_value_s >= 0
+
+
+def test_the_recipes_verdict_counts_against_bf16_from_the_losses():
+    """What the lab's cards say of a comparison: which recipes ended close to BF16, diverged, and the worst gap."""
+    from types import SimpleNamespace
+
+    def arm(final: float, rising: bool = False) -> SimpleNamespace:
+        losses = [1.0, 2.0, 3.0] * 4 if rising else [4.0] * 9 + [final] * 3
+        return SimpleNamespace(losses=losses)
+
+    comparison = SimpleNamespace(
+        arms={
+            "fp32": arm(2.0),
+            "bf16": arm(2.0),
+            "fp8_current": arm(2.01),  # 0.5% above BF16: close
+            "mxfp4": arm(2.5),  # 25% above: the worst finite gap
+            "nvfp4_recipe": arm(float("nan")),  # a NaN loss: diverged, no gap
+        }
+    )
+    verdict = live.recipes_verdict(comparison)
+    assert verdict.arms == ("fp8_current", "mxfp4", "nvfp4_recipe")  # only recipes below 16 bits, in run order
+    assert verdict.close == ("fp8_current",)
+    assert verdict.diverged == ("nvfp4_recipe",)
+    gap = (live.final_loss(comparison.arms["mxfp4"]) / live.final_loss(comparison.arms["bf16"]) - 1) * 100
+    assert verdict.worst == "mxfp4" and verdict.worst_gap_pct == pytest.approx(gap)
+    assert live.CLOSE_TO_BF16 * 100 == live.CLOSE_TO_BF16_PCT
+    nothing = live.recipes_verdict(SimpleNamespace(arms={"bf16": arm(2.0)}))
+    assert nothing.arms == () and nothing.worst is None and math.isnan(nothing.worst_gap_pct)

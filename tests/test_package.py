@@ -24,12 +24,13 @@ import pytest
 from tests.conftest import requires_torch
 
 ROOT = Path(__file__).resolve().parents[1]
-# What the wheel is built from: the package, its metadata and the readme the metadata shows.
-SOURCES = ("pyproject.toml", "README.md", "lensa")
+# What the wheel is built from: the package, its metadata, the readme the metadata shows and the license.
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "lensa")
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def sources(tmp_path_factory) -> Path:
+    """A copy of what the package is built from, so that no build output lands in the checkout."""
     src = tmp_path_factory.mktemp("src")
     for name in SOURCES:
         path = ROOT / name
@@ -37,6 +38,12 @@ def wheel(tmp_path_factory) -> Path:
             shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
             shutil.copy2(path, src / name)
+    return src
+
+
+@pytest.fixture(scope="module")
+def wheel(sources, tmp_path_factory) -> Path:
+    src = sources
     out = tmp_path_factory.mktemp("wheel")
     cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -84,6 +91,57 @@ def test_the_wheels_metadata(wheel):
     assert set(meta.get_all("Provides-Extra")) == {"record", "app", "fast"}
     assert "lensa = lensa.__main__:main" in entry_points
     assert any(c.startswith("Programming Language :: Python :: 3.11") for c in meta.get_all("Classifier"))
+
+
+def test_the_license_is_apache_2_0_in_full():
+    text = (ROOT / "LICENSE").read_text()
+    assert text.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
+    sections = re.findall(r"^   (\d)\. (\w[\w ]*?)\.", text, re.M)
+    assert [n for n, _ in sections] == [str(i) for i in range(1, 10)]  # sections 1 to 9
+    assert [t for _, t in sections][:3] == ["Definitions", "Grant of Copyright License", "Grant of Patent License"]
+    assert "END OF TERMS AND CONDITIONS" in text and "APPENDIX: How to apply the Apache License to your work" in text
+    assert text.count("\n") == 202  # the canonical LICENSE-2.0.txt, untouched
+
+
+def test_the_wheel_and_the_sdist_carry_the_license(wheel, sources, tmp_path):
+    license_text = (ROOT / "LICENSE").read_bytes()
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        info = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        meta = email.message_from_string(z.read(info).decode("utf-8"))
+        (shipped,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert z.read(shipped) == license_text
+    assert tuple(int(v) for v in meta["Metadata-Version"].split(".")) >= (2, 4)  # PEP 639
+    assert meta["License-Expression"] == "Apache-2.0" and meta.get_all("License-File") == ["LICENSE"]
+    assert not [c for c in meta.get_all("Classifier") if c.startswith("License ::")]  # the expression says it all
+    assert not meta.get_all("Project-URL") and not meta["Home-page"]  # no public project URL yet
+    # the sdist, built the same way (this environment's setuptools, no isolation)
+    build = "import sys; from setuptools import build_meta as b; print(b.build_sdist(sys.argv[1]))"
+    done = subprocess.run(
+        [sys.executable, "-c", build, str(tmp_path)], cwd=sources, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    import tarfile
+
+    with tarfile.open(tmp_path / done.stdout.strip().splitlines()[-1]) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        assert tar.extractfile(f"{top}/LICENSE").read() == license_text
+        pkg_info = email.message_from_bytes(tar.extractfile(f"{top}/PKG-INFO").read())
+    assert pkg_info["License-Expression"] == "Apache-2.0" and pkg_info.get_all("License-File") == ["LICENSE"]
+
+
+def test_the_container_image_keeps_the_license():
+    # The image runs the app from a copy of the tree (COPY . ., less what .dockerignore names): LICENSE goes along.
+    import fnmatch
+
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith(("#", "!"))
+    ]
+    assert "scripts" in patterns and "/*.md" in patterns  # the file was read
+    assert not [p for p in patterns if fnmatch.fnmatch("LICENSE", p.lstrip("/").removeprefix("**/"))]
+    assert "COPY . ." in (ROOT / "Dockerfile").read_text()
 
 
 def _torch_path_file(site: Path, tmp: Path) -> None:

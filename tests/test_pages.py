@@ -348,18 +348,3 @@ def test_step3_fp8_scales_per_tensor():
     rows = dict(zip(table["Format"], table["Rounded to 0"], strict=True))
     assert rows["FP8 E4M3"] == "100%" and rows["FP8 E4M3 × 2^18"] == "0.75%"
     assert rows["FP8 E5M2 × 2^25"] == "0%"
-
-
-@pytest.mark.parametrize("key", [s.key for s in STEPS])
-def test_check_yourself_reveals_the_answer(key):
-    at = open_page(key, lang="id")
-    radios = [r for r in at.radio if r.key and r.key.startswith(f"quiz.{key}.")]
-    questions = [q for q in i18n.answers() if q.startswith(f"{key}_q")]
-    assert len(radios) == len(questions) >= 2 and all(r.value is None for r in radios)
-    right = i18n.answers()[f"{key}_q1"]
-    wrong = next(letter for letter in "abc" if letter != right)
-    radios[0].set_value(wrong).run()
-    assert any(w.value.startswith("**Belum tepat.**") for w in at.warning)
-    at.radio(key=f"quiz.{key}.1").set_value(right).run()
-    assert any(s.value.startswith("**Benar.**") for s in at.success)
-    assert any(i18n.text("id", f"quiz.{key}_q1_why") in s.value for s in at.success)

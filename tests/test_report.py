@@ -6,6 +6,7 @@ from the formats' definitions (FP16's smallest subnormal 2**-24, largest finite 
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import math
@@ -28,6 +29,13 @@ from tests.runfixtures import upload_bytes
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _a_terminal_of_100_columns(monkeypatch):
+    """The report fits the terminal's width: these tests read it at the width of no terminal (100), wherever
+    pytest runs (an xdist worker may see another)."""
+    monkeypatch.setenv("COLUMNS", "100")
 
 
 def run_cli(*args: str) -> tuple[int, str, str]:
@@ -189,7 +197,7 @@ def test_json_is_the_documented_document(upload_file):
     code, out, err = run_cli("report", str(upload_file), "--json")
     assert code == 0 and err == ""
     doc = json.loads(out)
-    assert doc["schema"] == "lensa-report" and doc["version"] == 1
+    assert doc["schema"] == "lensa-report" and doc["version"] == 2
     assert doc["file"] == "my run.npz" and doc["formats"] == list(R.REPORT_FORMATS)
     assert set(doc["kinds"]) == set(load(upload_file).kinds()) and set(doc["kinds"]) <= set(KINDS)
     documented = (ROOT / "docs" / "report.md").read_text()
@@ -232,7 +240,9 @@ def test_an_unrecorded_step_says_which_are(upload_file):
     assert code == 0 and {s["step"] for s in json.loads(out)["kinds"].values()} == {10}
 
 
-@pytest.mark.parametrize(("locale", "lang"), [("id_ID.UTF-8", "id"), ("en_GB.UTF-8", "en"), ("C.UTF-8", "id")])
+@pytest.mark.parametrize(
+    ("locale", "lang"), [("id_ID.UTF-8", "id"), ("en_GB.UTF-8", "en"), ("C.UTF-8", "en"), ("", "en"), ("id", "id")]
+)
 def test_the_text_follows_the_locale(upload_file, monkeypatch, locale, lang):
     for var in ("LC_ALL", "LC_MESSAGES"):
         monkeypatch.delenv(var, raising=False)
@@ -269,3 +279,245 @@ def test_per_layer_recipe_shares_are_the_records_and_blockscale_s():
         got = layers["fc.weight"]["recipes"][key]
         assert (got["flushed"], got["saturated"], got["sqnr_db"]) == (want.flushed, want.saturated, want.sqnr_db)
     json.dumps(doc, allow_nan=False)
+
+
+# --- the terminal: a pipe, a language, a width, words that read right ---------------------------------------------
+
+
+@pytest.mark.parametrize("check", [None, "fp8_e4m3"])
+def test_piping_into_head_ends_quietly_with_the_checks_exit_code(upload_file, check):
+    """``lensa report RUN | head``: the reader goes after a line; no BrokenPipeError traceback, and the exit code is
+    the check's (1 for a failed one), not 1 for a crash."""
+    args = [sys.executable, "-m", "lensa", "report", str(upload_file), *(["--check", check] if check else [])]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as head does once it has its lines
+    code = proc.wait(timeout=120)
+    stderr = proc.stderr.read().decode()
+    assert first.startswith(b"Lensa report") and "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+    assert code == (0 if check is None else 1)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("LC_ALL", "LC_MESSAGES", "LANG", "COLUMNS")}
+    return {**env, "PYTHONPATH": str(ROOT), "LANG": "C.UTF-8", **extra}
+
+
+@pytest.mark.parametrize("width", [60, 100, 160])
+def test_the_text_fits_the_terminals_width_and_wraps_long_lists(upload_file, width, monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(width))  # what shutil.get_terminal_size reads first
+    code, out, _ = run_cli("report", str(upload_file), "--lang", "en")
+    assert code == 0
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= width, max(lines, key=len)
+    layer = i18n.text("en", "data.col_layer")
+    tables = [line for line in lines if line.strip().startswith(layer)]
+    assert len(tables) >= (3 if width == 60 else 1)  # cut into narrower tables, the layer column in each
+    assert run_cli("report", str(upload_file), "--lang", "en", "--width", "60")[1] == (
+        out if width == 60 else run_cli("report", str(upload_file), "--lang", "en", "--width", "60")[1]
+    )
+
+
+def test_the_wording_reads_right():
+    """One loss scale that does both is said once ("S = 2^k", not "from 2^k to 2^k"); one failed share is one; a file
+    with no arm names says nothing of arms."""
+    run = RunStats()
+    # Both values must stay (one of two is past 0.1%): 2^-20 x S >= 2^-24, FP16's smallest subnormal, needs S >= 2^-4;
+    # 2^19 x S <= 2^15 (65,504 is below 2^16) needs S <= 2^-4. One scale, S = 2^-4, does both.
+    grads = np.array([2.0**-20, 2.0**19], np.float32)
+    run.add("weight_grad", "w", 1, summarize(grads))
+    b = R.build(run)["loss_scale"]["weight_grad"]
+    assert b["keep_k"] == b["safe_k"] == -4
+    _, out, _ = run_cli_run(run, "--lang", "en", "--check", "fp16", "--no-loss-scale", "--threshold", "0")
+    keep = i18n.power_of_two(b["keep_k"])
+    out = " ".join(out.split())  # the text wraps to the terminal's width
+    assert f"S = {keep}: that one scale does both" in out and f"from {keep} to {keep}" not in out
+    assert "1 checked share is above" in out and "shares are above" not in out
+    assert "arm" not in out.lower()
+
+
+def run_cli_run(run: RunStats, *args: str) -> tuple[int, str, str]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "run.npz"
+        run.save(path)
+        return run_cli("report", str(path), *args)
+
+
+# --- FP8 as trained, block recipes, and what a narrow recording cannot say ----------------------------------------
+
+
+def test_fp8s_verdict_is_the_scaled_one_and_the_raw_cast_is_named():
+    """One tensor of 1e-6 gradients: the raw cast rounds them all to 0 in FP8 E4M3 (its smallest subnormal is
+    2^-9), one power-of-two scale per tensor (2^24: 1e-6 x 2^24 = 16.8, under 448; 2^29 would pass it) keeps them."""
+    run = RunStats()
+    run.add("weight_grad", "w", 1, summarize(np.full(64, 1e-6, np.float32)))
+    raw = R.check(run, "fp8_e4m3", loss_scaling=False)
+    scaled = R.check(run, "fp8_e4m3")
+    assert raw.items[0].how == "raw" and raw.items[0].share == 1.0 and not raw.passed
+    assert scaled.items[0].how == "per_tensor" and scaled.items[0].share == 0 and scaled.passed
+    doc = R.build(run)
+    assert doc["kinds"]["weight_grad"]["fp8_scaled"]["fp8_e4m3"]["zero"] == 0
+    code, out, _ = run_cli_run(run, "--lang", "en", "--check", "fp8_e4m3")
+    assert code == 0 and "FP8 E4M3 raw cast" in out and "FP8 E4M3 × scale per tensor" in out
+    assert run_cli_run(run, "--check", "fp8_e4m3", "--no-loss-scale")[0] == 1
+
+
+def test_check_takes_any_block_recipe_and_counts_it_over_the_layers():
+    from lensa import blockscale
+
+    rng = np.random.default_rng(9)
+    a = (rng.standard_normal((32, 64)) * np.exp(rng.uniform(-9, 0, (32, 64)))).astype(np.float32)
+    b = (rng.standard_normal((16, 32)) * 1e-3).astype(np.float32)
+    run = RunStats()
+    run.add("activation", "a", 1, summarize(a, recipes=True))
+    run.add("activation", "b", 1, summarize(b, recipes=True))
+    for key in blockscale.RECIPES:
+        la, lb = blockscale.lost(a, key), blockscale.lost(b, key)
+        flushed = (round(la.flushed * np.count_nonzero(a)) + round(lb.flushed * np.count_nonzero(b))) / (
+            a.size + b.size
+        )
+        saturated = (la.saturated * a.size + lb.saturated * b.size) / (a.size + b.size)
+        item = R.check(run, key, kinds=["activation"]).items[0]
+        assert item.share == pytest.approx(flushed + saturated, abs=1e-15), key
+        assert item.sqnr_db == min(la.sqnr_db, lb.sqnr_db), key
+        code, out, _ = run_cli_run(run, "--lang", "en", "--check", key, "--kinds", "activation", "--threshold", "1")
+        assert code == (0 if item.sqnr_db >= R.DEFAULT_MIN_SQNR_DB else 1), key
+        assert f"({key})" in out
+    plain = RunStats()
+    plain.add("activation", "a", 1, summarize(a))
+    code, _, err = run_cli_run(plain, "--check", "nvfp4", "--lang", "en")
+    assert code == 2 and "recipes=True" in err
+
+
+def test_a_narrow_recording_says_its_columns_are_trivial():
+    from dataclasses import replace
+
+    run = RunStats()
+    x = np.random.default_rng(1).standard_normal(256).astype(np.float32)
+    stored = x.astype(np.float16).astype(np.float32)  # the values an FP16 autocast activation holds
+    run.add("activation", "fc", 1, replace(summarize(stored), dtype="float16"))
+    doc = R.build(run)
+    assert doc["kinds"]["activation"]["dtypes"] == ["float16"] and doc["kinds"]["activation"]["trivial"] == ["fp16"]
+    item = R.check(run, "fp16", kinds=["activation"]).items[0]
+    assert item.trivial and item.share == 0
+    _, out, _ = run_cli_run(run, "--lang", "en", "--check", "fp16", "--kinds", "activation")
+    assert "These tensors were FP16 when recorded" in out and "Only a recording in FP32" in out
+    assert "0 by construction" in out
+
+
+def test_a_pure_bf16_run_is_reported_as_losing_its_updates(tmp_path):
+    """The run the issue found called safe: model.to(bfloat16), SGD at lr 1e-3. The report says BF16 loses about
+    99% of its updates and the CI check on updates fails."""
+    torch = pytest.importorskip("torch")
+    from lensa.live.capture import Recorder
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(32, 32).to(torch.bfloat16)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 32, dtype=torch.bfloat16), torch.randn(64, 32, dtype=torch.bfloat16)
+    with Recorder(model, opt, steps=[1], background=False) as rec:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        rec.step(loss=loss)
+    rec.save(tmp_path / "bf16.npz")
+    doc = R.build(load(tmp_path / "bf16.npz"))
+    assert doc["updates"]["intended"] and doc["updates"]["lost"]["bf16"] > 0.97
+    code, out, _ = run_cli("report", str(tmp_path / "bf16.npz"), "--lang", "en", "--check", "bf16", "--kinds", "update")
+    assert code == 1 and "the one the optimizer meant to make" in out
+    assert "These tensors were BF16 when recorded" in out  # the weights: BF16 "in BF16" is trivially 0%
+
+
+# --- several files, a folder, merging, HTML ---------------------------------------------------------------------
+
+
+def test_several_files_or_a_folder_are_the_arms_of_one_run(tmp_path):
+    from tests.runfixtures import reference_arms
+
+    folder = tmp_path / "arms"
+    folder.mkdir()
+    for arm, run in reference_arms().items():
+        run.save(folder / f"{arm}.npz")
+    together = run_cli("report", str(folder / "fp32.npz"), str(folder / "fp16.npz"), "--json")
+    assert together[0] == 0 and json.loads(together[1])["arms"] == ["fp32", "fp16"]
+    code, out, _ = run_cli("report", str(folder), "--json")
+    assert code == 0 and sorted(json.loads(out)["arms"]) == ["fp16", "fp32"]
+    assert json.loads(out)["scaler_history"] == json.loads(together[1])["scaler_history"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run_cli("report", str(empty), "--lang", "en")
+    assert code == 2 and "holds no .npz files" in err
+
+
+def test_merge_makes_one_run_of_per_rank_files(tmp_path):
+    rng = np.random.default_rng(4)
+    parts = []
+    for rank in range(2):
+        run = RunStats({"arm": "fp32"})
+        if rank == 0:
+            run.add("weight", "w", 1, summarize(rng.standard_normal(8).astype(np.float32)))
+        run.add("activation", "a", 1, summarize(rng.standard_normal(16).astype(np.float32)))
+        run.record_step(1, 1.0 + rank)
+        run.save(tmp_path / f"rank{rank}.npz")
+        parts.append(run)
+    code, out, _ = run_cli("merge", str(tmp_path / "one.npz"), str(tmp_path / "rank0.npz"), str(tmp_path / "rank1.npz"))
+    assert code == 0 and "2 files merged" in out
+    one = load(tmp_path / "one.npz")
+    assert one == R_merge(parts) and one.losses() == {1: 1.5} and one.get("activation", "a", 1).size == 32
+    code, _, err = run_cli("merge", str(tmp_path / "x.npz"), str(tmp_path / "missing.npz"))
+    assert code == 2 and "missing.npz" in err
+
+
+def R_merge(parts):
+    from lensa.runstats import merge_ranks
+
+    return merge_ranks(parts)
+
+
+def test_html_is_one_self_contained_file_with_the_lessons_charts(upload_file, tmp_path):
+    out_path = tmp_path / "report.html"
+    code, out, _ = run_cli("report", str(upload_file), "--html", str(out_path), "--lang", "en")
+    assert code == 0 and str(out_path) in out
+    page = out_path.read_text()
+    assert page.startswith("<!DOCTYPE html>") and '<html lang="en">' in page
+    assert "<script src=" not in page and 'src="http' not in page  # plotly.js is inside: nothing to fetch
+    assert page.count('class="plotly-graph-div"') >= 8 and "Plotly.newPlot" in page
+    for title in ("fp16_range", "loss_scaling", "master_weights", "bf16"):
+        assert f"<h2>{html.escape(i18n.text('en', f'nav.{title}'))}</h2>" in page
+    assert i18n.text("en", "figure.table") in page and "Lensa report: my run.npz" in page
+    code, _, _ = run_cli("report", str(upload_file), "--html", str(tmp_path / "id.html"), "--lang", "id")
+    assert code == 0 and '<html lang="id">' in (tmp_path / "id.html").read_text()
+
+
+def test_the_pages_say_when_a_column_is_trivial_and_when_updates_are_intended():
+    """A file of a pure-BF16 run with FP16 activations (file version 3): step 2's caption says FP16 loses nothing of
+    FP16 values by construction; step 4's says the updates are the optimizer's intended ones, and its FP32 card
+    counts what an FP32 weight would lose of them."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal(512).astype(np.float32).astype(np.float16).astype(np.float32)
+    u = (rng.standard_normal(512) * 1e-4).astype(np.float32)
+    u[:3] = 2.0**-40  # lost by an FP32 weight too
+    run = RunStats()
+    run.add("activation", "fc", 1, replace(summarize(w), dtype="float16"))
+    run.add("update", "fc.weight", 1, replace(R_intended(w, u), dtype="bfloat16"))
+    run.record_step(1, 1.0)
+    content = run.to_bytes()
+    at = _visit("fp16_range", content, kind="activation")
+    captions = " ".join(c.value for c in at.caption)
+    assert i18n.text("en", "data.trivial_note", dtypes="FP16", formats="FP16") in captions
+    at = _visit("master_weights", content)
+    captions = " ".join(c.value for c in at.caption)
+    assert i18n.text("en", "data.intended_note", dtypes="BF16") in captions
+    assert metrics(at)[T("master_weights_data.metric_master")] == _pct(3 / 512)
+
+
+def R_intended(w, u):
+    from lensa.runstats import summarize_intended
+
+    return summarize_intended(w, u)

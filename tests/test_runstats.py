@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import pickle
 import zipfile
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -400,6 +402,8 @@ def empty_tensors(n: int) -> dict[str, np.ndarray]:
         "lost": np.zeros((n, 4), np.int64),
         "has_recipes": np.zeros(n, bool),
         "recipe_lost": np.zeros((n, len(R.RECIPE_KEYS), 3)),
+        "tensor_dtype": np.full(n, -1, np.int64),
+        "lost_fp32": np.full(n, -1, np.int64),
     }
     return with_header(a, names=["w"])
 
@@ -417,8 +421,15 @@ def bad_files() -> dict[str, tuple[bytes, str]]:
         "object array": (npz_bytes({**a, "table": a["table"].astype(object)}), "pickle"),
         "pickled array": (npz_bytes({**a, "header": np.array([{"version": 1}], dtype=object)}), "pickle"),
         "a pickle": (pickle.dumps({"version": 1}), "not a .npz"),
-        "wrong version": (npz_bytes(with_header(a, version=3)), "version 3"),
-        "version 1 with version 2 arrays": (npz_bytes(with_header(a, version=1)), "other version"),
+        "wrong version": (npz_bytes(with_header(a, version=4)), "version 4"),
+        "version 1 with version 3 arrays": (npz_bytes(with_header(a, version=1)), "another version"),
+        "version 2 with version 3 arrays": (npz_bytes(with_header(a, version=2)), "another version"),
+        "dtype index out of range": (npz_bytes({**a, "tensor_dtype": a["tensor_dtype"] + 9}), "dtype index"),
+        "a dtype that is no name": (
+            npz_bytes(with_header({**a, "tensor_dtype": a["tensor_dtype"] * 0}, dtypes=["float 32"])),
+            "dtype",
+        ),
+        "FP32 lost count past the updates": (npz_bytes({**a, "lost_fp32": a["lost_fp32"] * 0 + 10**9}), "FP32 lost"),
         "a share past 1": (npz_bytes({**a, "recipe_lost": a["recipe_lost"] + 2}), "0 ... 1"),
         "recipe counts disagree": (npz_bytes({**a, "recipe_lost": a["recipe_lost"][:, :3]}), "recipe_lost"),
         "missing version": (npz_bytes(with_header(a, version=None)), "no version"),
@@ -655,7 +666,7 @@ def test_recipe_records_with_nan_and_inf_and_in_a_file():
     run.add("activation", "fc", 1, R.summarize(x, recipes=True))
     run.add("update", "fc.weight", 1, R.summarize_update(x, x * np.float32(0.999), recipes=True))
     back = R.load(run.to_bytes())
-    assert back == run and back.version == R.FILE_VERSION == 2 and back.has_recipes
+    assert back == run and back.version == R.FILE_VERSION == 3 and back.has_recipes
     with np.errstate(invalid="ignore"):  # inf - inf: the update is NaN there, as summarize_update has it
         u = (x * np.float32(0.999)) - x
     for key in B.RECIPES:
@@ -670,9 +681,147 @@ def test_a_version_1_file_still_loads_and_says_it_predates_recipes():
     v1 = {k: v for k, v in a.items() if k in R._ARRAYS}
     run = R.load(npz_bytes(with_header(v1, version=1)))
     assert run.version == 1 and not run.has_recipes and len(run) == len(small_run())
-    with pytest.raises(ValueError, match="predates block recipes"):
+    with pytest.raises(ValueError, match=r"predates block recipes \(file version 1\)"):
         run.get("weight_grad", "head.weight", 1).recipe("nvfp4")
     assert run.amax_names("weight_grad") == []
+    back = pickle.loads(pickle.dumps(run))  # pickled as the current version, it still came from a version-1 file
+    assert back.version == 1 and back == run
+    with pytest.raises(ValueError, match="predates block recipes"):
+        back.get("weight_grad", "head.weight", 1).recipe("nvfp4")
+
+
+def test_a_version_2_record_made_without_recipes_says_how_it_was_made_and_how_to_keep_them():
+    # issue 29: it used to say "predates block recipes (file version 1)" of a record that did not
+    x = np.random.default_rng(29).standard_normal((8, 64)).astype(np.float32)
+    plain = R.summarize(x)
+    run = R.RunStats()
+    run.add("activation", "fc", 1, plain)
+    run.add("weight", "fc.weight", 1, R.summarize(x, recipes=True))
+    back = R.load(run.to_bytes())
+    assert back.version == R.FILE_VERSION >= 2 and not back.has_recipes
+    for record in (plain, back.get("activation", "fc", 1), pickle.loads(pickle.dumps(back)).get("activation", "fc", 1)):
+        with pytest.raises(ValueError) as err:
+            record.recipe("mxfp8_e4m3")
+        said = str(err.value)
+        assert "predates" not in said and "version 1" not in said
+        assert "made without block recipes" in said and "Recorder(..., recipes=True)" in said
+        assert "LensaCallback(..., recipes=True)" in said
+    assert back.get("weight", "fc.weight", 1).recipe("mxfp8_e4m3") == plain.with_recipes(x).recipe("mxfp8_e4m3")
+    with pytest.raises(ValueError, match="several tensors together"):
+        R.combine([back.get("weight", "fc.weight", 1), plain]).recipe("nvfp4")
+
+
+def test_a_records_origin_is_checked_and_not_compared():
+    x = np.linspace(-3, 3, 50, dtype=np.float32)
+    plain = R.summarize(x)
+    from dataclasses import replace
+
+    assert replace(plain, origin="version_1") == plain
+    with pytest.raises(ValueError, match="origin"):
+        replace(plain, origin="elsewhere")
+    with pytest.raises(ValueError, match="holds no block recipes"):
+        replace(R.summarize(x, recipes=True), origin="version_1")
+    assert replace(plain, origin="version_1").with_recipes(x).has_recipes  # recomputed from the values: a summary
+
+
+def test_a_version_2_file_still_loads_without_dtypes():
+    a = arrays_of(small_run())
+    v2 = {k: v for k, v in a.items() if k in R._ARRAYS_V2}
+    run = R.load(npz_bytes(with_header(v2, version=2)))
+    assert run.version == 2 and len(run) == len(small_run())
+    assert all(s.dtype is None and s.lost_fp32 is None for _, s in run.items())
+    assert run.amax_names("weight_grad") == small_run().amax_names("weight_grad")
+
+
+def test_version_3_keeps_each_tensors_dtype_and_the_intended_updates_fp32_losses():
+    """A BF16 weight of 1 with an SGD update of -1e-4: BF16 (and FP16) round it away, FP32 keeps it; one of 2**-30
+    is lost in FP32 too (under half of FP32's spacing at 1, 2**-23). Counted by hand."""
+    w = np.ones(8, np.float32)
+    u = np.array([-1e-4] * 4 + [2.0**-30] * 2 + [0.0, 0.5], np.float32)
+    rec = R.summarize_intended(w, u)
+    assert rec.intended and rec.nonzero == 7
+    assert rec.lost("bf16") == 6 and rec.lost("fp16") == 6 and rec.lost_fp32 == 2
+    assert rec == R.summarize_intended(w, u) and rec != R.summarize_update(w, w + u)  # the FP32 count differs
+    assert not R.summarize_update(w, w + u).intended
+    run = R.RunStats()
+    run.add("update", "w", 1, replace(rec, dtype="bfloat16"))
+    run.add("activation", "a", 1, replace(R.summarize(u), dtype="float16"))
+    run.add("activation", "b", 1, R.summarize(u))  # no dtype known
+    back = R.load(run.to_bytes())
+    assert back == run and back.version == 3
+    assert back.get("update", "w", 1).dtype == "bfloat16" and back.get("update", "w", 1).lost_fp32 == 2
+    assert back.get("activation", "a", 1).dtypes == ("float16",) and back.get("activation", "b", 1).dtype is None
+    together = R.combine([replace(R.summarize(u), dtype="float16"), replace(R.summarize(w), dtype="bfloat16")])
+    assert together.dtype == "bfloat16+float16" and together.dtypes == ("bfloat16", "float16")
+    assert R.combine([rec, rec]).lost_fp32 == 4
+    with pytest.raises(ValueError, match="dtype"):
+        replace(rec, dtype="torch.float32")
+    with pytest.raises(ValueError, match="FP32 lost count"):
+        replace(R.summarize(u), lost_fp32=1)
+
+
+def test_records_of_each_ranks_part_combine_as_the_whole_would():
+    """Two ranks' halves of an activation: counts and sums add as the concatenation's; the recipes' shares flushed
+    and saturated are the counts over both halves; the SQNR is the lower of the two halves'."""
+    from lensa import blockscale as B
+
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((8, 64)) * np.exp(rng.uniform(-20, 2, (8, 64)))).astype(np.float32)
+    x[0, :5] = 0
+    halves = [R.summarize(x[:4], recipes=True), R.summarize(x[4:], recipes=True)]
+    both = R.combine_over_ranks(halves)
+    whole = R.summarize(x)
+    assert (both.size, both.exact_zero, both.nonzero) == (whole.size, whole.exact_zero, whole.nonzero)
+    assert np.array_equal(both.table, whole.table)
+    for key in B.RECIPES:
+        parts = [B.lost(x[:4], key), B.lost(x[4:], key)]
+        got = both.recipe(key)
+        flushed = sum(round(p.flushed * np.count_nonzero(h)) for p, h in zip(parts, (x[:4], x[4:]), strict=True))
+        assert got.flushed == flushed / np.count_nonzero(x), key
+        assert got.saturated == sum(p.saturated * 256 for p in parts) / 512, key
+        assert got.sqnr_db == min(p.sqnr_db for p in parts), key
+    assert R.combine_over_ranks([halves[0], R.summarize(x[4:])]).recipes is None  # one part without recipes
+
+
+def test_merge_ranks_keeps_weights_once_combines_activations_and_averages_the_loss():
+    rng = np.random.default_rng(6)
+    w, a0, a1 = (rng.standard_normal(32).astype(np.float32) for _ in range(3))
+    parts = []
+    for rank, act in enumerate((a0, a1)):
+        run = R.RunStats({"arm": "fp32"})
+        if rank == 0:
+            run.add("weight", "fc.weight", 1, R.summarize(w))
+        run.add("activation", "fc", 1, R.summarize(act))
+        run.record_step(1, 2.0 + rank, 1024.0, skipped=rank == 1)
+        run.record_amax("activation", "fc", 1, float(np.abs(act).max()))
+        parts.append(run)
+    merged = R.merge_ranks(parts)
+    assert merged.meta == {"arm": "fp32", "ranks": 2}
+    assert merged.get("weight", "fc.weight", 1) == R.summarize(w)
+    assert merged.get("activation", "fc", 1) == R.combine([R.summarize(a0), R.summarize(a1)])
+    assert merged.losses() == {1: 2.5} and merged.loss_scales() == {1: 1024.0} and merged.skipped_steps() == [1]
+    assert merged.amax("activation", "fc")[1].tolist() == [float(np.float32(max(np.abs(a0).max(), np.abs(a1).max())))]
+    assert R.merge_ranks(parts[:1]).items() == parts[0].items()
+    with pytest.raises(ValueError, match="at least one"):
+        R.merge_ranks([])
+
+
+def test_save_is_atomic_and_leaves_no_part_file(tmp_path, monkeypatch):
+    run = small_run()
+    path = tmp_path / "run.npz"
+    path.write_bytes(b"an older file")
+    real = os.replace
+
+    def interrupted(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(OSError, match="disk full"):
+        run.save(path)
+    assert path.read_bytes() == b"an older file" and sorted(p.name for p in tmp_path.iterdir()) == ["run.npz"]
+    monkeypatch.setattr(os, "replace", real)
+    run.save(path)
+    assert R.load(path) == run and sorted(p.name for p in tmp_path.iterdir()) == ["run.npz"]
 
 
 def test_amax_series_round_trip():

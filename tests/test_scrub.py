@@ -29,6 +29,8 @@ from tests.pagetools import (
     slider_stops,
 )
 
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
 SCRUB_PAGES = (*page_keys(steps=True), "blocks")
 GRAD = PAGES_BY_KEY["fp16_range"].control("grad").stops
 
@@ -254,3 +256,31 @@ def test_the_components_assets_reach_the_images():
                 asset,
                 pattern,
             )
+
+
+@pytest.mark.parametrize("key", SCRUB_PAGES)
+def test_the_print_view_draws_the_stop_as_streamlits_own_charts_and_cards(key):
+    """On paper nothing moves: no component, the link's stop written out, its charts (each with its data table) and
+    cards as Streamlit draws them, the same frame the component would show there, and no "Try this"."""
+    screen = open_page(key, lang="id")
+    shown = scrub_frame(screen)
+    at = open_page(key, lang="id", print="1")
+    assert not at.exception, [e.value for e in at.exception]
+    assert scrub_elements(at) == []
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    drawn = [b["fig"] for b in shown if b["k"] == "chart"]
+    assert len(specs) >= len(drawn) and [s["data"] for s in specs[: len(drawn)]] == [f["data"] for f in drawn]
+    cards = {label: value for b in shown if b["k"] == "cards" for label, value in b["cards"]}
+    assert cards.items() <= metrics(at).items()
+    tables = [e for e in at.expander if e.label == i18n.text("id", "figure.table")]
+    assert len(tables) >= len(drawn)
+    texts = " ".join(m.value for m in at.markdown)
+    part = scrub_data(scrub_elements(screen)[0])["parts"][0]
+    assert f"**{part['label']}:** {part['stops'][scrub_data(scrub_elements(screen)[0])['at'][0]]}" in texts
+    assert not any(i18n.text("id", "common.try_this") in m.value for m in (*at.markdown, *at.info))
+
+
+def test_a_glossary_link_in_a_cards_text_reads_as_its_words():
+    assert scrub.words("[subnormal](glossary?lang=id&term=subnormal) naik") == "subnormal naik"
+    cards = scrub.frame_json((scrub.Cards((("[ZeRO](glossary?lang=en&term=zero) stage", "3"),)),))
+    assert cards == [{"k": "cards", "cards": [["ZeRO stage", "3"]]}]

@@ -71,9 +71,10 @@ class BlocksView:
         return "both_flush" if mx4.flushed > 0 else "nothing_flushed"
 
     @property
-    def floor_saturates(self) -> bool:
-        """Whether MXFP8 with OCP's (floor) scale saturates a value."""
-        return self.recipes["mxfp8_e4m3"].lost.saturated > 0
+    def floor_regime(self) -> blockscale.FloorRegime:
+        """Where MXFP8 with OCP's (floor) scale stands on the block: fits, rounds back, or saturates
+        (:func:`lensa.blockscale.floor_regime`)."""
+        return blockscale.floor_regime(self.values, "mxfp8_e4m3")
 
 
 def outlier_times(outlier: float) -> float:

@@ -23,7 +23,9 @@ Public API
   :data:`MAX_RUN_SECONDS`, :func:`suggested_config`, :func:`defaults_for`
 - :func:`calibrate` / :func:`machine_clock` -> :class:`CostModel`: this machine's clock, measured here
 - :func:`compare` -> :class:`Comparison` of :class:`ArmResult`; :func:`speedup`,
-  :func:`comparison_rows`, :func:`rows_to_csv`
+  :func:`comparison_rows`, :func:`rows_to_csv`; the arms below 16 bits (:data:`LOWP_ARMS`, one per recipe of
+  :data:`lensa.lowp.TRAINING_RECIPES`, emulated by :mod:`lensa.live.lowp`), :func:`recipes_defaults_for`,
+  :func:`recipe_rows`, :func:`final_loss`, :func:`gap_percent`, :func:`diverged`
 - :func:`matmul_benchmark` -> list of :class:`MatmulRow`
 - :func:`gradscaler_trace` -> list of :class:`TraceStep`
 - :func:`device_info` -> :class:`DeviceInfo`; :func:`resolve_device`
@@ -66,18 +68,22 @@ from lensa.live.clock import (
     machine_clock,
 )
 from lensa.live.config import (
+    ALL_ARMS,
     ARM_LABELS,
     ARMS,
     DEFAULT_CANDIDATES,
     DEFAULT_RUN_SECONDS,
     GPU_CONFIG,
     LIMITS,
+    LOWP_ARMS,
     MAX_RUN_SECONDS,
+    RECIPES_RUN_SECONDS,
     TRAIN_SET_BYTES,
     Progress,
     RunConfig,
     ShouldStop,
     defaults_for,
+    recipes_defaults_for,
     suggested_config,
 )
 from lensa.live.device import (
@@ -102,11 +108,20 @@ from lensa.live.matmul import (
 )
 from lensa.live.rows import (
     CLEARLY_FASTER,
+    CLOSE_TO_BF16,
+    CLOSE_TO_BF16_PCT,
     ComparisonRow,
+    RecipeRow,
+    RecipesVerdict,
     arm_scale_history,
     clearly_faster,
     comparison_rows,
+    diverged,
+    final_loss,
+    gap_percent,
     loss_gap,
+    recipe_rows,
+    recipes_verdict,
     rows_to_csv,
     speedup,
 )
@@ -121,21 +136,26 @@ from lensa.live.trace import (
 )
 
 __all__ = [
+    "ALL_ARMS",
     "ARMS",
     "ARM_LABELS",
     "CLEARLY_FASTER",
+    "CLOSE_TO_BF16",
+    "CLOSE_TO_BF16_PCT",
     "CPU_FLAGS_OF_INTEREST",
     "DEFAULT_CANDIDATES",
     "DEFAULT_RUN_SECONDS",
     "DEVICES",
     "GPU_CONFIG",
     "LIMITS",
+    "LOWP_ARMS",
     "MATMUL_DEFAULT_SIZE",
     "MATMUL_MODES",
     "MATMUL_PRODUCT_BUDGET_S",
     "MATMUL_REPEATS_LIMITS",
     "MATMUL_SIZE_LIMITS",
     "MAX_RUN_SECONDS",
+    "RECIPES_RUN_SECONDS",
     "TRACE_LIMITS",
     "TRAIN_SET_BYTES",
     "ArmResult",
@@ -147,6 +167,8 @@ __all__ = [
     "LiveError",
     "MatmulRow",
     "Progress",
+    "RecipeRow",
+    "RecipesVerdict",
     "RunConfig",
     "ShouldStop",
     "TraceStep",
@@ -157,11 +179,17 @@ __all__ = [
     "comparison_rows",
     "defaults_for",
     "device_info",
+    "diverged",
+    "final_loss",
+    "gap_percent",
     "gradscaler_trace",
     "is_busy",
     "loss_gap",
     "machine_clock",
     "matmul_benchmark",
+    "recipe_rows",
+    "recipes_defaults_for",
+    "recipes_verdict",
     "resolve_device",
     "rows_to_csv",
     "run_slot",

@@ -10,7 +10,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from lensa.live.config import ARM_LABELS, ARMS, MAX_RUN_SECONDS, Progress, RunConfig, ShouldStop, _check_arms
+from lensa.live.config import (
+    ARM_LABELS,
+    ARMS,
+    LOWP_ARMS,
+    MAX_RUN_SECONDS,
+    Progress,
+    RunConfig,
+    ShouldStop,
+    _check_arms,
+)
 from lensa.live.device import device_info, resolve_device
 from lensa.live.slot import run_slot
 from lensa.live.task import _build_mlp, _initial_state, _make_data
@@ -22,6 +31,7 @@ if TYPE_CHECKING:
     import torch
 
     from lensa.live.capture import Recorder
+    from lensa.lowp import LayerShare
     from lensa.runstats import RunStats
 
 
@@ -53,9 +63,14 @@ class ArmResult:
     ``layer_output_dtypes``: the dtype each Linear layer produced inside the
     arm's autocast context, in layer order; ``loss_dtype``: the loss's dtype.
     ``accuracy`` (0..1) and ``eval_loss`` are measured in FP32 on held-out
-    samples after training. ``wall_s``: the whole arm by the wall clock
+    samples after training (an arm below 16 bits too: its weights, evaluated
+    without quantization). ``wall_s``: the whole arm by the wall clock
     (set-up, warm-up, every step, recording, evaluation), what
     :meth:`RunConfig.arm_seconds` estimates.
+    An arm below 16 bits (:data:`~lensa.live.config.LOWP_ARMS`) also has
+    ``shares``: each linear layer's input, weight and gradient, the share of
+    their values flushed and saturated at :meth:`RunConfig.counted_steps`
+    (those steps run off the clock, as recorded ones do).
     """
 
     arm: str
@@ -80,6 +95,8 @@ class ArmResult:
     recorded_steps: tuple[int, ...] = ()
     recording: RunStats | None = None
     wall_s: float = 0.0
+    shares: tuple[LayerShare, ...] = ()
+    counted_steps: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -192,11 +209,12 @@ class _Trainer:
     def __post_init__(self) -> None:
         import torch
 
-        self.dtype = _dtype(self.arm)
+        # An arm below 16 bits trains in FP32 around its quantized products (lensa.live.lowp).
+        self.dtype = _dtype("fp32" if self.arm in LOWP_ARMS else self.arm)
         self.criterion = torch.nn.BCEWithLogitsLoss()
         self.ctx = (
             contextlib.nullcontext()
-            if self.arm == "fp32"
+            if self.dtype is torch.float32
             else torch.autocast(device_type=self.device, dtype=self.dtype)
         )
 
@@ -340,9 +358,11 @@ def _measured_steps(trainer: _Trainer, tick: Callable[[int, str], None]) -> _Mea
     scaled = scaler.is_enabled()
     recorded = cfg.recorded_steps()
     recorder = _recorder_for(arm, cfg, trainer.model, opt, scaler)
-    # Recorded steps summarise their tensors on the CPU: keep that off the clock and out of the peak, unless
-    # every step is recorded (then there is nothing else to time).
-    off_clock = frozenset(recorded) if len(recorded) < n else frozenset()
+    counted = frozenset(cfg.counted_steps()) if arm in LOWP_ARMS else frozenset()
+    # Recorded steps summarise their tensors on the CPU, counted ones read counts back: keep that off the clock and
+    # out of the peak, unless every step is one (then there is nothing else to time).
+    special = frozenset(recorded) | counted
+    off_clock = special if len(special) < n else frozenset()
     losses = torch.empty(n, device=device)
     scale_used = torch.empty(n, device=device) if scaled else None
     scale_after = torch.empty(n, device=device) if scaled else None
@@ -351,6 +371,10 @@ def _measured_steps(trainer: _Trainer, tick: Callable[[int, str], None]) -> _Mea
         # Device-side copies, read once at the end: .item() per step would stall the GPU.
         if scale_used is not None:
             scale_used[i] = scaler.scale(one)
+        if counted:
+            from lensa.live import lowp
+
+            lowp.set_counting(trainer.model, i + 1 in counted)
         losses[i] = step(i).detach()
         if scale_after is not None:
             scale_after[i] = scaler.scale(one)
@@ -369,6 +393,10 @@ def _measured_steps(trainer: _Trainer, tick: Callable[[int, str], None]) -> _Mea
         recording = recorder.stats()
         for i, (loss, scale, skip) in enumerate(zip(loss_list, scales, skipped, strict=True), start=1):
             recording.record_step(i, loss, scale, skip)
+    if counted:
+        from lensa.live import lowp
+
+        lowp.set_counting(trainer.model, False)
     return _Measured(loss_list, scales, skipped, elapsed, peak, n - len(off_clock), recording)
 
 
@@ -388,13 +416,21 @@ def _train_arm(
     model = _build_mlp(cfg.features, cfg.width, cfg.depth)
     model.load_state_dict(init_state)
     model.to(device)
+    quantized = arm in LOWP_ARMS
+    if quantized:
+        from lensa.live import lowp
+
+        lowp.quantize_model(model, arm, seed=cfg.seed)
     trainer = _Trainer(arm, cfg, device, model, x, y, check)
     _add_stop_points(model, check)
     layer_dtypes, loss_dtype, saved_bytes = _warm_up(trainer, tick)
-    # Start the measured run from the same initial weights and a fresh optimizer and scaler.
+    # Start the measured run from the same initial weights and a fresh optimizer and scaler (and a fresh recipe:
+    # delayed scales, the stochastic draws from the seed again).
     model.load_state_dict(init_state)
+    if quantized:
+        lowp.reset(model)
     run = _measured_steps(trainer, tick)
-    with torch.no_grad():
+    with torch.no_grad(), lowp.full_precision(model) if quantized else contextlib.nullcontext():
         logits = model(x_eval)
         eval_loss = float(trainer.criterion(logits, y_eval))
         accuracy = float(((logits > 0).float() == y_eval).float().mean())
@@ -402,7 +438,7 @@ def _train_arm(
     return ArmResult(
         arm=arm,
         label=ARM_LABELS[arm],
-        compute_dtype=_DTYPE_NAMES[arm],
+        compute_dtype=_DTYPE_NAMES.get(arm, "float32"),
         losses=tuple(run.losses),
         loss_scales=tuple(run.scales),
         skipped=tuple(run.skipped),
@@ -424,6 +460,8 @@ def _train_arm(
         recorded_steps=cfg.recorded_steps(),
         recording=run.recording,
         wall_s=time.perf_counter() - arm_start,
+        shares=lowp.layer_shares(model) if quantized else (),
+        counted_steps=cfg.counted_steps() if quantized else (),
     )
 
 

@@ -24,7 +24,12 @@ models, and :class:`CostModel` holds what it measured:
 - ``record_value_s`` and ``record_tensor_s``: what the lab's Recorder costs
   at a recorded step, per value and per tensor summarised (fp32 arm), and
   ``record_scale``: each other arm's recorded step over fp32's (16-bit tensors
-  cost more to summarise).
+  cost more to summarise);
+- for the arms below 16 bits (:mod:`lensa.live.lowp`), whose products are FP32's: ``lowp_pass_s`` and
+  ``lowp_value_s``, each kind of quantization's fixed cost and cost per value (:func:`lensa.lowp.pass_class`:
+  recipe, rounding, rotation, direction), timed on a small and a larger tensor; ``lowp_layer_s``, what the
+  quantized layer's own Python adds per layer and step; ``count_pass_s`` and ``count_value_s``, what counting a
+  pass's flushed and saturated values adds at a counted step.
 
 The whole calibration takes at most about :data:`CALIBRATION_BUDGET_S`; the
 lab's worker process runs it once when it starts and keeps the result for
@@ -49,6 +54,11 @@ if TYPE_CHECKING:
 ARMS_TIMED: tuple[str, ...] = ("fp32", "fp16", "bf16")
 CALIBRATION_BUDGET_S = 2.0
 """The calibration's time budget (seconds); the probes shrink to fit it on a slow machine."""
+LOWP_CALIBRATION_BUDGET_S = 1.0
+"""The part of the calibration that times the quantizations of the arms below 16 bits (on top of the budget above); a
+kind of pass the time left cannot pay for takes the median of those timed."""
+_LOWP_SMALL = (64, 64)
+_LOWP_LARGE = (512, 256)
 PROBE_STEP_S = 0.03
 """Each rate probe's batch grows until one step takes about this long: long enough for the clock, short enough
 to repeat."""
@@ -111,6 +121,20 @@ class CostModel:
     cpu_flags: tuple[str, ...] = ()
     calibration_s: float = 0.0
     threads: int = 0
+    lowp_pass_s: dict[str, float] = field(default_factory=dict)
+    lowp_value_s: dict[str, float] = field(default_factory=dict)
+    lowp_layer_s: float = 0.0
+    count_pass_s: float = 0.0
+    count_value_s: float = 0.0
+
+    def pass_cost(self, cls: str) -> tuple[float, float]:
+        """(seconds, seconds per value) of one quantization of kind ``cls`` (:func:`lensa.lowp.pass_class`); a kind
+        not timed takes the medians of those that were (0 when none was)."""
+        if cls in self.lowp_pass_s:
+            return self.lowp_pass_s[cls], self.lowp_value_s[cls]
+        if not self.lowp_pass_s:
+            return 0.0, 0.0
+        return statistics.median(self.lowp_pass_s.values()), statistics.median(self.lowp_value_s.values())
 
     def rate(self, arm: str, width: int) -> float:
         """``arm``'s matmul rate (FLOP/s) in a model of this ``width``.
@@ -362,6 +386,7 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
         record_value_s, record_tensor_s, record_scale = _time_recording(
             device, {arm: min(r for _w, r in rates) for arm, rates in by_width.items()}
         )
+        lowp = _time_lowp(device, time.perf_counter() + LOWP_CALIBRATION_BUDGET_S)
     # The headline rate and FP32 against each arm: at the widest width every arm measured.
     common = max(set.intersection(*(set(dict(rates)) for rates in by_width.values())))
     flop = {arm: dict(rates)[common] for arm, rates in by_width.items()}
@@ -382,6 +407,7 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
         cpu_flags=flags,
         calibration_s=time.perf_counter() - start,
         threads=torch.get_num_threads(),
+        **lowp,
     )
 
 
@@ -470,3 +496,63 @@ def _recorded_step(arm: str, device: str, width: int, batch: int) -> tuple[float
     values = 3 * _params(width, depth) + 2 * batch * (2 * depth * width + 1)
     tensors = 3 * 2 * (depth + 1) + 2 * (2 * depth + 1)
     return max(t - bare, 0.0), values, tensors
+
+
+def _time_lowp(device: str, deadline: float) -> dict[str, Any]:
+    """:class:`CostModel`'s fields for the arms below 16 bits: each kind of pass the lab's recipes make, timed on
+    a small and a larger tensor (a fixed cost and a cost per value between the two), what counting adds, and the
+    quantized layer's own overhead per layer and step."""
+    import torch
+
+    from lensa.live import lowp
+    from lensa.live.task import _build_mlp
+    from lensa.lowp import TRAINING_RECIPES, TrainingRecipe, model_passes
+
+    shapes = [(256, 64, 256, False), (256, 256, 256, True), (256, 256, 1, True)]
+    kinds: dict[str, tuple[Any, bool]] = {}
+    for recipe in TRAINING_RECIPES.values():
+        for p, cls in model_passes(recipe, shapes):
+            kinds.setdefault(cls, (p, cls.endswith("delayed")))
+    small, large = _LOWP_SMALL[0] * _LOWP_SMALL[1], _LOWP_LARGE[0] * _LOWP_LARGE[1]
+
+    def fit(p: Any, delayed: bool, counting: bool = False) -> tuple[float, float]:
+        runs = [lowp.pass_timer(p, delayed, *shape, device, counting) for shape in (_LOWP_SMALL, _LOWP_LARGE)]
+        for run in runs:
+            run()  # one-off set-up (the generator, the delayed scale's window)
+        t_small, t_large = (_best_time(run, device) for run in runs)
+        per_value = max((t_large - t_small) / (large - small), 0.0)
+        return max(t_small - per_value * small, 0.0), per_value
+
+    fixed: dict[str, float] = {}
+    per_value: dict[str, float] = {}
+    for cls, (p, delayed) in kinds.items():
+        if time.perf_counter() > deadline:
+            break
+        fixed[cls], per_value[cls] = fit(p, delayed)
+    # Counting: one kind timed with and without (the counts are a few passes more, and a read back per pass).
+    probe = next(p for p, _d in kinds.values() if p.recipe is not None)
+    with_counts = fit(probe, False, counting=True)
+    without = fit(probe, False)
+    count_pass_s, count_value_s = (max(a - b, 0.0) for a, b in zip(with_counts, without, strict=True))
+    # The quantized layer's own Python: a tiny model's step with a recipe that quantizes nothing, over the plain one.
+    with _quiet_grads():
+        x = torch.randn(8, PROBE_FEATURES, device=device)
+    steps = []
+    for quantized in (False, True):
+        with _quiet_grads():
+            model = _build_mlp(PROBE_FEATURES, 16, 2).to(device)
+        if quantized:
+            lowp.quantize_model(model, TrainingRecipe("fp32", "FP32", None, None, None))
+
+        def step(m: Any = model) -> None:
+            m(x).sum().backward()
+
+        step()
+        steps.append(_best_time(step, device, repeats=5))
+    return {
+        "lowp_pass_s": fixed,
+        "lowp_value_s": per_value,
+        "lowp_layer_s": max(steps[1] - steps[0], 0.0) / 3,
+        "count_pass_s": count_pass_s,
+        "count_value_s": count_value_s,
+    }

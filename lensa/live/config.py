@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -11,6 +12,7 @@ from lensa.live.clock import CostModel, machine_clock
 from lensa.live.device import DEVICES, resolve_device
 from lensa.live.errors import LiveError
 from lensa.live.schedule import log_spaced_steps
+from lensa.lowp import TRAINING_RECIPES, model_passes
 
 Progress = Callable[[float, str], None]
 ShouldStop = Callable[[], bool]
@@ -20,7 +22,13 @@ ARM_LABELS: dict[str, str] = {
     "fp32": "FP32 baseline",
     "fp16": "FP16 autocast + GradScaler",
     "bf16": "BF16 autocast",
+    **{key: r.label for key, r in TRAINING_RECIPES.items()},
 }
+LOWP_ARMS: tuple[str, ...] = tuple(TRAINING_RECIPES)
+"""The arms below 16 bits: one per recipe of :data:`lensa.lowp.TRAINING_RECIPES`, emulated by
+:mod:`lensa.live.lowp` (each linear layer's three products read quantized operands, in FP32)."""
+ALL_ARMS: tuple[str, ...] = ARMS + LOWP_ARMS
+"""Every arm a comparison may ask for; the lab's default comparison of all the recipes runs them all."""
 
 
 LIMITS: dict[str, tuple[float, float]] = {
@@ -45,6 +53,11 @@ lot of work), so :meth:`RunConfig.validate` also refuses a run whose
 
 MAX_RUN_SECONDS: dict[str, float] = {"cpu": 30.0, "cuda": 60.0}
 """Longest estimated run, all arms together (seconds), per device kind."""
+
+RECIPES_RUN_SECONDS = 20.0
+"""The lab's default comparison of all the recipes (:data:`ALL_ARMS`, not recorded) is sized to this estimate at most,
+so with an estimate within 1.5x of the truth it still ends within the CPU's 30 s; :func:`recipes_defaults_for`
+picks it from the calibration."""
 
 DEFAULT_RUN_SECONDS = 12.0
 """The lab's default comparison (recorded, three arms) is sized to this estimate at most, so with an estimate
@@ -127,19 +140,50 @@ class RunConfig:
         per_batch = self.batch_size * (self.features + 1) * 4
         return max(1, min(self.steps, TRAIN_SET_BYTES[device_kind] // per_batch))
 
+    def linear_shapes(self) -> list[tuple[int, int, int, bool]]:
+        """The MLP's linear layers as (m, k, n, dgrad): a step's batch, inputs, outputs, and whether the layer's
+        input needs a gradient (not the first layer's: the data)."""
+        sizes = [self.features] + [self.width] * self.depth + [1]
+        return [(self.batch_size, k, n, i > 0) for i, (k, n) in enumerate(itertools.pairwise(sizes))]
+
+    def counted_steps(self) -> tuple[int, ...]:
+        """The measured steps (1-based) at which an arm below 16 bits counts what its quantizations flush and
+        saturate, per layer: about 12, log-spaced (:func:`lensa.live.schedule.log_spaced_steps`)."""
+        return log_spaced_steps(self.steps)
+
+    def quantize_seconds(self, clock: CostModel, arm: str) -> tuple[float, float]:
+        """(seconds per step, seconds more per counted step) that ``arm``'s quantizations add, from ``clock``'s
+        timing of each kind of pass (:func:`lensa.lowp.pass_class`); (0, 0) for the 16- and 32-bit arms."""
+        if arm not in TRAINING_RECIPES:
+            return 0.0, 0.0
+        per_step = clock.lowp_layer_s * (self.depth + 1)
+        counted = 0.0
+        for p, cls in model_passes(TRAINING_RECIPES[arm], self.linear_shapes()):
+            fixed, per_value = clock.pass_cost(cls)
+            per_step += fixed + p.values * per_value
+            counted += clock.count_pass_s + p.values * clock.count_value_s
+        return per_step, counted
+
     def arm_seconds(self, clock: CostModel, arm: str) -> float:
-        """Estimated seconds of one arm from ``clock``: its steps (warm-up included), evaluation, set-up, recording."""
+        """Estimated seconds of one arm from ``clock``: its steps (warm-up included), evaluation, set-up, recording.
+
+        An arm below 16 bits runs the FP32 arm's step (its products are FP32) and its quantizations
+        (:meth:`quantize_seconds`), and counts its losses at :meth:`counted_steps`."""
+        timed = "fp32" if arm in TRAINING_RECIPES else arm
+        quantize_s, count_s = self.quantize_seconds(clock, arm)
         per_step = (
-            clock.layer_step_s[arm] * (self.depth + 1)
-            + clock.param_step_s[arm] * self.parameters()
-            + 6.0 * self.matmul_macs_per_sample() * self.batch_size / clock.rate(arm, self.width)
+            clock.layer_step_s[timed] * (self.depth + 1)
+            + clock.param_step_s[timed] * self.parameters()
+            + 6.0 * self.matmul_macs_per_sample() * self.batch_size / clock.rate(timed, self.width)
+            + quantize_s
         )
         eval_s = 2.0 * self.matmul_macs_per_sample() * self.eval_size / clock.flop_per_s["fp32"]
         per_recorded_step = clock.record_scale.get(arm, 1.0) * (
             self.recorded_values() * clock.record_value_s + self.recorded_tensors() * clock.record_tensor_s
         )
         record_s = len(self.recorded_steps()) * per_recorded_step
-        return (self.steps + self.warmup_steps) * per_step + eval_s + clock.arm_s + record_s
+        counted_s = len(self.counted_steps()) * count_s
+        return (self.steps + self.warmup_steps) * per_step + eval_s + clock.arm_s + record_s + counted_s
 
     def data_seconds(self, clock: CostModel) -> float:
         """Estimated seconds to draw the run's training and evaluation data once (shared by the arms)."""
@@ -293,13 +337,39 @@ def defaults_for(clock: CostModel, base: RunConfig | None = None) -> RunConfig:
     return cfg
 
 
+RECIPES_CANDIDATES: tuple[tuple[int, int, int], ...] = (
+    (256, 1024, 60),
+    (256, 512, 60),
+    (128, 512, 60),
+    (128, 256, 60),
+    (128, 256, 30),
+    (64, 256, 30),
+    (64, 128, 30),
+    (64, 64, 20),
+    (64, 64, 10),
+)
+"""(width, batch size, steps) the default comparison of all the recipes is chosen from, largest first; every value
+one of the lab page's slider stops."""
+
+
+def recipes_defaults_for(clock: CostModel, base: RunConfig | None = None) -> RunConfig:
+    """The largest of :data:`RECIPES_CANDIDATES` (on ``base``, not recorded) that ``clock`` puts within
+    :data:`RECIPES_RUN_SECONDS` for :data:`ALL_ARMS`; the smallest when none does."""
+    base = replace(base or RunConfig(device=clock.device), record=False)
+    for width, batch, steps in RECIPES_CANDIDATES:
+        cfg = replace(base, width=width, batch_size=batch, steps=steps)
+        if cfg.estimate_seconds(clock.device, ALL_ARMS, clock) <= RECIPES_RUN_SECONDS:
+            return cfg
+    return cfg
+
+
 def _check_arms(arms: Sequence[str]) -> tuple[str, ...]:
     arms = tuple(arms)
     if not arms:
         raise LiveError("invalid", "Choose at least one arm (fp32, fp16 or bf16).")
-    unknown = [a for a in arms if a not in ARMS]
+    unknown = [a for a in arms if a not in ALL_ARMS]
     if unknown:
-        raise LiveError("invalid", f"Unknown arm {unknown[0]!r}; choose from {', '.join(ARMS)}.")
+        raise LiveError("invalid", f"Unknown arm {unknown[0]!r}; choose from {', '.join(ALL_ARMS)}.")
     if len(set(arms)) != len(arms):
         raise LiveError("invalid", "Each arm may be asked for only once.")
     return arms

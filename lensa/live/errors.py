@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-ErrorKind = Literal["busy", "no_cuda", "oom", "cancelled", "invalid", "too_long", "crashed"]
+ErrorKind = Literal["busy", "no_cuda", "oom", "cancelled", "invalid", "too_long", "crashed", "not_ready"]
 
 
 class LiveError(Exception):
@@ -18,7 +18,8 @@ class LiveError(Exception):
     ``"too_long"`` (this machine's calibrated estimate of the run passes the
     time limit; ``numbers`` = (estimated seconds, limit in seconds)) and
     ``"crashed"`` (raised by :mod:`lensa.live.worker` when the process running
-    the call died). The app's pages also get ``"busy"`` from the worker's
+    the call died) and ``"not_ready"`` (the worker did not say hello within a
+    page's bound; ``numbers`` = (the bound in seconds,)). The app's pages also get ``"busy"`` from the worker's
     queue when it is full or a job waited too long.
     ``message`` is plain English, fit to show a learner as it is; ``numbers``
     are the values a page needs to say it in its own language.

@@ -6,8 +6,11 @@ import csv
 import io
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from lensa import lowp
+from lensa.live.config import LOWP_ARMS
 from lensa.measured import ScalerHistory
 
 if TYPE_CHECKING:
@@ -90,7 +93,9 @@ def comparison_rows(comparison: Comparison) -> list[ComparisonRow]:
     return rows
 
 
-def rows_to_csv(rows: Sequence[dict[str, Any]] | Sequence[ComparisonRow] | Sequence[MatmulRow]) -> str:
+def rows_to_csv(
+    rows: Sequence[dict[str, Any]] | Sequence[ComparisonRow] | Sequence[RecipeRow] | Sequence[MatmulRow],
+) -> str:
     """CSV text (header from the first row's keys; None becomes an empty cell). Empty string for no rows."""
     if not rows:
         return ""
@@ -100,3 +105,110 @@ def rows_to_csv(rows: Sequence[dict[str, Any]] | Sequence[ComparisonRow] | Seque
     for row in rows:
         writer.writerow({k: "" if v is None else v for k, v in row.items()})
     return buf.getvalue()
+
+
+# --- the arms below 16 bits ----------------------------------------------------------------------------------------
+
+CLOSE_TO_BF16_PCT = 1.0
+"""A recipe whose final loss lies at most this many percent above BF16's is counted as keeping up with it."""
+
+
+def final_loss(result: ArmResult) -> float:
+    """:func:`lensa.lowp.final_loss` of ``result``'s training losses: the mean of the last tenth."""
+    return lowp.final_loss(result.losses)
+
+
+def diverged(result: ArmResult) -> bool:
+    """:func:`lensa.lowp.diverged` of ``result``'s training losses."""
+    return lowp.diverged(result.losses)
+
+
+def gap_percent(comparison: Comparison, arm: str, base: str = "bf16") -> float | None:
+    """How far ``arm``'s final loss lies above ``base``'s, in percent of ``base``'s (negative: below); None when
+    either arm is missing or ``base`` has no finite final loss; NaN when ``arm``'s is not finite."""
+    a, b = comparison.arms.get(arm), comparison.arms.get(base)
+    if a is None or b is None:
+        return None
+    ref = final_loss(b)
+    if not math.isfinite(ref) or ref == 0:
+        return None
+    return (final_loss(a) - ref) / ref * 100.0
+
+
+@dataclass(frozen=True)
+class RecipesVerdict:
+    """What a comparison of recipes says at a glance: the recipes below 16 bits it trained (``arms``, run order),
+    those whose final loss ended at most :data:`CLOSE_TO_BF16_PCT` above BF16's (``close``), those that diverged,
+    and the one furthest above BF16 (``worst``, None when every gap is NaN) with its gap in percent."""
+
+    arms: tuple[str, ...]
+    close: tuple[str, ...]
+    diverged: tuple[str, ...]
+    worst: str | None
+    worst_gap_pct: float
+
+
+CLOSE_TO_BF16 = CLOSE_TO_BF16_PCT / 100.0
+""":data:`CLOSE_TO_BF16_PCT` as a share, as a page writes it."""
+
+
+def recipes_verdict(comparison: Comparison) -> RecipesVerdict:
+    """The comparison's recipes below 16 bits against BF16 (see :class:`RecipesVerdict`)."""
+    arms = tuple(a for a in comparison.arms if a in LOWP_ARMS)
+    gaps = {a: gap_percent(comparison, a, "bf16") for a in arms}
+    finite = {a: g for a, g in gaps.items() if g is not None and not math.isnan(g)}
+    worst = max(finite, key=lambda a: finite[a]) if finite else None
+    return RecipesVerdict(
+        arms=arms,
+        close=tuple(a for a, g in finite.items() if g <= CLOSE_TO_BF16_PCT),
+        diverged=tuple(a for a in arms if diverged(comparison.arms[a])),
+        worst=worst,
+        worst_gap_pct=finite[worst] if worst is not None else math.nan,
+    )
+
+
+class RecipeRow(TypedDict):
+    """One arm of a comparison of recipes: its final loss, the gaps, whether it diverged, the worst layer's shares."""
+
+    arm: str
+    label: str
+    final_loss: float
+    gap_vs_bf16_pct: float | None
+    gap_vs_fp32_pct: float | None
+    diverged: bool
+    flushed_max: float | None
+    flushed_layer: str | None
+    saturated_max: float | None
+    saturated_layer: str | None
+    time_per_step_ms: float
+    time_vs_fp32: float | None
+
+
+def recipe_rows(comparison: Comparison) -> list[RecipeRow]:
+    """One row per finished arm, the 16- and 32-bit ones first as they ran: final loss, its gap to BF16's and FP32's
+    (percent), diverged or not, and for an arm below 16 bits the largest share flushed and saturated of any layer's
+    tensor over the counted steps, with that layer and tensor ("layer input", "layer weight", "layer grad")."""
+    rows: list[RecipeRow] = []
+    base = comparison.arms.get("fp32")
+    for name, a in comparison.arms.items():
+        flushed = max(a.shares, key=lambda s: s.flushed, default=None)
+        saturated = max(a.shares, key=lambda s: s.saturated, default=None)
+        rows.append(
+            RecipeRow(
+                arm=name,
+                label=a.label,
+                final_loss=final_loss(a),
+                gap_vs_bf16_pct=gap_percent(comparison, name, "bf16"),
+                gap_vs_fp32_pct=gap_percent(comparison, name, "fp32"),
+                diverged=diverged(a),
+                flushed_max=None if flushed is None else flushed.flushed,
+                flushed_layer=None if flushed is None else f"{flushed.layer} {flushed.role}",
+                saturated_max=None if saturated is None else saturated.saturated,
+                saturated_layer=None if saturated is None else f"{saturated.layer} {saturated.role}",
+                time_per_step_ms=a.time_per_step_s * 1e3,
+                time_vs_fp32=None
+                if base is None or base.time_per_step_s <= 0
+                else a.time_per_step_s / base.time_per_step_s,
+            )
+        )
+    return rows

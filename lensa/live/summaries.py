@@ -27,12 +27,14 @@ import contextlib
 import math
 import mmap
 import os
+import queue
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ import numpy as np
 import torch
 
 from lensa.live.summary_worker import HEADER, Item, read_message, write_message
+from lensa.live.torch_binning import summarize_intended_tensors as summarize_intended_tensors
 from lensa.live.torch_binning import summarize_tensor as summarize_tensor
 from lensa.live.torch_binning import summarize_update_tensors as summarize_update_tensors
 from lensa.runstats import RunStats, TensorStats, load
@@ -47,14 +50,36 @@ from lensa.runstats import RunStats, TensorStats, load
 # --- summarising in the hook ---------------------------------------------------------------------------------
 
 
+def dtype_name(t: torch.Tensor) -> str:
+    """The tensor's type as a record keeps it: torch's name without ``torch.`` (``"bfloat16"``)."""
+    return str(t.dtype).removeprefix("torch.")
+
+
 def _summarize_here(t: torch.Tensor, scale: float | None, recipes: bool = False) -> TensorStats:
     """:func:`summarize_tensor` of ``t``, or with a loss ``scale``, of the true gradient ``t / scale``; with
-    ``recipes``, also what every block recipe loses on it (shaped as ``t``)."""
+    ``recipes``, also what every block recipe loses on it (shaped as ``t``). The record keeps ``t``'s dtype."""
     values = t.detach().float().cpu()
     if scale is not None:
         values = _unscaled(values, scale)
-    stats = summarize_tensor(values)
+    stats = replace(summarize_tensor(values), dtype=dtype_name(t))
     return stats.with_recipes(values.contiguous().numpy()) if recipes else stats
+
+
+@dataclass(frozen=True)
+class Update:
+    """One weight's update to summarise: the weight before the step (held), and either the weight after it
+    (``intended`` False: the update is after − before) or the update the optimizer meant to make (True)."""
+
+    name: str
+    before: Held
+    value: torch.Tensor
+    intended: bool
+    dtype: str  # the weight's
+
+
+def _summarize_update_here(before: torch.Tensor, u: Update, recipes: bool) -> TensorStats:
+    summary = summarize_intended_tensors if u.intended else summarize_update_tensors
+    return replace(summary(before, u.value, recipes=recipes), dtype=u.dtype)
 
 
 def _amax_here(t: torch.Tensor, scale: float | None) -> float:
@@ -82,6 +107,7 @@ def _unscaled(values: torch.Tensor, scale: float) -> torch.Tensor:
 DEFAULT_CAPACITY = 128 * 2**20
 _ALIGN = 64  # bytes: each copy, or block of copies made together, starts on a cache line
 _FLUSH_EVERY = 256  # items queued before they are sent without waiting for the step's end
+_NICE = 19  # the summary process's priority while training runs: the lowest, so the steps go first
 
 
 def _aligned(nbytes: int) -> int:
@@ -131,12 +157,10 @@ class InlineSummaries:
     def hold(self, ts: Sequence[torch.Tensor]) -> list[Held]:
         return [Held(_copy(t)) for t in ts]
 
-    def updates(
-        self, kind: str, names: Sequence[str], step: int, befores: Sequence[Held], afters: Sequence[torch.Tensor]
-    ) -> None:
-        for name, before, after in zip(names, befores, afters, strict=True):
-            assert before.tensor is not None
-            self._run.add(kind, name, step, summarize_update_tensors(before.tensor, after, recipes=self._recipes))
+    def updates(self, kind: str, step: int, updates: Sequence[Update]) -> None:
+        for u in updates:
+            assert u.before.tensor is not None
+            self._run.add(kind, u.name, step, _summarize_update_here(u.before.tensor, u, self._recipes))
 
     def release_held(self) -> None:
         pass
@@ -144,11 +168,11 @@ class InlineSummaries:
     def flush(self) -> None:
         pass
 
-    def drain(self) -> None:
-        pass
+    def drain(self) -> list[tuple[str, str]]:
+        return []
 
-    def close(self) -> None:
-        pass
+    def close(self) -> list[tuple[str, str]]:
+        return []
 
 
 class ProcessSummaries:
@@ -167,8 +191,12 @@ class ProcessSummaries:
             self._shared = mmap.mmap(fd, size, flags=flags)
             root = str(Path(__file__).resolve().parents[2])
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+            # Run by its path (runpy, without lensa.live's package imports, which the worker has no use for):
+            # it starts in about a tenth of a second.
+            worker = str(Path(__file__).with_name("summary_worker.py"))
+            code = f"import runpy, sys; sys.argv[1:] = sys.argv[2:]; runpy.run_path({worker!r}, run_name='__main__')"
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "lensa.live.summary_worker", str(fd), str(size), str(int(recipes))],
+                [sys.executable, "-c", code, "-", str(fd), str(size), str(int(recipes))],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 pass_fds=(fd,),
@@ -190,11 +218,15 @@ class ProcessSummaries:
         self._closed = False
         self.waited = 0.0  # seconds the caller spent waiting for room in the ring
         self._broken: str | None = None  # why the summaries can no longer be had
+        self._outbox: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
+        self._send_error: BaseException | None = None
+        self._sender = threading.Thread(target=self._send_loop, name="lensa-recorder-send", daemon=True)
         # The child says when it can summarise (with recipes, once numba's compiled pass is loaded): waiting here,
         # at the recorder's start, keeps that out of the first recorded steps, whose copies would fill the ring.
         try:
             if self._receive().get("ready") is not True:
                 raise RuntimeError("the recorder's summary process did not start as expected")
+            self._sender.start()
         except BaseException:
             self._proc.kill()
             self._proc.wait()
@@ -295,8 +327,8 @@ class ProcessSummaries:
                 self._local_amax[self._seq] = _amax_here(t, scale)
             return
         what = "tensor" if scale is None else "unscaled"
-        n, shape = t.numel(), list(t.shape)
-        self._queue(Item(self._seq, what, kind, name, step, offset, n, shape, self._mark(), scale=scale, amax=amax))
+        n, shape, dtype = t.numel(), list(t.shape), dtype_name(t)
+        self._queue(Item(self._seq, what, kind, name, step, offset, n, shape, self._mark(), -1, scale, amax, dtype))
 
     def tensors(
         self, kind: str, names: Sequence[str], step: int, ts: Sequence[torch.Tensor], amax: bool = False
@@ -316,7 +348,8 @@ class ProcessSummaries:
             n = t.numel()
             end += 4 * n
             release = self._mark() if i == last else min(end, self._mark())
-            self._queue(Item(self._seq, "tensor", kind, name, step, offset, n, list(t.shape), release, amax=amax))
+            shape, dtype = list(t.shape), dtype_name(t)
+            self._queue(Item(self._seq, "tensor", kind, name, step, offset, n, shape, release, amax=amax, dtype=dtype))
             offset += 4 * n
 
     def hold(self, ts: Sequence[torch.Tensor]) -> list[Held]:
@@ -345,41 +378,41 @@ class ProcessSummaries:
         self._open[id(held)] = held.held_from
         return held
 
-    def updates(
-        self, kind: str, names: Sequence[str], step: int, befores: Sequence[Held], afters: Sequence[torch.Tensor]
-    ) -> None:
-        """The update of each weight from ``befores`` (:meth:`hold`) to ``afters``, the afters copied together."""
-        if afters and all(b.tensor is None for b in befores):
-            offset = self._put_all(afters)
+    def updates(self, kind: str, step: int, updates: Sequence[Update]) -> None:
+        """Each weight's update from its copy before the step (:meth:`hold`) and its value after it (or the update
+        the optimizer meant to make), the values copied together."""
+        if updates and all(u.before.tensor is None for u in updates):
+            offset = self._put_all([u.value for u in updates])
             if offset is not None:
-                for name, before, after in zip(names, befores, afters, strict=True):
+                for u in updates:
                     self._seq += 1
-                    n = after.numel()
-                    self._open.pop(id(before))
-                    shape = list(after.shape)
-                    self._queue(
-                        Item(self._seq, "update", kind, name, step, before.offset, n, shape, self._mark(), offset)
-                    )
-                    offset += 4 * n
+                    self._open.pop(id(u.before))
+                    self._queue(self._update_item(kind, step, u, offset))
+                    offset += 4 * u.value.numel()
                 return
-        for name, before, after in zip(names, befores, afters, strict=True):
-            self._update_one(kind, name, step, before, after)
+        for u in updates:
+            self._update_one(kind, step, u)
 
-    def _update_one(self, kind: str, name: str, step: int, before: Held, after: torch.Tensor) -> None:
+    def _update_item(self, kind: str, step: int, u: Update, offset: int) -> Item:
+        what = "intended" if u.intended else "update"
+        n, shape = u.value.numel(), list(u.value.shape)
+        return Item(self._seq, what, kind, u.name, step, u.before.offset, n, shape, self._mark(), offset, dtype=u.dtype)
+
+    def _update_one(self, kind: str, step: int, u: Update) -> None:
         self._seq += 1
+        before = u.before
         if before.tensor is None:  # the weight before the step is in the ring
-            offset = self._put(after)
+            offset = self._put(u.value)
             if offset is not None:
                 self._open.pop(id(before))
-                n, shape = after.numel(), list(after.shape)
-                self._queue(Item(self._seq, "update", kind, name, step, before.offset, n, shape, self._mark(), offset))
+                self._queue(self._update_item(kind, step, u, offset))
                 return
-            previous = self._ring_values(before, after)
+            previous = self._ring_values(before, u.value)
             self._open.pop(id(before))
             self._queue_release()  # its room is free now
         else:
             previous = before.tensor
-        self._local[self._seq] = (kind, name, step, summarize_update_tensors(previous, after, recipes=self._recipes))
+        self._local[self._seq] = (kind, u.name, step, _summarize_update_here(previous, u, self._recipes))
 
     def _ring_values(self, held: Held, like: torch.Tensor) -> torch.Tensor:
         start = held.offset // 4
@@ -397,30 +430,43 @@ class ProcessSummaries:
             items, self._queued = self._queued, []
             self._send({"op": "items", "items": items})
 
-    def drain(self) -> None:
-        """Wait for every summary queued so far and add them all to the run, in the order they were taken."""
+    def drain(self) -> list[tuple[str, str]]:
+        """Wait for every summary queued so far and add them all to the run, in the order they were taken.
+
+        Returns (kind, what went wrong) for each tensor that could not be summarised (each left out, the others
+        kept). Raises RuntimeError when the summary process itself has failed (then and at every later call).
+        """
         if self._closed:
-            return
+            return []
         if self._broken is not None:
             raise RuntimeError(self._broken)
+        self._priority(0)  # the caller waits for these summaries now: they go first (where the system lets them)
         try:
-            self._drain()
+            return self._drain()
         except Exception as e:
             self._broken = str(e)
             raise
+        finally:
+            self._priority(_NICE)
 
-    def _drain(self) -> None:
+    def _priority(self, nice: int) -> None:
+        """Set the child's niceness: :data:`_NICE` while training runs, 0 while the caller waits for a drain. Making
+        it 0 again needs the right to (root, or a raised RLIMIT_NICE); without it the child stays where it is."""
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, self._proc.pid, nice)
+
+    def _drain(self) -> list[tuple[str, str]]:
         self.flush()
         self._send({"op": "drain"})
         done: dict[int, tuple[str, str, int, TensorStats]] = dict(self._local)
         amaxes: dict[int, float] = dict(self._local_amax)
         self._local.clear()
         self._local_amax.clear()
-        error = None
+        errors: list[tuple[str, str]] = []
         while True:
             message = self._receive()
-            if "error" in message:
-                error = message["error"]
+            if "errors" in message:
+                errors.extend((str(k), str(text)) for k, text in message["errors"])
             elif "seqs" in message:
                 assert self._proc.stdout is not None
                 part = load(self._proc.stdout.read(message["size"]))
@@ -429,27 +475,31 @@ class ProcessSummaries:
                     steps, values = part.amax(label[0], label[1])
                     if steps.size and label[2] in steps:  # the child took this copy's amax too
                         amaxes[seq] = float(values[int(np.searchsorted(steps, label[2]))])
-            if "done" in message or "error" in message:
+            if "done" in message:
                 break
-        if error is not None:
-            raise RuntimeError(f"the recorder could not summarise {error}")
         for seq in sorted(done):
             kind, name, step, stats = done[seq]
-            self._run.add(kind, name, step, stats)
-            if seq in amaxes:
-                self._run.record_amax(kind, name, step, amaxes[seq])
+            try:
+                self._run.add(kind, name, step, stats)
+                if seq in amaxes:
+                    self._run.record_amax(kind, name, step, amaxes[seq])
+            except ValueError as e:  # the run is full, or the label is there already: this one is left out
+                errors.append((kind, f"{kind} {name!r} at step {step}: {e}"))
+        return errors
 
-    def close(self) -> None:
-        """Drain, then stop the child and free the shared memory."""
+    def close(self) -> list[tuple[str, str]]:
+        """Drain, then stop the child and free the shared memory; the drain's errors (see :meth:`drain`)."""
         if self._closed:
-            return
+            return []
+        errors: list[tuple[str, str]] = []
         try:
             if self._broken is None:  # a failure is raised once, by the drain that met it
-                self.drain()
+                errors = self.drain()
         finally:
             self._closed = True
-            with contextlib.suppress(OSError, RuntimeError):  # a child already gone needs no stop
+            with contextlib.suppress(Exception):  # a child already gone needs no stop
                 self._send({"op": "stop"})
+            self._stop_sending()
             for stream in (self._proc.stdin, self._proc.stdout):
                 if stream is not None:
                     with contextlib.suppress(OSError):
@@ -461,6 +511,7 @@ class ProcessSummaries:
                 self._proc.wait()
             del self._ring, self._ring_np, self._released
             self._shared.close()
+        return errors
 
     # --- talking to the child -----------------------------------------------------------------------------
 
@@ -472,12 +523,28 @@ class ProcessSummaries:
             )
 
     def _send(self, message: dict[str, Any]) -> None:
-        assert self._proc.stdin is not None
-        try:
-            write_message(self._proc.stdin, message)
-        except (BrokenPipeError, OSError):
+        """Hand ``message`` to the sending thread, which writes it into the child's pipe: the pipe holds 64 KiB, and
+        a child busy with earlier summaries (or kept waiting by training, at its low priority) reads it late, so a
+        write in the training thread could block it for as long (measured: 320 ms a recorded step of a tiny GPT-2
+        on a loaded 2-core machine). Raises what the thread met, and RuntimeError once the child is gone."""
+        if self._send_error is not None:
             self._check_alive()
-            raise
+            raise self._send_error
+        self._outbox.put(message)
+
+    def _send_loop(self) -> None:
+        """The sending thread: write each message handed over, in order, until None (or a write fails)."""
+        assert self._proc.stdin is not None
+        while (message := self._outbox.get()) is not None:
+            try:
+                write_message(self._proc.stdin, message)
+            except (BrokenPipeError, OSError, ValueError) as e:  # the child is gone, or the pipe was closed
+                self._send_error = e
+                return
+
+    def _stop_sending(self) -> None:
+        self._outbox.put(None)
+        self._sender.join(timeout=5)
 
     def _receive(self) -> dict[str, Any]:
         assert self._proc.stdout is not None

@@ -17,8 +17,9 @@ recorded step's few hundred items several times faster than JSON):
   step the recorder's hooks leave that to this process, which has the copy); then write its ``release`` mark to
   the header. An item whose ``what`` is "release" only does
   the latter.
-- ``{"op": "drain"}``: answer with every summary made since the last drain, in order, then ``{"done": True}``;
-  or ``{"error": "..."}`` for the first item that failed (the rest of them are dropped).
+- ``{"op": "drain"}``: answer with every summary made since the last drain, in order, then
+  ``{"errors": [[kind, "..."], ...]}`` for the items that could not be summarised (each skipped, the others
+  summarised all the same; an empty list when none failed), then ``{"done": True}``.
 - ``{"op": "stop"}``, or the end of standard input: exit.
 
 Before the first message it answers ``{"ready": True}``, once it can summarise: with ``RECIPES``, once the
@@ -29,24 +30,28 @@ while the parent waits at its start rather than while its ring fills during the 
 Answers go to standard output in the same framing: ``{"seqs": [...], "size": N}`` followed by ``N`` bytes of
 a :meth:`lensa.runstats.RunStats.to_bytes` file holding those summaries in the same order, at most
 :data:`BATCH` of them a message. No torch here: the process starts in a fraction of a second, and the
-training process's torch keeps its cores.
+training process's torch keeps its cores. It runs at the lowest priority (``nice`` 19): where training keeps
+every core busy, its steps go first and the summaries wait in the ring.
 """
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import mmap
+import os
 import struct
 import sys
+from dataclasses import replace
 from typing import IO, Any, NamedTuple
 
 import numpy as np
 
-from lensa.runstats import RunStats, summarize, summarize_update
+from lensa.runstats import RunStats, summarize, summarize_intended, summarize_update
 
 HEADER = 64  # bytes before the ring; the first eight hold the release mark
 BATCH = 500  # summaries per answer, well inside lensa.runstats.load's limits
-SUMMARIES = ("tensor", "unscaled", "update", "release")  # what an item asks for
+SUMMARIES = ("tensor", "unscaled", "update", "intended", "release")  # what an item asks for
 
 
 class Item(NamedTuple):
@@ -55,7 +60,8 @@ class Item(NamedTuple):
     seq: int  # the parent's order of the summaries: answers are sorted by it (0 for "release")
     what: str  # one of SUMMARIES: "tensor" (the values), "unscaled" (the values / scale: a GradScaler's true
     # gradients), "update" (the values as the weight before the step, those at after_offset as after it),
-    # "release" (nothing: only lets the ring be freed up to ``release``)
+    # "intended" (the values as the weight before the step, those at after_offset as the update the optimizer
+    # meant to make), "release" (nothing: only lets the ring be freed up to ``release``)
     kind: str  # the record's label: kind, name, step
     name: str
     step: int
@@ -66,6 +72,7 @@ class Item(NamedTuple):
     after_offset: int = -1  # "update": byte offset of the weight after the step
     scale: float | None = None  # "unscaled": the loss scale
     amax: bool = False  # "tensor", "unscaled": also keep the values' largest magnitude as the step's amax
+    dtype: str = ""  # the tensor's type when it was read (torch's name), kept in its record; "" unknown
 
     @classmethod
     def of(cls, fields: tuple[Any, ...] | list[Any]) -> Item:
@@ -97,9 +104,10 @@ def _summary(ring: np.ndarray, item: Item, recipes: bool = False) -> tuple[Any, 
     """The record ``item`` asks for, of its values in ``ring`` (float32), and their amax where it asks for that."""
     start = item.offset // 4
     values = ring[start : start + item.n].reshape(item.shape)
-    if item.what == "update":
+    if item.what in ("update", "intended"):
         after = ring[item.after_offset // 4 : item.after_offset // 4 + item.n].reshape(item.shape)
-        return summarize_update(values, after, recipes=recipes), None
+        summary = summarize_update if item.what == "update" else summarize_intended
+        return summary(values, after, recipes=recipes), None
     if item.what == "unscaled":
         # np.float32(scale) is exact for GradScaler's powers of two; each quotient is rounded once
         values = values / np.float32(item.scale)
@@ -121,21 +129,25 @@ def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes], recipes: bool = Fa
     release = np.frombuffer(shared, np.int64, count=1)
     ring = np.frombuffer(shared, np.float32, offset=HEADER)
     done: list[tuple[int, str, str, int, Any, float | None]] = []
-    error: str | None = None
+    errors: list[list[str]] = []
     try:
         while (message := read_message(inp)) is not None:
             op = message.get("op")
             if op == "items":
                 for item in map(Item.of, message["items"]):
-                    if error is None and item.what != "release":
+                    if item.what != "release":
                         try:
-                            done.append((item.seq, item.kind, item.name, item.step, *_summary(ring, item, recipes)))
-                        except Exception as e:  # reported at the next drain
-                            error = f"{item.kind} {item.name!r} at step {item.step}: {type(e).__name__}: {e}"
+                            stats, amax = _summary(ring, item, recipes)
+                            if item.dtype:
+                                stats = replace(stats, dtype=item.dtype)
+                            done.append((item.seq, item.kind, item.name, item.step, stats, amax))
+                        except Exception as e:  # this item is skipped; reported at the next drain
+                            what = f"{item.kind} {item.name!r} at step {item.step}: {type(e).__name__}: {e}"
+                            errors.append([item.kind, what])
                     release[0] = item.release
             elif op == "drain":
-                _answer_drain(out, done, error)
-                done, error = [], None
+                _answer_drain(out, done, errors)
+                done, errors = [], []
             else:
                 return
     finally:
@@ -143,26 +155,27 @@ def serve(fd: int, size: int, inp: IO[bytes], out: IO[bytes], recipes: bool = Fa
         shared.close()
 
 
-def _answer_drain(out: IO[bytes], done: list[tuple[int, str, str, int, Any, float | None]], error: str | None) -> None:
-    """Send the summaries ``done`` since the last drain, :data:`BATCH` a message, then "done"; or the error. A
+def _answer_drain(
+    out: IO[bytes], done: list[tuple[int, str, str, int, Any, float | None]], errors: list[list[str]]
+) -> None:
+    """Send the summaries ``done`` since the last drain, :data:`BATCH` a message, then the errors, then "done". A
     summary's amax, where its item asked for it, goes in the same file as that tensor's amax at that step."""
-    answers = []
-    try:
-        for start in range(0, len(done), BATCH) if error is None else ():
-            part = done[start : start + BATCH]
-            run = RunStats()
-            for _, kind, name, step, stats, amax in part:
+    for start in range(0, len(done), BATCH):
+        part = done[start : start + BATCH]
+        run = RunStats()
+        seqs = []
+        for seq, kind, name, step, stats, amax in part:
+            try:
                 run.add(kind, name, step, stats)
                 if amax is not None:
                     run.record_amax(kind, name, step, amax)
-            answers.append(([p[0] for p in part], run.to_bytes()))
-    except ValueError as e:  # a label recorded twice
-        error = str(e)
-    if error is not None:
-        write_message(out, {"error": error})
-        return
-    for seqs, data in answers:
+            except ValueError as e:  # a label recorded twice: that one is left out
+                errors.append([kind, f"{kind} {name!r} at step {step}: {e}"])
+                continue
+            seqs.append(seq)
+        data = run.to_bytes()
         write_message(out, {"seqs": seqs, "size": len(data)}, data)
+    write_message(out, {"errors": errors})
     write_message(out, {"done": True})
 
 
@@ -175,6 +188,11 @@ def warm_up(recipes: bool) -> None:
 
 def main() -> None:
     recipes = len(sys.argv) > 3 and sys.argv[3] == "1"  # what every block recipe loses, too (Recorder(recipes=True))
+    # Training comes first: where the cores are busy, the summaries wait (the ring keeps their copies), not the
+    # steps. The summaries run at full speed whenever a core is free (between steps, and once training ends); the
+    # parent raises this process again while it waits for a drain, where the system lets it.
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(19)
     warm_up(recipes)
     write_message(sys.stdout.buffer, {"ready": True})
     serve(int(sys.argv[1]), int(sys.argv[2]), sys.stdin.buffer, sys.stdout.buffer, recipes)

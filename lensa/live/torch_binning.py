@@ -9,6 +9,7 @@ numpy path makes it: equal histograms give equal records (tests/test_capture.py 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -184,11 +185,30 @@ def summarize_update_tensors(w_before: torch.Tensor, w_after: torch.Tensor, reci
         raise ValueError(f"w_before has shape {tuple(w_before.shape)} but w_after has {tuple(w_after.shape)}")
     before = w_before.detach().float().cpu().reshape(-1)
     update = w_after.detach().float().cpu().reshape(-1) - before
+    return _update_stats(before, update, w_before.shape, recipes, intended=False)
+
+
+def summarize_intended_tensors(w_before: torch.Tensor, update: torch.Tensor, recipes: bool = False) -> TensorStats:
+    """:func:`lensa.runstats.summarize_intended` of two torch tensors (the weight before the step and the update the
+    optimizer meant to make), computed with torch; equal bit for bit. Both are read as float32."""
+    if w_before.shape != update.shape:
+        raise ValueError(f"w_before has shape {tuple(w_before.shape)} but the update has {tuple(update.shape)}")
+    before = w_before.detach().float().cpu().reshape(-1)
+    u = update.detach().float().cpu().reshape(-1)
+    return _update_stats(before, u, w_before.shape, recipes, intended=True)
+
+
+def _update_stats(
+    before: torch.Tensor, update: torch.Tensor, shape: torch.Size, recipes: bool, intended: bool
+) -> TensorStats:
+    """The record of ``update`` to ``before`` (both 1-D float32 on the CPU): lost counts, and FP32's if ``intended``."""
     moved = update != 0
     lost = []
     for dtype, bound in _CASTS:
         stored = _stored(before, dtype, bound)
         again = _stored(stored + update, dtype, bound)
         lost.append(int(torch.count_nonzero(moved & (again == stored))))
-    stats = _summarize_bits(update.view(torch.int32), lost_counts=tuple(lost))
-    return stats.with_recipes(update.view(w_before.shape).numpy()) if recipes else stats
+    stats = _summarize_bits(update.contiguous().view(torch.int32), lost_counts=tuple(lost))
+    if intended:
+        stats = replace(stats, lost_fp32=int(torch.count_nonzero(moved & ((before + update) == before))))
+    return stats.with_recipes(update.reshape(shape).numpy()) if recipes else stats

@@ -31,8 +31,14 @@ the next job, relays progress and results, and notices a worker that died
 
 An idle worker gives its memory back: after the largest run it holds about
 800 MB (torch, its allocator's caches), so once no job has run or waited
-for :func:`worker_idle_s` seconds the message thread stops it, and the next
-run or device query starts a fresh one (a few seconds to import torch).
+for :func:`worker_idle_s` seconds since it last worked (or became ready) the
+message thread stops it, and the next run starts a fresh one (a few seconds
+to import torch). What the first worker learnt of the machine (each device's
+information, the clock) outlives it: a page asks for it without waiting for
+any process, so no idle exit can leave a page waiting on a worker that is
+not coming. A visitor opening the lab warms a worker (:meth:`LabWorker.warm`)
+so that it is usually ready by the time Run is pressed; a run that finds none
+starts one and waits for it at most :data:`START_TIMEOUT_S`.
 
 Stop crosses the boundary as a shared integer holding the id of the job to
 stop (an id, not a flag, so a late stop can never hit the next job); the
@@ -55,13 +61,16 @@ the worker process); :mod:`lensa.ui.jobs` draws jobs on a page.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
 import multiprocessing as mp
 import os
 import queue
+import sys
 import threading
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,6 +179,9 @@ def _run_task(job_id: int, task: str, kwargs: dict[str, Any], events: Any, stop_
     def on_arm(arm: str, arm_result: Any, device: str, device_name: str) -> None:
         events.put(("arm", job_id, arm, arm_result, device, device_name))
 
+    if should_stop():  # stopped while this process was starting: the server has already ended the job
+        events.put(("error", job_id, "cancelled", "The run was stopped before it started.", ()))
+        return
     result: object
     try:
         if task == "compare":
@@ -207,6 +219,30 @@ def _serve(
 
 
 # --- the server side ---------------------------------------------------------------------------
+
+_MAIN_SWAP = threading.Lock()
+
+
+@contextlib.contextmanager
+def _main_module_of_this_module() -> Iterator[None]:
+    """While a worker is spawned, let ``__main__`` be this module, which the child then imports as its main.
+
+    ``spawn`` re-imports the parent's ``__main__`` in the child. Under Streamlit that is the page script of the
+    latest run (the server makes each run's script ``__main__``): every worker started by running the whole page
+    in bare mode, slower and with a warning per Streamlit call in the server's log. This module imports neither
+    streamlit nor torch. The swap lasts as long as the spawn's bookkeeping (the child is a fresh interpreter);
+    a script run that makes its own ``__main__`` meanwhile keeps it.
+    """
+    stand_in = types.ModuleType("__main__")
+    stand_in.__spec__ = importlib.util.find_spec(__name__)
+    with _MAIN_SWAP:
+        before = sys.modules.get("__main__")
+        sys.modules["__main__"] = stand_in
+        try:
+            yield
+        finally:
+            if sys.modules.get("__main__") is stand_in and before is not None:
+                sys.modules["__main__"] = before
 
 
 class RemoteError(Exception):
@@ -379,20 +415,50 @@ class LabWorker:
         """
         if device not in DEVICES:
             raise LiveError("invalid", f"device must be one of {', '.join(DEVICES)} (got {device!r}).")
-        with self._lock:
-            if device not in self._infos:
-                self._start_error = None
-                self._ensure_worker()
-                self._ensure_thread()
-        if not self._ready.wait(timeout_s):
-            raise LiveError("crashed", "The lab's worker process did not start in time.")
-        with self._lock:
-            info = self._infos.get(device)
-            if info is None:
-                raise self._start_error or LiveError("crashed", "The lab's worker process stopped while starting.")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                # Known once any worker of this server said hello: the machine does not change when a worker
+                # retires, so the answer needs no process (an idle exit clears ``_ready``, not ``_infos``).
+                info = self._infos.get(device)
+                if info is None:
+                    if self._closed:
+                        raise LiveError("crashed", "The lab was shut down.")
+                    if self._start_error is not None and self._proc is None:
+                        error, self._start_error = self._start_error, None
+                        raise error
+                    self._ensure_worker()
+                    self._ensure_thread()
+            if info is not None:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LiveError("not_ready", "The lab's worker process did not start in time.", (timeout_s,))
+            # Wake at the hello, or at the worker's death (which sets ``_start_error``), or to look again:
+            # a worker that retired meanwhile is replaced on the next pass.
+            self._ready.wait(min(left, POLL_S))
         if info[0] == "ok":
             return info[1]
         raise LiveError(info[1], info[2])
+
+    def known(self, device: str = "auto") -> bool:
+        """Whether :meth:`device_info` for ``device`` answers at once (a worker of this server has said hello)."""
+        with self._lock:
+            return device in self._infos
+
+    def warm(self) -> None:
+        """Start a worker in the background if none is running, so that the next run finds it ready.
+
+        Returns at once. The worker then lives :attr:`idle_s` after its hello, like any idle worker.
+        """
+        with self._lock:
+            if self._closed or self._proc is not None:
+                return
+            try:
+                self._ensure_worker()
+            except Exception:  # no memory for a process now: the next run says so in its own words
+                return
+            self._ensure_thread()
 
     def clock(self, device: str = "auto", timeout_s: float = START_TIMEOUT_S) -> Any:
         """This machine's calibrated :class:`lensa.live.CostModel` for ``device``, measured by the worker.
@@ -457,13 +523,15 @@ class LabWorker:
         self._requests, self._events = ctx.Queue(), ctx.Queue()
         self._stop_id = ctx.RawValue("q", 0)
         self._ready.clear()
+        self._start_error = None
         self._proc = ctx.Process(
             target=_serve,
             args=(self._requests, self._events, self._stop_id, self.nice, self.threads, dict(self._clocks)),
             name="lensa-lab-worker",
             daemon=True,
         )
-        self._proc.start()
+        with _main_module_of_this_module():
+            self._proc.start()
         self._started_at = self._last_busy = time.monotonic()
 
     def _start_next(self) -> None:
@@ -496,6 +564,8 @@ class LabWorker:
             self._infos.update(infos)
             self._clocks.update(clocks)
             self._ready.set()
+            # Idle from now, not from its start: a worker that took long to import torch still gets its time.
+            self._last_busy = time.monotonic()
             return
         job_id = rest[0]
         job = self._running
@@ -542,9 +612,17 @@ class LabWorker:
             self._finish(job, error=error)
 
     def _enforce_stop(self, now: float) -> None:
-        """End the worker of a run that did not stop within :data:`STOP_GRACE_S` of Stop (noticed as its death)."""
+        """End a run that did not stop within :data:`STOP_GRACE_S` of Stop.
+
+        A worker still starting (no hello yet) has not begun the run: the job ends as cancelled at once, and the
+        worker, finding the stop already asked when it reads the request, skips it; killing it would only make
+        the next run wait for another start. A worker that is running it is ended (noticed as its death).
+        """
         job, proc = self._running, self._proc
         if job is None or proc is None or job.stop_asked is None or now - job.stop_asked < STOP_GRACE_S:
+            return
+        if not self._ready.is_set():
+            self._finish(job, error=LiveError("cancelled", "The run was stopped before it started."))
             return
         proc.kill()
         proc.join(timeout=2)

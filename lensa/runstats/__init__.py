@@ -16,8 +16,10 @@ One room per idea, each module's text says the rest:
   (:mod:`lensa.live.torch_binning`) and the measured views (:mod:`lensa.measured`);
 - :mod:`lensa.runstats.record`: the per-tensor record :class:`TensorStats`, made from fine histograms by
   :func:`from_histograms` whoever binned them, its relative error sums and block recipe records, :func:`combine`;
-- :mod:`lensa.runstats.counting`: the numpy counting engine, :func:`summarize` and :func:`summarize_update`;
-- :mod:`lensa.runstats.run`: a run's records, :class:`RunStats`, and its ``.npz`` file (:func:`load`).
+- :mod:`lensa.runstats.counting`: the numpy counting engine, :func:`summarize`, :func:`summarize_update` and
+  :func:`summarize_intended`;
+- :mod:`lensa.runstats.run`: a run's records, :class:`RunStats`, its ``.npz`` file (:func:`load`), and one run of
+  a distributed run's parts (:func:`merge_ranks`).
 
 This package imports numpy (and :mod:`lensa.formats`, :mod:`lensa.blockscale`) only.
 """
@@ -35,17 +37,19 @@ from lensa.runstats.binning import (
 )
 from lensa.runstats.counting import _MIN_PART as _MIN_PART  # tests reach in: the smallest part a thread counts
 from lensa.runstats.counting import _WINDOW as _WINDOW  # and the values per packed window
-from lensa.runstats.counting import summarize, summarize_update
+from lensa.runstats.counting import summarize, summarize_intended, summarize_update
 from lensa.runstats.record import (
     LOST_FIELDS,
     RECIPE_KEYS,
     TensorStats,
     combine,
+    combine_over_ranks,
     from_histograms,
     recipe_records,
 )
 from lensa.runstats.record import _relative_error_sums as _relative_error_sums  # tests: the sums of given bins
 from lensa.runstats.run import _ARRAYS as _ARRAYS  # tests: the arrays of a version-1 file
+from lensa.runstats.run import _ARRAYS_V2 as _ARRAYS_V2  # and of a version-2 file
 from lensa.runstats.run import (
     FILE_FORMAT,
     FILE_VERSION,
@@ -54,10 +58,12 @@ from lensa.runstats.run import (
     MAX_META_CHARS,
     MAX_NAME_CHARS,
     MAX_TENSORS,
+    RANK_KINDS,
     READ_VERSIONS,
     RunStats,
     RunStatsError,
     load,
+    merge_ranks,
 )
 from lensa.runstats.run import _unpickle as _unpickle  # what a pickled RunStats names (below)
 
@@ -78,6 +84,7 @@ __all__ = [
     "MAX_NAME_CHARS",
     "MAX_TENSORS",
     "N_BINADES",
+    "RANK_KINDS",
     "READ_VERSIONS",
     "RECIPE_KEYS",
     "SUMMARY_FORMATS",
@@ -85,11 +92,14 @@ __all__ = [
     "RunStatsError",
     "TensorStats",
     "combine",
+    "combine_over_ranks",
     "exact_fractions",
     "from_histograms",
     "load",
+    "merge_ranks",
     "recipe_records",
     "significand_edges",
     "summarize",
+    "summarize_intended",
     "summarize_update",
 ]

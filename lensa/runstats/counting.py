@@ -16,7 +16,8 @@ Lost updates. :func:`summarize_update` takes a weight before and after a step, r
 held in that format would lose: with ``q`` the weight before stored in the format (the library cast of
 :func:`lensa.formats.cast`), ``q + u`` computed in float32 and stored in the format again equals ``q``. That is
 how PyTorch applies a float32 update to a low-precision tensor (it computes in float32 and rounds the result
-once into the tensor's type).
+once into the tensor's type). :func:`summarize_intended` takes the update itself instead (the one the optimizer
+meant to make, which a low-precision weight's after − before hides) and counts FP32's losses too.
 
 This module imports numpy (and the rest of :mod:`lensa.runstats`, :mod:`lensa.formats`) only.
 """
@@ -133,24 +134,40 @@ class _Buffers:
 
 
 def _count_window(bits: NDArray[np.uint32], acc: _RunningTotals, buf: _Buffers) -> None:
-    """Add one window (at most _WINDOW values) of float32 bit patterns to ``acc``: integer work on the bits."""
-    buf.packed = np.zeros(_N_EXPONENTS * FINE_PER_BINADE, np.int64)
+    """Add one window (at most _WINDOW values) of float32 bit patterns to ``acc``: integer work on the bits.
+
+    A window of one chunk (a small tensor) keeps packed totals only for the exponent fields its values reach
+    (a few dozen rows, not all 256: the 4 MB of zeros a full window needs cost more than counting 64 values); a
+    larger one keeps all 256 rows. Both give the same totals."""
+    fields: NDArray[np.intp] | None = None
+    slot: NDArray[np.intp] | None = None
+    if bits.size <= _CHUNK:
+        fields = np.unique(np.right_shift(bits, FRAC_BITS) & np.uint32(0xFF)).astype(np.intp)
+        slot = np.zeros(_N_EXPONENTS, np.intp)
+        slot[fields] = np.arange(fields.size)
+    buf.packed = np.zeros((_N_EXPONENTS if fields is None else fields.size) * FINE_PER_BINADE, np.int64)
     for i in range(0, bits.size, _CHUNK):
-        _scatter_chunk(bits[i : i + _CHUNK], acc, buf)
-    _unpack_window(bits, acc, buf)
+        _scatter_chunk(bits[i : i + _CHUNK], acc, buf, slot)
+    _unpack_window(bits, acc, buf, np.arange(_N_EXPONENTS) if fields is None else fields)
 
 
-def _scatter_chunk(bits: NDArray[np.uint32], acc: _RunningTotals, buf: _Buffers) -> None:
-    """Add a chunk to the window's packed totals, and count exactly the values at the exact fractions."""
+def _scatter_chunk(
+    bits: NDArray[np.uint32], acc: _RunningTotals, buf: _Buffers, slot: NDArray[np.intp] | None = None
+) -> None:
+    """Add a chunk to the window's packed totals, and count exactly the values at the exact fractions. ``slot``:
+    each exponent field's row in a window that keeps only the fields its values reach (None: all 256 rows)."""
     n = bits.size
     key, weight, masked, packed = buf.key[:n], buf.weight[:n], buf.masked[:n], buf.packed
     np.bitwise_and(bits, _ABS, out=weight)  # |bits| in int64
     np.right_shift(weight, LOW_BITS, out=key)
+    if slot is not None:  # the field's row, then the top 11 fraction bits
+        key[:] = (slot[key >> LOG_FINE] << LOG_FINE) | (key & (FINE_PER_BINADE - 1))
     np.add(weight, _PACK, out=weight)
+    first_is_zero_row = slot is None or (slot[0] == 0 and bool(np.any((bits & np.uint32(0x7F800000)) == 0)))
     before = int(packed[0])
     np.add.at(packed, key, weight)  # numpy's fast path for 1-d intp keys; exact in int64 (see _PACK)
     # This chunk's share of bin 0 (|bits| < 2**12): zeros only, this many, when its low bits add up to 0.
-    zeros, low_bits = divmod(int(packed[0]) - before, _PACK)
+    zeros, low_bits = divmod(int(packed[0]) - before, _PACK) if first_is_zero_row else (0, 0)
     # The candidate mask lets through the values at the exact fractions, the zeros and a few more (±inf, some
     # subnormals); look closer only when it lets through more than the chunk's zeros.
     np.bitwise_and(bits, buf.candidate_mask, out=masked)
@@ -161,20 +178,25 @@ def _scatter_chunk(bits: NDArray[np.uint32], acc: _RunningTotals, buf: _Buffers)
         acc.exact_at += count_exact(m0 & np.uint32(FRAC_MASK), m0 >> np.uint32(FRAC_BITS), _N_EXPONENTS)
 
 
-def _unpack_window(bits: NDArray[np.uint32], acc: _RunningTotals, buf: _Buffers) -> None:
+def _unpack_window(
+    bits: NDArray[np.uint32], acc: _RunningTotals, buf: _Buffers, fields: NDArray[np.intp] | None = None
+) -> None:
     """Add the window's packed totals to ``acc`` as counts and sums of low bits.
 
     ``bits`` is the whole window, read again only for what the fine bins cannot tell: zeros beside tiny
     subnormals in bin 0, infinities beside NaNs in the first exponent-255 bin, and float32 subnormals.
+    ``fields``: the exponent field of each row of the packed totals (default: all 256, in order).
     """
+    fields = np.arange(_N_EXPONENTS) if fields is None else fields
     # Only the exponent fields the values reached (every value adds at least _PACK): a few dozen, not all 256.
-    packed = buf.packed.reshape(_N_EXPONENTS, FINE_PER_BINADE)
-    rows = np.flatnonzero(packed.max(axis=1))
-    if not rows.size:
+    packed = buf.packed.reshape(fields.size, FINE_PER_BINADE)
+    held = np.flatnonzero(packed.max(axis=1))
+    if not held.size:
         return
+    rows = fields[held]
     step = (rows[:, None] << FRAC_BITS) + (np.arange(FINE_PER_BINADE) << LOW_BITS)  # each bin's key << 12
     step += _PACK
-    count, low = np.divmod(packed[rows], step)
+    count, low = np.divmod(packed[held], step)
     acc.add_rows(rows, count, low)
     zeros = subnormals = 0
     if rows[0] == 0:
@@ -284,6 +306,30 @@ def summarize_update(w_before: ArrayLike, w_after: ArrayLike, recipes: bool = Fa
     wb = _as_float32(before)
     with np.errstate(invalid="ignore", over="ignore"):
         update = _as_float32(after) - wb
+    return _update_stats(wb, update, before.shape, recipes, intended=False)
+
+
+def summarize_intended(w_before: ArrayLike, update: ArrayLike, recipes: bool = False) -> TensorStats:
+    """Statistics of an update the optimizer meant to make, ``update``, to the weight ``w_before``.
+
+    As :func:`summarize_update`, with the update given rather than read as after − before: a weight held in a
+    low-precision type rounds its own update away (after − before is then 0, and a lost update would look like
+    no update at all), so the recorder works the intended one out (:mod:`lensa.live.capture`) and judges every
+    format against it, FP32 too: ``lost_fp32`` counts the non-zero updates u with ``w + u == w`` in float32.
+    Both arrays are read as float32 and must have the same shape.
+    """
+    before = np.asarray(w_before)
+    u = np.asarray(update)
+    if before.shape != u.shape:
+        raise ValueError(f"w_before has shape {before.shape} but the update has {u.shape}")
+    return _update_stats(_as_float32(before), _as_float32(u), before.shape, recipes, intended=True)
+
+
+def _update_stats(
+    wb: NDArray[np.float32], update: NDArray[np.float32], shape: tuple[int, ...], recipes: bool, intended: bool
+) -> TensorStats:
+    """The record of ``update`` (float32) to the weights ``wb`` (float32), with lost counts (and the FP32 one)."""
+    with np.errstate(invalid="ignore", over="ignore"):
         stats = summarize(update)
         moved = update != 0
         lost = []
@@ -291,8 +337,10 @@ def summarize_update(w_before: ArrayLike, w_after: ArrayLike, recipes: bool = Fa
             stored = cast(wb, name).astype(np.float32)  # exact: every stored value is a float32
             again = cast(stored + update, name).astype(np.float32)
             lost.append(int(np.count_nonzero(moved & (again == stored))))
+        lost_fp32 = int(np.count_nonzero(moved & ((wb + update) == wb))) if intended else None
     return replace(
         stats,
         lost_counts=tuple(lost),
-        recipes=recipe_records(update.reshape(before.shape)) if recipes else None,
+        recipes=recipe_records(update.reshape(shape)) if recipes else None,
+        lost_fp32=lost_fp32,
     )

@@ -21,6 +21,17 @@ is shaped, and ``lost`` reads a shape the same way: blocks of a row run along th
 over the last two, each index of the axes before them its own matrix; a 1-D tensor is one row, a 0-D one a
 single value. The recorder passes each tensor's shape to its summary (:mod:`lensa.live.summaries`).
 
+File version 3 adds two things a record may say. ``dtype``: the type the tensor had when it was read (torch's
+name: ``"float32"``, ``"bfloat16"``, ``"float16"``), so a reader knows when a format's column is trivial (a BF16
+tensor "in BF16" loses nothing by construction: only an FP32 recording asks the question). ``lost_fp32``: for an
+update judged against the update the optimizer meant to make (an *intended* update, :func:`summarize_intended`,
+which the recorder works out for weights held in a type other than FP32), how many of them an FP32 weight would
+lose too; for an update read as after − before of an FP32 weight that count is 0 by construction
+(:func:`lensa.master.master_lost_count`) and is not kept.
+
+Records of one tensor that several ranks each hold a part of (each rank's activations, in data-parallel
+training) become one with :func:`combine_over_ranks`: counts and sums add, and the block recipe records too.
+
 This module imports numpy (and :mod:`lensa.formats`, :mod:`lensa.blockscale`) only.
 """
 
@@ -30,7 +41,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -56,8 +67,25 @@ from lensa.runstats.binning import (
 )
 
 RECIPE_KEYS: tuple[str, ...] = tuple(RECIPES)  # the recipes a version-2 record keeps, in the file's order
+# Where a record came from, which says why one without block recipes has none (see TensorStats.recipe).
+Origin = Literal["summary", "version_1", "combined"]
 LOST_FIELDS: tuple[str, ...] = ("flushed", "saturated", "sqnr_db")
+MAX_DTYPE_CHARS = 120
+_DTYPE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_+")
 
+
+# Why a record has no block recipes, by its origin (developer-facing: the pages and the report ask has_recipes first).
+_NO_RECIPES: dict[str, str] = {
+    "summary": (
+        "this record was made without block recipes (recipes=False, the default); to keep them, record with "
+        "Recorder(..., recipes=True) or LensaCallback(..., recipes=True), or summarize with recipes=True"
+    ),
+    "version_1": "this record predates block recipes (file version 1): record the run again with recipes=True",
+    "combined": (
+        "a record of several tensors together keeps no block recipes (blocks do not add up across tensors): "
+        "ask each tensor's own record"
+    ),
+}
 
 # --- the per-tensor record -----------------------------------------------------------------------------------
 
@@ -77,7 +105,13 @@ class TensorStats:
     ``exact_zero``, ``inf`` and ``nan`` count those values (either sign); ``size`` is the total.
     ``rel_error_sum[i]`` is the sum over the finite non-zero values of |stored - x| / |x| in
     ``SUMMARY_FORMATS[i]`` (inf where some value overflows to inf). ``lost_counts`` is set for updates
-    only (see :func:`lensa.runstats.summarize_update`).
+    only (see :func:`lensa.runstats.summarize_update`). ``recipes``: what each block recipe loses (file version 2).
+    ``dtype``: the tensor's type when it was read (torch's name, ``"bfloat16"``; several, sorted and joined by
+    ``+``, for a record of tensors of several types together), None where unknown (files before version 3).
+    ``lost_fp32``: for an intended update (:func:`summarize_intended`), how many an FP32 weight would lose.
+    ``origin`` says where the record came from: a summary of one tensor (``"summary"``, the default), a
+    file of version 1 (``"version_1"``, before block recipes), or :func:`combine` of several tensors without
+    their recipes (``"combined"``); only the last two can never hold recipes. It is not compared.
     """
 
     size: int
@@ -89,6 +123,9 @@ class TensorStats:
     rel_error_sum: tuple[float, ...]
     lost_counts: tuple[int, ...] | None = None
     recipes: tuple[tuple[float, float, float], ...] | None = None
+    dtype: str | None = None
+    lost_fp32: int | None = None
+    origin: Origin = "summary"
 
     def __post_init__(self) -> None:
         if np.asarray(self.table).dtype.kind not in "iu":
@@ -100,14 +137,18 @@ class TensorStats:
             object.__setattr__(self, "lost_counts", tuple(int(v) for v in self.lost_counts))
         if self.recipes is not None:
             object.__setattr__(self, "recipes", tuple(tuple(float(v) for v in row) for row in self.recipes))
+        if self.lost_fp32 is not None and not isinstance(self.lost_fp32, bool):
+            object.__setattr__(self, "lost_fp32", int(self.lost_fp32))
         _check_tensor_stats(self)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TensorStats):
             return NotImplemented
+        mine = (self.size, self.exact_zero, self.inf, self.nan, self.binade_lo, self.lost_counts, self.lost_fp32)
+        theirs = (other.size, other.exact_zero, other.inf, other.nan, other.binade_lo, other.lost_counts)
         return (
-            (self.size, self.exact_zero, self.inf, self.nan, self.binade_lo, self.lost_counts)
-            == (other.size, other.exact_zero, other.inf, other.nan, other.binade_lo, other.lost_counts)
+            mine == (*theirs, other.lost_fp32)
+            and self.dtype == other.dtype
             and np.array_equal(self.table, other.table)
             and np.array_equal(self.rel_error_sum, other.rel_error_sum)
             and (self.recipes is None) == (other.recipes is None)
@@ -123,16 +164,27 @@ class TensorStats:
 
     def recipe(self, recipe: str) -> Lost:
         """What ``recipe`` (a key of :data:`lensa.blockscale.RECIPES`) loses on this tensor: the same record as
-        ``lensa.blockscale.lost(tensor, recipe)``. ValueError when the record has none (a version-1 file)."""
+        ``lensa.blockscale.lost(tensor, recipe)``. ValueError when the record has none, saying why (its
+        ``origin``): made without recipes, read from a version-1 file, or several tensors combined."""
         key = get_recipe(recipe).key
         if self.recipes is None:
-            raise ValueError("this record predates block recipes (file version 1): record the run again")
+            raise ValueError(_NO_RECIPES[self.origin])
         return Lost(*self.recipes[RECIPE_KEYS.index(key)])
 
     def with_recipes(self, values: ArrayLike, workers: int = 1) -> TensorStats:
         """This record with what every block recipe loses on ``values`` (the tensor it summarises, shaped),
         worked out on ``workers`` threads."""
-        return replace(self, recipes=recipe_records(values, workers))
+        return replace(self, recipes=recipe_records(values, workers), origin="summary")
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """The types the tensor (or the tensors of a combined record) had when read; () where unknown."""
+        return () if self.dtype is None else tuple(self.dtype.split("+"))
+
+    @property
+    def intended(self) -> bool:
+        """Whether this update record holds the update the optimizer meant to make (:func:`summarize_intended`)."""
+        return self.lost_fp32 is not None
 
     @property
     def finite_nonzero(self) -> int:
@@ -223,7 +275,20 @@ def _check_tensor_stats(s: TensorStats) -> None:
             raise ValueError(f"need one lost count per format ({len(SUMMARY_FORMATS)})")
         if any(v < 0 or v > s.size - s.exact_zero for v in s.lost_counts):
             raise ValueError("lost counts must lie between 0 and the number of non-zero updates")
+    if s.origin not in _NO_RECIPES:
+        raise ValueError(f"a record's origin is one of {', '.join(_NO_RECIPES)}, not {s.origin!r}")
+    if s.dtype is not None and not (
+        isinstance(s.dtype, str) and 0 < len(s.dtype) <= MAX_DTYPE_CHARS and _DTYPE_CHARS.issuperset(s.dtype)
+    ):
+        raise ValueError(f"a dtype is a name like 'bfloat16' (letters, digits, _ and +), not {s.dtype!r:.80}")
+    if s.lost_fp32 is not None:
+        if s.lost_counts is None:
+            raise ValueError("an FP32 lost count belongs to an update's record, which has lost counts")
+        if isinstance(s.lost_fp32, bool) or not 0 <= s.lost_fp32 <= s.size - s.exact_zero:
+            raise ValueError("the FP32 lost count must lie between 0 and the number of non-zero updates")
     if s.recipes is not None:
+        if s.origin != "summary":
+            raise ValueError(f"a record of origin {s.origin!r} holds no block recipes")
         if len(s.recipes) != len(RECIPE_KEYS) or any(len(row) != len(LOST_FIELDS) for row in s.recipes):
             raise ValueError(f"need {len(LOST_FIELDS)} numbers per block recipe ({len(RECIPE_KEYS)} recipes)")
         for key, (flushed, saturated, sqnr) in zip(RECIPE_KEYS, s.recipes, strict=True):
@@ -387,10 +452,16 @@ def _bin_offsets() -> NDArray[np.float64]:
 def combine(stats: Iterable[TensorStats]) -> TensorStats:
     """One record for several tensors together (as if concatenated): counts and sums add.
 
-    Lost counts are kept only if every record has them; block recipe records are not (blocks do not add
-    up across tensors). No records give an empty record (size 0).
+    Lost counts (and FP32 lost counts) are kept only if every record has them; block recipe records are not
+    (blocks do not add up across tensors). The dtype is every record's, sorted and joined by ``+`` (None when
+    one is unknown). No records give an empty record (size 0).
     """
     items = list(stats)
+    return _combined(items, recipes=None)
+
+
+def _combined(items: list[TensorStats], recipes: tuple[tuple[float, float, float], ...] | None) -> TensorStats:
+    """:func:`combine` of ``items``, with ``recipes`` as the combined record's block recipe records."""
     lo = min((s.binade_lo for s in items if s.table.size), default=BINADE_MIN)
     hi = max((s.binade_lo + s.table.shape[0] for s in items if s.table.size), default=lo)
     table = np.zeros((hi - lo, len(significand_edges())), np.int64)
@@ -403,6 +474,10 @@ def combine(stats: Iterable[TensorStats]) -> TensorStats:
     rel = np.zeros(len(SUMMARY_FORMATS))
     for s in items:
         rel += s.rel_error_sum
+    fp32 = sum(int(s.lost_fp32) for s in items if s.lost_fp32 is not None)
+    intended = bool(items) and lost is not None and all(s.lost_fp32 is not None for s in items)
+    known = bool(items) and all(s.dtype is not None for s in items)
+    dtype = "+".join(sorted({d for s in items for d in s.dtypes})) if known else None
     return TensorStats(
         size=sum(s.size for s in items),
         exact_zero=sum(s.exact_zero for s in items),
@@ -412,4 +487,38 @@ def combine(stats: Iterable[TensorStats]) -> TensorStats:
         table=table,
         rel_error_sum=tuple(rel.tolist()),
         lost_counts=lost,
+        recipes=recipes,
+        dtype=dtype,
+        lost_fp32=fp32 if intended else None,
+        origin="combined" if recipes is None else "summary",
     )
+
+
+def combine_over_ranks(stats: Iterable[TensorStats]) -> TensorStats:
+    """One record of a tensor whose parts several ranks hold (each rank's activations in data-parallel training).
+
+    As :func:`combine` (counts and sums add: the record of the ranks' values together), and the block recipe
+    records combine too, since each rank stores its own part with its own scales: the shares flushed and
+    saturated add up as the counts they are (exact), and the SQNR is the lowest of the ranks' (a bound: the
+    combined signal-to-noise ratio, the ranks' signals over their noises added, is at least the smallest one's).
+    Recipe records are kept only when every part has them.
+    """
+    items = list(stats)
+    recipes = None
+    if items and all(s.recipes is not None for s in items):
+        rows = []
+        nonzero = sum(s.size - s.exact_zero - s.nan for s in items)
+        values = sum(s.size - s.nan for s in items)
+        for i in range(len(RECIPE_KEYS)):
+            flushed = sum(round(s.recipes[i][0] * (s.size - s.exact_zero - s.nan)) for s in items if s.recipes)
+            saturated = sum(round(s.recipes[i][1] * (s.size - s.nan)) for s in items if s.recipes)
+            sqnr = [s.recipes[i][2] for s in items if s.recipes and not math.isnan(s.recipes[i][2])]
+            rows.append(
+                (
+                    flushed / nonzero if nonzero else 0.0,
+                    saturated / values if values else 0.0,
+                    min(sqnr) if sqnr else math.nan,
+                )
+            )
+        recipes = tuple(rows)
+    return _combined(items, recipes)

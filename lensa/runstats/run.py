@@ -6,21 +6,29 @@ the loss scale and whether the step was skipped. Amax at every step (version 2):
 delayed-scaling recipe's history holds (see :func:`lensa.blockscale.replay_delayed`).
 
 It is saved as a ``.npz`` file read with ``allow_pickle=False``: int64 counts, float64 sums, labels as JSON
-text, a version number, and every count checked on load (:func:`load`). Version-1 files (without the recipe
-records and the amax series) still load: :attr:`RunStats.version` says which one a run came from, and
-:attr:`TensorStats.recipes` is None for their tensors.
+text, a version number, and every count checked on load (:func:`load`). Version 3 adds each tensor's dtype and,
+for an intended update, the FP32 lost count (:mod:`lensa.runstats.record`). Version-1 and version-2 files
+still load: :attr:`RunStats.version` says which one a run came from; :attr:`TensorStats.recipes` is None for a
+version-1 file's tensors, :attr:`TensorStats.dtype` None for both. :meth:`RunStats.save` writes atomically (a
+file beside the target, then renamed over it), so a reader never sees half a file.
+
+:func:`merge_ranks` makes one run of the parts that the ranks of a distributed run recorded (what
+``Recorder.save`` and ``lensa merge`` write).
 
 This module imports numpy (and the rest of :mod:`lensa.runstats`) only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
 import os
+import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import IO, Any
 
 import numpy as np
@@ -32,8 +40,11 @@ from lensa.runstats.record import LOST_FIELDS, RECIPE_KEYS, TensorStats
 KINDS: tuple[str, ...] = ("weight_grad", "activation_grad", "activation", "weight", "update")
 
 FILE_FORMAT = "lensa-runstats"
-FILE_VERSION = 2  # 2: what every block recipe loses per tensor (recipe_lost), and amax at every step
-READ_VERSIONS = (1, 2)
+FILE_VERSION = 3  # 2: block recipes per tensor (recipe_lost), amax at every step; 3: dtypes, intended updates
+READ_VERSIONS = (1, 2, 3)
+# The kinds each rank of a data-parallel run holds its own part of (its batch's): combined over ranks. The others
+# (weights, their gradients and updates) are the same tensor on every rank once gathered: kept once.
+RANK_KINDS: tuple[str, ...] = ("activation_grad", "activation")
 MAX_FILE_BYTES = 25 * 1024 * 1024
 MAX_TENSORS = 10_000
 MAX_NAME_CHARS = 200
@@ -216,6 +227,8 @@ class RunStats:
         stats = list(self._tensors.values())
         names = list(dict.fromkeys([*(n for _, n, _ in labels), *(n for _, n in self._amax)]))
         name_index = {n: i for i, n in enumerate(names)}
+        dtypes = list(dict.fromkeys(s.dtype for s in stats if s.dtype is not None))
+        dtype_index = {d: i for i, d in enumerate(dtypes)}
         header = {
             "format": FILE_FORMAT,
             "version": FILE_VERSION,
@@ -224,6 +237,7 @@ class RunStats:
             "kinds": list(KINDS),
             "recipes": list(RECIPE_KEYS),
             "names": names,
+            "dtypes": dtypes,
             "meta": self._meta,
         }
         n_cols = len(significand_edges())
@@ -255,6 +269,8 @@ class RunStats:
                 [s.recipes or ((0.0,) * len(LOST_FIELDS),) * len(RECIPE_KEYS) for s in stats], np.float64
             ).reshape(-1, len(RECIPE_KEYS), len(LOST_FIELDS)),
             **self._amax_arrays(name_index),
+            "tensor_dtype": np.array([-1 if s.dtype is None else dtype_index[s.dtype] for s in stats], np.int64),
+            "lost_fp32": np.array([-1 if s.lost_fp32 is None else s.lost_fp32 for s in stats], np.int64),
         }
         buf = io.BytesIO()
         # allow_pickle=True is numpy's default; naming it tells the type checker no array takes that name.
@@ -284,10 +300,25 @@ class RunStats:
         return (_unpickle, (self.to_bytes(), self.version))
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the run to ``path`` as a versioned ``.npz`` (no pickles: int64 counts, float64 sums, JSON labels)."""
+        """Write the run to ``path`` as a versioned ``.npz`` (no pickles: int64 counts, float64 sums, JSON labels).
+
+        Atomically: the bytes go to a new file beside ``path``, which is then renamed over it, so a reader (or a
+        second writer) never sees a file half written.
+        """
         data = self.to_bytes()
-        with open(path, "wb") as fh:
-            fh.write(data)
+        target = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(target))
+        fd, temp = tempfile.mkstemp(prefix=".lensa-", suffix=".npz.part", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(temp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
 
     @classmethod
     def load(cls, source: str | os.PathLike[str] | bytes | IO[bytes]) -> RunStats:
@@ -321,6 +352,12 @@ _ARRAYS_V2: dict[str, tuple[str, int]] = {
     "amax_step": ("i8", 1),
     "amax": ("f4", 2),
 }
+_ARRAYS_V3: dict[str, tuple[str, int]] = {
+    **_ARRAYS_V2,
+    "tensor_dtype": ("i8", 1),
+    "lost_fp32": ("i8", 1),
+}
+_VERSION_ARRAYS = {1: _ARRAYS, 2: _ARRAYS_V2, 3: _ARRAYS_V3}
 # A valid file at the limits unpacks to about 200 MB (10,000 tensors of 277 rows); refuse to unpack more.
 _MAX_UNPACKED_BYTES = 256 * 1024 * 1024
 
@@ -328,6 +365,8 @@ _MAX_UNPACKED_BYTES = 256 * 1024 * 1024
 def _unpickle(data: bytes, version: int) -> RunStats:
     run = load(data)
     run.version = version
+    if version == 1:  # pickled as the current version: its records still came from a version-1 file
+        run._tensors = {k: s if s.has_recipes else replace(s, origin="version_1") for k, s in run._tensors.items()}
     return run
 
 
@@ -383,7 +422,8 @@ def _load_bytes(data: bytes) -> RunStats:
     except zipfile.BadZipFile as e:
         raise RunStatsError(f"the .npz file is truncated or damaged ({e}); save it again") from None
     members = {i.filename.removesuffix(".npy") for i in infos}
-    expected = _ARRAYS_V2 if set(_ARRAYS_V2) - set(_ARRAYS) <= members else _ARRAYS  # a version-1 file has fewer
+    # an older file has fewer arrays: the newest version whose arrays are all there
+    expected = next(a for v, a in sorted(_VERSION_ARRAYS.items(), reverse=True) if set(a) <= members or v == 1)
     missing = sorted(set(expected) - members)
     if "header" in missing:
         raise RunStatsError("the file has no header, so no version: it was not written by RunStats.save()")
@@ -415,7 +455,7 @@ def _load_bytes(data: bytes) -> RunStats:
 
 
 def _from_arrays(a: dict[str, NDArray[Any]]) -> RunStats:
-    version, names, meta = _read_header(a)
+    version, names, meta, dtypes = _read_header(a)
     _check_shapes(a, version)
     _check_counts_and_indices(a, names)
     meta_text = json.dumps(meta)
@@ -423,15 +463,16 @@ def _from_arrays(a: dict[str, NDArray[Any]]) -> RunStats:
         raise RunStatsError(f"meta is {len(meta_text):,} characters of JSON; at most {MAX_META_CHARS:,}")
     run = RunStats(meta)
     run.version = version
-    _load_tensors(run, a, names, version)
+    _load_tensors(run, a, names, version, dtypes)
     _load_steps(run, a)
-    if version == 2:
+    if version >= 2:
         _load_amax(run, a, names)
     return run
 
 
-def _read_header(a: dict[str, NDArray[Any]]) -> tuple[int, list[str], dict[str, Any]]:
-    """The file's version, tensor names and meta, once its header says it counts what this Lensa counts."""
+def _read_header(a: dict[str, NDArray[Any]]) -> tuple[int, list[str], dict[str, Any], list[str]]:
+    """The file's version, tensor names, meta and dtype names, once its header says it counts what this Lensa
+    counts."""
     try:
         header = json.loads(str(a["header"][()]))
     except json.JSONDecodeError as e:
@@ -442,10 +483,11 @@ def _read_header(a: dict[str, NDArray[Any]]) -> tuple[int, list[str], dict[str, 
     if version is None:
         raise RunStatsError("the header has no version; save the run again with this Lensa")
     if version not in READ_VERSIONS or isinstance(version, bool):
-        raise RunStatsError(f"file version {version!r}; this Lensa reads versions 1 and 2: save it again")
-    if (version == 2) != ("recipe_lost" in a):
-        raise RunStatsError(f"the file says version {version} but holds the arrays of the other version")
-    if version == 2 and header.get("recipes") != list(RECIPE_KEYS):
+        raise RunStatsError(f"file version {version!r}; this Lensa reads versions 1, 2 and 3: save it again")
+    arrays_version = 3 if "tensor_dtype" in a else 2 if "recipe_lost" in a else 1
+    if version != arrays_version:
+        raise RunStatsError(f"the file says version {version} but holds the arrays of another version")
+    if version >= 2 and header.get("recipes") != list(RECIPE_KEYS):
         raise RunStatsError("the file records other block recipes than this Lensa")
     if header.get("formats") != list(SUMMARY_FORMATS) or header.get("significand_edges") != list(significand_edges()):
         raise RunStatsError("the file counts other formats or significand intervals than this Lensa")
@@ -459,7 +501,10 @@ def _read_header(a: dict[str, NDArray[Any]]) -> tuple[int, list[str], dict[str, 
         raise RunStatsError(f"tensor name {long[0][:40]!r}… has {len(long[0])} characters; at most {MAX_NAME_CHARS}")
     if not isinstance(meta, dict):
         raise RunStatsError("the header's meta is not a JSON object")
-    return int(version), names, meta
+    dtypes = header.get("dtypes", []) if version >= 3 else []
+    if not isinstance(dtypes, list) or not all(isinstance(d, str) for d in dtypes):
+        raise RunStatsError("the header's dtypes are not a list of strings")
+    return int(version), names, meta, dtypes
 
 
 def _check_shapes(a: dict[str, NDArray[Any]], version: int) -> None:
@@ -478,7 +523,10 @@ def _check_shapes(a: dict[str, NDArray[Any]], version: int) -> None:
         "has_lost": (n,),
         "lost": (n, n_fmt),
     }
-    if version == 2:
+    if version >= 3:
+        shapes["tensor_dtype"] = (n,)
+        shapes["lost_fp32"] = (n,)
+    if version >= 2:
         shapes["has_recipes"] = (n,)
         shapes["recipe_lost"] = (n, len(RECIPE_KEYS), len(LOST_FIELDS))
         k = a["amax_kind"].shape[0]
@@ -510,9 +558,14 @@ def _check_counts_and_indices(a: dict[str, NDArray[Any]], names: list[str]) -> N
         raise RunStatsError("a tensor's name index is out of range")
 
 
-def _load_tensors(run: RunStats, a: dict[str, NDArray[Any]], names: list[str], version: int) -> None:
+def _load_tensors(run: RunStats, a: dict[str, NDArray[Any]], names: list[str], version: int, dtypes: list[str]) -> None:
     """Add every tensor record of the (checked) arrays to ``run``, each checked again by TensorStats."""
     offsets = np.concatenate([[0], np.cumsum(a["tensor_rows"])])
+    n = a["tensor_kind"].shape[0]
+    dtype_of = a["tensor_dtype"].tolist() if version >= 3 else [-1] * n
+    lost_fp32 = a["lost_fp32"].tolist() if version >= 3 else [-1] * n
+    if any(not -1 <= d < len(dtypes) for d in dtype_of):
+        raise RunStatsError("a tensor's dtype index is out of range")
     for i in range(a["tensor_kind"].shape[0]):
         label = (KINDS[int(a["tensor_kind"][i])], names[int(a["tensor_name"][i])], int(a["tensor_step"][i]))
         size, exact_zero, inf, nan = (int(v) for v in a["tensor_counts"][i])
@@ -527,8 +580,11 @@ def _load_tensors(run: RunStats, a: dict[str, NDArray[Any]], names: list[str], v
                 rel_error_sum=tuple(float(v) for v in a["rel_error_sum"][i]),
                 lost_counts=tuple(int(v) for v in a["lost"][i]) if a["has_lost"][i] else None,
                 recipes=tuple(map(tuple, a["recipe_lost"][i].tolist()))
-                if version == 2 and a["has_recipes"][i]
+                if version >= 2 and a["has_recipes"][i]
                 else None,
+                origin="version_1" if version == 1 else "summary",
+                dtype=dtypes[dtype_of[i]] if dtype_of[i] >= 0 else None,
+                lost_fp32=lost_fp32[i] if lost_fp32[i] >= 0 else None,
             )
             run.add(*label, stats)
         except ValueError as e:
@@ -570,3 +626,40 @@ def _load_amax(run: RunStats, a: dict[str, NDArray[Any]], names: list[str]) -> N
         for t, v in zip(step_list, row.tolist(), strict=True):
             if not math.isnan(v):
                 run.record_amax(kind, name, t, v)
+
+
+def merge_ranks(parts: Sequence[RunStats]) -> RunStats:
+    """One run of the parts the ranks of one distributed run recorded, rank 0's first (``lensa merge``).
+
+    Each rank's own part of a tensor (:data:`RANK_KINDS`: activations and their gradients, from each rank's batch)
+    is combined over the ranks (:func:`lensa.runstats.record.combine_over_ranks`: counts and sums add); the
+    tensors every rank holds the same of (weights, weight gradients, updates) are kept once, from the first part
+    that has them. Per step: the loss is the mean over the parts that have the step (what a data-parallel run
+    optimises, and what the Trainer logs), the loss scale the first part's, and a step is skipped when any part
+    skipped it. An amax series is the largest over the parts (each rank's shard of a sharded weight, each rank's
+    batch of an activation; a tensor every rank holds whole gives the same number on each). The meta is the first
+    part's, with ``"ranks"``: the number of parts. ValueError when there is no part.
+    """
+    from lensa.runstats.record import combine_over_ranks
+
+    if not parts:
+        raise ValueError("merging needs at least one run")
+    meta = {**parts[0].meta, "ranks": len(parts)}
+    out = RunStats(meta)
+    labels = list(dict.fromkeys(label for part in parts for label in part._tensors))
+    for label in labels:
+        held = [part._tensors[label] for part in parts if label in part._tensors]
+        if label[0] in RANK_KINDS and len(held) > 1:
+            out.add(*label, combine_over_ranks(held))
+        else:
+            out.add(*label, held[0])
+    for step in sorted({s for part in parts for s in part._steps}):
+        rows = [part._steps[step] for part in parts if step in part._steps]
+        loss = math.fsum(r[0] for r in rows) / len(rows)
+        out.record_step(step, loss, rows[0][1], any(r[2] for r in rows))
+    for key in dict.fromkeys(k for part in parts for k in part._amax):
+        series = [part._amax[key] for part in parts if key in part._amax]
+        for step in sorted({t for s in series for t in s}):
+            values = [s[step] for s in series if step in s]
+            out.record_amax(key[0], key[1], step, max(values))
+    return out

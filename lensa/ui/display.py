@@ -8,9 +8,6 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from lensa.ui import i18n
-from lensa.ui.frame import Page
-
-TRY_THIS_ICON = ":material/touch_app:"
 
 
 def chart(fig: object, title: str, caption: str | None = None, alt: str | None = None) -> None:
@@ -61,11 +58,6 @@ def metric_row(items: Sequence[tuple[str, str]]) -> None:
     columns = st.columns(len(items), border=True)
     for column, (label, value) in zip(columns, items, strict=True):
         column.metric(label, value)
-
-
-def try_this(page: Page, text: str) -> None:
-    """The step's "Try this", right under its sliders, chart and cards, where the hand and the eye already are."""
-    st.info(f"**{page.t('common.try_this')}** {text}", icon=TRY_THIS_ICON)
 
 
 def secondary_row(count: int) -> list[DeltaGenerator]:

@@ -681,6 +681,106 @@ def loss_curves(
     return _figure(data, layout, table=table, alt=alt)
 
 
+def loss_facets(
+    panels: Sequence[tuple[str, str, Sequence[float]]],
+    references: Sequence[tuple[str, str, Sequence[float]]],
+    axis_step: str,
+    axis_loss: str,
+    lang: str,
+    columns: int = 3,
+) -> go.Figure:
+    """One small chart per arm below 16 bits, each its loss per step over the ``references`` (FP32's and BF16's,
+    the same lines in every chart): ``panels`` are (format key for the colour, label, losses), ``references``
+    (arm key: ``"fp32"`` or ``"bf16"``, label, losses). Every chart shares the y axis's range, so the gaps compare."""
+    rows = max(1, -(-len(panels) // columns))
+    every = [v for _k, _l, losses in (*panels, *references) for v in losses if math.isfinite(v)]
+    top = max(every, default=1.0)
+    data: list[Spec] = []
+    annotations: list[Spec] = []
+    layout_axes: Spec = {}
+    for i, (key, label, losses) in enumerate(panels):
+        axis = "" if i == 0 else str(i + 1)
+        for ref_key, ref_label, ref in references:
+            data.append(
+                {
+                    "type": "scatter",
+                    "x": list(range(1, len(ref) + 1)),
+                    "y": _floats(ref),
+                    "mode": "lines",
+                    "name": ref_label,
+                    "legendgroup": ref_key,
+                    "showlegend": i == 0,
+                    "xaxis": f"x{axis}",
+                    "yaxis": f"y{axis}",
+                    "line": {"color": FORMAT_COLOURS[ref_key], "width": 1.5, "dash": ARM_DASHES.get(ref_key, "solid")},
+                    "hovertemplate": f"{ref_label}: %{{y:.4f}}" + HIDE_TRACE_NAME,
+                }
+            )
+        data.append(
+            {
+                "type": "scatter",
+                "x": list(range(1, len(losses) + 1)),
+                "y": _floats(losses),
+                "mode": "lines",
+                "name": label,
+                "showlegend": False,
+                "xaxis": f"x{axis}",
+                "yaxis": f"y{axis}",
+                "line": {"color": FORMAT_COLOURS.get(key, NEUTRAL), "width": 2.5},
+                "hovertemplate": f"{label}: %{{y:.4f}}" + HIDE_TRACE_NAME,
+            }
+        )
+        row, col = divmod(i, columns)
+        layout_axes[f"xaxis{axis}"] = {
+            "fixedrange": True,
+            "showticklabels": row == rows - 1,
+            "title": {"text": axis_step if row == rows - 1 else ""},
+        }
+        layout_axes[f"yaxis{axis}"] = {
+            "fixedrange": True,
+            "range": [0, top * 1.05],
+            "showticklabels": col == 0,
+            "title": {"text": axis_loss if col == 0 else ""},
+        }
+        annotations.append(
+            {
+                "text": label,
+                "xref": f"x{axis} domain",
+                "yref": f"y{axis} domain",
+                "x": 0.5,
+                "y": 1.0,
+                "xanchor": "center",
+                "yanchor": "bottom",
+                "showarrow": False,
+                "font": {"size": 11},
+            }
+        )
+    layout = _layout(
+        max(220, 170 * rows + 60),
+        lang,
+        grid={"rows": rows, "columns": columns, "pattern": "independent", "ygap": 0.35, "xgap": 0.08},
+        annotations=annotations,
+        **layout_axes,
+    )
+    # The legend above the first row's titles: the grid takes the whole plotting area, so the room is margin.
+    layout["margin"] = {"l": 8, "r": 8, "t": 64, "b": 8}
+    layout["legend"] = {**layout["legend"], "y": 1.0 + 40 / max(220, 170 * rows + 60 - 72)}
+    series = [*references, *panels]
+    longest = max((len(losses) for _, _, losses in series), default=0)
+
+    def cell(losses: Sequence[float], i: int) -> str:
+        return i18n.number(float(losses[i]), lang, 4) if i < len(losses) else "—"
+
+    table = _table(
+        lang,
+        (axis_step, *(label for _, label, _ in series)),
+        [(i + 1, *(cell(losses, i) for _, _, losses in series)) for i in range(longest)],
+    )
+    last = ", ".join(f"{label} {cell(losses, len(losses) - 1)}" for _, label, losses in series if len(losses))
+    alt = _words(lang, "alt_facets", n=i18n.number(len(panels), lang), y=axis_loss, x=axis_step, last=last)
+    return _figure(data, layout, table=table, alt=alt)
+
+
 # --- step 4 ----------------------------------------------------------------------
 
 
@@ -1543,3 +1643,192 @@ def block_strips(
     )
     alt = _words(lang, "alt_strips", n=n, rows=counts)
     return _figure(data, layout, table=_table(lang, headers, table_rows), alt=alt)
+
+
+# --- training below 16 bits ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoundingLabels:
+    """The words of :func:`rounding_means`: axes, the lines' names and their hover texts."""
+
+    axis_draws: str
+    axis_value: str
+    mean: str
+    value: str
+    nearest: str
+    grid: str
+
+
+def rounding_means(
+    means: Sequence[float],
+    value: float,
+    nearest: float,
+    low: float,
+    high: float,
+    labels: RoundingLabels,
+    lang: str,
+) -> go.Figure:
+    """The mean of the first n stochastic roundings of ``value`` (n = 1, 2, ...), against the value itself, what
+    round-to-nearest gives every time, and the two neighbours of the grid it rounds between."""
+    n = list(range(1, len(means) + 1))
+    flat = [1, len(means)]
+    data: list[Spec] = [
+        {
+            "type": "scatter",
+            "x": flat,
+            "y": [nearest, nearest],
+            "mode": "lines",
+            "name": labels.nearest,
+            "line": {"color": FORMAT_COLOURS["fp16"], "width": 2.5, "dash": "dash"},
+            "hovertemplate": f"{labels.nearest}: %{{y:.4f}}" + HIDE_TRACE_NAME,
+        },
+        {
+            "type": "scatter",
+            "x": flat,
+            "y": [value, value],
+            "mode": "lines",
+            "name": labels.value,
+            "line": {"color": FORMAT_COLOURS["fp32"], "width": 2},
+            "hovertemplate": f"{labels.value}: %{{y:.4f}}" + HIDE_TRACE_NAME,
+        },
+        {
+            "type": "scatter",
+            "x": n,
+            "y": _floats(means),
+            "mode": "lines",
+            "name": labels.mean,
+            "line": {"color": FORMAT_COLOURS["fp4_e2m1"], "width": 2.5},
+            "hovertemplate": f"{labels.mean} (n = %{{x}}): %{{y:.4f}}" + HIDE_TRACE_NAME,
+        },
+    ]
+    pad = (high - low) * 0.08
+    # The grid's two neighbours, as dotted rules (every rounding lands on one of them), named in the caption.
+    rules = [{**_hline(y), "line": {"color": NEUTRAL, "width": 1, "dash": "dot"}} for y in (low, high)]
+    layout = _layout(
+        300,
+        lang,
+        shapes=rules,
+        xaxis={"title": {"text": labels.axis_draws}, "fixedrange": True, "type": "log"},
+        yaxis={"title": {"text": labels.axis_value}, "fixedrange": True, "range": [low - pad, high + pad]},
+    )
+    table = _table(
+        lang,
+        (labels.axis_draws, labels.mean, labels.value, labels.nearest),
+        [(i18n.number(k, lang), *(i18n.number(v, lang, 4) for v in (means[k - 1], value, nearest))) for k in n],
+    )
+    alt = _words(
+        lang,
+        "alt_rounding",
+        n=i18n.number(len(means), lang),
+        mean=i18n.number(float(means[-1]), lang, 4),
+        value=i18n.number(value, lang, 4),
+        nearest=i18n.number(nearest, lang, 4),
+    )
+    return _figure(data, layout, table=table, alt=alt)
+
+
+def rotation_bars(
+    values: Sequence[float],
+    rotated: Sequence[float],
+    names: tuple[str, str],
+    axis_index: str,
+    axis_value: str,
+    lang: str,
+) -> go.Figure:
+    """A block's values and the same block rotated, a marker per position (the rotated ones hollow diamonds)."""
+    idx = list(range(1, len(values) + 1))
+    data: list[Spec] = [
+        {
+            "type": "scatter",
+            "x": idx,
+            "y": _floats(ys),
+            "mode": "lines+markers",
+            "name": name,
+            "line": {"color": colour, "width": 1, "dash": dash},
+            "marker": {"size": 10, "color": colour, "symbol": symbol},
+            "hovertemplate": f"{name} %{{x}}: %{{y:.4g}}" + HIDE_TRACE_NAME,
+        }
+        for name, ys, colour, symbol, dash in (
+            (names[0], values, FORMAT_COLOURS["fp32"], "circle", "dot"),
+            (names[1], rotated, FORMAT_COLOURS["fp4_e2m1"], "diamond-open", "solid"),
+        )
+    ]
+    layout = _layout(
+        300,
+        lang,
+        xaxis={"title": {"text": axis_index}, "fixedrange": True, "dtick": 1},
+        yaxis={"title": {"text": axis_value}, "fixedrange": True, "zeroline": True},
+    )
+    table = _table(
+        lang,
+        (axis_index, *names),
+        [
+            (i, i18n.sci(float(a), lang, 3), i18n.sci(float(b), lang, 3))
+            for i, a, b in zip(idx, values, rotated, strict=True)
+        ],
+    )
+    alt = _words(
+        lang,
+        "alt_rotation",
+        n=i18n.number(len(values), lang),
+        before=i18n.sci(float(max(abs(v) for v in values)), lang, 3),
+        after=i18n.sci(float(max(abs(v) for v in rotated)), lang, 3),
+    )
+    return _figure(data, layout, table=table, alt=alt)
+
+
+def signed_bars(
+    names: Sequence[str],
+    shares: Sequence[float],
+    colours: Sequence[str],
+    texts: Sequence[str],
+    axis_title: str,
+    lang: str,
+) -> go.Figure:
+    """Horizontal bars of shares (0.01 = 1%) that may point either way from 0, one per row top to bottom, each with
+    its value written beside it; the axis in percent."""
+    values = [float(v) for v in shares]
+    reach = max([abs(v) for v in values] + [1e-6]) * 1.4
+    data: list[Spec] = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "x": values,
+            "y": list(range(len(names))),
+            "marker": {"color": list(colours)},
+            "text": list(texts),
+            "textposition": "outside",
+            "cliponaxis": False,
+            "hovertext": [f"{n}: {t}" for n, t in zip(names, texts, strict=True)],
+            "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+            "showlegend": False,
+        }
+    ]
+    layout = _layout(
+        max(200, 26 * len(names) + 60),
+        lang,
+        margin={"l": 8, "r": 24, "t": 8, "b": 8},
+        xaxis={
+            "title": {"text": axis_title},
+            # room on the left for a negative bar's written value
+            "range": [
+                min(0.0, min(values, default=0.0) * 1.4 - (0.3 * reach if min(values, default=0.0) < 0 else 0.0)),
+                reach,
+            ],
+            "fixedrange": True,
+            "zeroline": True,
+            "tickformat": ".1%",
+        },
+        yaxis={
+            "range": [len(names) - 0.5, -0.5],
+            "tickvals": list(range(len(names))),
+            "ticktext": list(names),
+            "fixedrange": True,
+            "showgrid": False,
+        },
+    )
+    rows = list(zip(names, texts, strict=True))
+    table = _table(lang, (_words(lang, "col_item"), axis_title), rows)
+    alt = _words(lang, "alt_bars", bars="; ".join(f"{name}: {text}" for name, text in rows))
+    return _figure(data, layout, table=table, alt=alt)

@@ -15,9 +15,9 @@ from typing import Any
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from lensa.ui import i18n
+from lensa.ui import i18n, progress
 from lensa.ui.injected import METRIC_STYLE
-from lensa.ui.site import LEGACY_PARAMS, PAGES, PAGES_BY_KEY, PageInfo
+from lensa.ui.site import LEGACY_PARAMS, LESSON, NAVIGATION, PAGES_BY_KEY, STEPS, PageInfo
 
 LANG_WIDGET = "w.lang"
 _LANG_CHOICE = "lensa.lang_choice"  # the learner's choice this session (outlives page switches)
@@ -27,6 +27,8 @@ _MISSING = object()
 _SEEN = "lensa.seen"  # URL values as we last read or wrote them: a difference means the URL moved
 _REMEMBER = "lensa.remember"  # each page's control values as URL text, for links into it
 _LANG_NAMES = {"id": "Bahasa Indonesia", "en": "English"}
+PRINT_PARAM = "print"  # ?print=1: the page as it goes on paper (its bar: _print_bar; its styles: lensa.ui.injected)
+DONE_MARK = "✓"  # after a step whose questions are all answered; the navigation's legend says what it means
 
 
 @dataclass
@@ -43,6 +45,9 @@ class Page:
     # While the lesson fragment draws: its own navigation entry's slot (the rest of the navigation is drawn by
     # the page's full run, around the fragment); None outside a fragment.
     own_link: DeltaGenerator | None = None
+    progress_slot: DeltaGenerator | None = None  # the navigation's line of progress, redrawn with the own link
+    printing: bool = False  # ?print=1: the page as it goes on paper, without questions, links and notes
+    questions_drawn: bool = False  # this run has drawn the page's questions (lensa.ui.quiz.predict)
 
     def t(self, key: str, **values: object) -> str:
         """Text from this page's catalogue section (``"title"``) or any other (``"nav.memory"``)."""
@@ -55,6 +60,9 @@ class Page:
 
     def pct(self, share: float) -> str:
         return i18n.percent(share, self.lang)
+
+    def signed_pct(self, share: float) -> str:
+        return i18n.signed_percent(share, self.lang)
 
     def sci(self, x: float, digits: int = 2) -> str:
         return i18n.sci(x, self.lang, digits)
@@ -148,6 +156,8 @@ def page_label(page: Page, target: PageInfo) -> str:
 def _nav_link(page: Page, target: PageInfo) -> None:
     current = target.key == page.info.key
     label = page_label(page, target)
+    if progress.done(target.key):
+        label = f"{label} {DONE_MARK}"
     st.page_link(
         target.file,
         label=f"**{label}**" if current else label,
@@ -162,21 +172,30 @@ def draw_navigation(page: Page) -> None:
     assert page.nav_area is not None, "setup() makes the navigation's container"
     with page.nav_area:
         st.markdown(f"### {page.t('app.name')}")
-        for target in PAGES:
+        for target in NAVIGATION:
             _nav_link(page, target)
+        _progress_line(page)
         st.caption(page.t("app.sidebar_note"))
+
+
+def _progress_line(page: Page) -> None:
+    """What the mark after a step means, and how many steps have it: the marks are not a colour, and say so."""
+    done = sum(progress.done(s.key) for s in STEPS)
+    st.caption(page.t("nav.progress", mark=DONE_MARK, done=page.num(done), total=page.num(len(STEPS))))
 
 
 def navigation_slots(page: Page) -> dict[str, DeltaGenerator]:
     """The navigation's frame, with an empty slot per page, for a page whose controls live in a fragment.
 
-    The fragment fills its own page's slot (:func:`draw_own_link`) on every run of it, so that link follows
-    the learner's moves; :func:`fill_navigation` fills the others once the fragment has run.
+    The fragment fills its own page's slot (:func:`draw_own_link`) and the line of progress on every run of
+    it, so that link follows the learner's moves and answers; :func:`fill_navigation` fills the others once
+    the fragment has run.
     """
     assert page.nav_area is not None, "setup() makes the navigation's container"
     with page.nav_area:
         st.markdown(f"### {page.t('app.name')}")
-        slots = {target.key: st.empty() for target in PAGES}
+        slots = {target.key: st.empty() for target in NAVIGATION}
+        page.progress_slot = st.empty()
         st.caption(page.t("app.sidebar_note"))
     return slots
 
@@ -186,11 +205,14 @@ def draw_own_link(page: Page) -> None:
     assert page.own_link is not None, "only inside the lesson fragment"
     with page.own_link:
         _nav_link(page, page.info)
+    if page.progress_slot is not None:
+        with page.progress_slot:
+            _progress_line(page)
 
 
 def fill_navigation(page: Page, slots: dict[str, DeltaGenerator]) -> None:
     """Every other page's navigation entry: they change only in a full run (see ``whole_page`` controls)."""
-    for target in PAGES:
+    for target in NAVIGATION:
         if target.key != page.info.key:
             with slots[target.key]:
                 _nav_link(page, target)
@@ -208,7 +230,7 @@ def setup(page_key: str) -> Page:
     # Widgets are identified by their labels too: in another language they are new widgets.
     switched = switched or st.session_state.get(_LAST_LANG) != lang
     st.session_state[_LAST_LANG] = lang
-    page = Page(info, lang, switched=switched)
+    page = Page(info, lang, switched=switched, printing=st.query_params.get(PRINT_PARAM) == "1")
     _translate_legacy_params(info)
     title = page.t(f"nav.{info.key}")
     st.set_page_config(page_title=f"{title} · Lensa")
@@ -217,7 +239,26 @@ def setup(page_key: str) -> Page:
     page.nav_area = st.sidebar.container()
     st.html(METRIC_STYLE)
     page.notice_area = st.container()
+    if page.printing:
+        _print_bar(page)
     return page
+
+
+_PRINT_BUTTON = (
+    '<button type="button" class="lensa-print-button" onclick="window.print()">{label}</button>'
+    "<style>.lensa-print-button {{ font: inherit; padding: 0.25rem 0.75rem; border-radius: 0.5rem; "
+    "border: 1px solid rgba(128, 128, 128, 0.6); background: transparent; color: inherit; cursor: pointer; }}</style>"
+)
+
+
+def _print_bar(page: Page) -> None:
+    """The print view's bar (on screen only): what this is, a button that prints, the way back to the page."""
+    with st.container(key="lensa-print-bar", border=True):
+        st.markdown(f"**{page.t('common.print_view')}** {page.t('common.print_hint')}")
+        with st.container(horizontal=True, gap="medium", vertical_alignment="center"):
+            st.html(_PRINT_BUTTON.format(label=page.t("common.print_button")), unsafe_allow_javascript=True)
+            back = {k: v for k, v in st.query_params.items() if k != PRINT_PARAM}
+            st.page_link(page.info.file, label=f"← {page.t('common.print_back')}", query_params=back)
 
 
 def _translate_legacy_params(info: PageInfo) -> None:
@@ -244,8 +285,8 @@ def safe_echo(raw: str, limit: int = 24) -> str:
 
 
 def step_of(info: PageInfo) -> tuple[PageInfo | None, PageInfo | None]:
-    """The lesson pages before and after ``info`` (the overview counts as step 0)."""
-    order = [p for p in PAGES if p.step is not None or p.key == "overview"]
+    """The lesson pages before and after ``info`` (the overview counts as step 0, the summary comes last)."""
+    order = list(LESSON)
     if info not in order:
         return None, None
     i = order.index(info)

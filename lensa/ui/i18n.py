@@ -12,6 +12,7 @@ function of what the URL, the session and the browser say.
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
@@ -42,13 +43,25 @@ def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
+GLOSSARY_PAGE = "glossary"  # the glossary's URL path (pages/glossary.py)
+# A catalogue text links a glossary term as [word](glossary:<term>) (lensa.ui.glossary.TERMS).
+_GLOSSARY_LINK = re.compile(r"\]\(glossary:([a-z0-9_]+)\)")
+
+
+def glossary_url(term: str, lang: str) -> str:
+    """The link to ``term``'s entry in the glossary, in ``lang`` (relative: every page sits one level down)."""
+    return f"{GLOSSARY_PAGE}?lang={lang}&term={term}"
+
+
 @cache
 def catalogue(lang: str) -> dict[str, str]:
-    """All texts of one language, by dotted key (read once per process)."""
+    """All texts of one language, by dotted key (read once per process); glossary links point into the
+    glossary in the same language."""
     if lang not in LANGUAGES:
         raise ValueError(f"unknown language {lang!r}")
     with open(TEXT_DIR / f"{lang}.toml", "rb") as fh:
-        return _flatten(tomllib.load(fh))
+        flat = _flatten(tomllib.load(fh))
+    return {k: _GLOSSARY_LINK.sub(lambda m: f"]({glossary_url(m.group(1), lang)})", v) for k, v in flat.items()}
 
 
 def text(lang: str, key: str, **values: object) -> str:
@@ -164,6 +177,12 @@ def count_in_words(n: int, lang: str, capital: bool = False) -> str:
 def percent(share: float, lang: str, digits: int = 2) -> str:
     """A share (0..1) as a percentage to 2 significant digits: ``4.3%``, ``91%``, ``0%``."""
     return significant(share * 100, lang, digits) + "%"
+
+
+def signed_percent(share: float, lang: str, digits: int = 2) -> str:
+    """A share as a signed percentage, as a chart of gaps writes its bars: ``+4.3%``, ``−0.52%`` (a typographic
+    minus), ``+0%``."""
+    return ("+" if share >= 0 else "−") + percent(abs(share), lang, digits)
 
 
 def sci(x: float, lang: str, digits: int = 2) -> str:

@@ -6,7 +6,13 @@
 
 from __future__ import annotations
 
+import json
+
 import streamlit as st
+
+# Containers (st.container(key=...)) that stay off paper: the questions, the step's links, the footer, the
+# print view's own bar. Streamlit gives each the class st-key-<key>.
+NOT_ON_PAPER = ("lensa-quiz", "lensa-tools", "lensa-footer", "lensa-print-bar")
 
 # Metric labels wrap instead of being cut off ("Mean relative error FP16" in a quarter row).
 METRIC_STYLE = """<style>
@@ -17,10 +23,22 @@ METRIC_STYLE = """<style>
 # Runs in the page itself (st.html is not an iframe). It sets the document's language, which
 # Streamlit has no API for, on every run, so a switch of language updates it without a reload.
 # It also makes plotly's animation buttons (step 3's Play and Pause, drawn as SVG) reachable with
-# Tab and pressable with Enter or Space, and names them for screen readers.
+# Tab and pressable with Enter or Space, and names them for screen readers. On a narrow screen, where
+# the sidebar lies over the page, a tap on one of its links closes it, so the next tap reaches the page.
+# In the print view (?print=1) it marks the document and opens the sections named in printOpen (the
+# charts' data tables), as they appear.
 PAGE_SCRIPT = """<script>
 (() => {
   document.documentElement.lang = "%(lang)s";
+  window.lensaPrintOpen = %(print_open)s;
+  document.body.classList.toggle("lensa-print-view", window.lensaPrintOpen.length > 0);
+  const openSections = () => {
+    for (const summary of document.querySelectorAll('[data-testid="stExpander"] details:not([open]) > summary')) {
+      const label = summary.textContent.trim();  // after the icon's own text (a ligature such as "table")
+      if (window.lensaPrintOpen.some((open) => label.endsWith(open))) summary.click();
+    }
+  };
+  if (window.lensaPrintOpen.length) openSections();
   if (window.lensaKeyboardButtons) return;
   window.lensaKeyboardButtons = true;
   const press = (button) => button.dispatchEvent(new MouseEvent("click", {bubbles: true}));
@@ -33,11 +51,22 @@ PAGE_SCRIPT = """<script>
         if (event.key === "Enter" || event.key === " ") { event.preventDefault(); press(button); }
       });
     }
+    if (window.lensaPrintOpen.length) openSections();
   };
   new MutationObserver(enable).observe(document.body, {childList: true, subtree: true});
   enable();
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest && event.target.closest('[data-testid="stSidebar"] a[href]');
+    if (!link || !window.matchMedia("(max-width: %(narrow)dpx)").matches) return;
+    setTimeout(() => {
+      const close = document.querySelector('[data-testid="stSidebarCollapseButton"] button');
+      if (close) close.click();
+    }, 0);
+  }, true);
 })();
 </script>"""
+# Below this width Streamlit lays its sidebar over the page instead of beside it (its "md" breakpoint).
+NARROW_PX = 767
 # A visible focus ring on everything the keyboard reaches (3:1 or more on both themes' backgrounds);
 # a primary button keeps white on the light theme's accent in both themes (the dark theme's light accent
 # under white text is 2:1); with reduced motion, the loss-scale run shows its final state, no animation.
@@ -52,6 +81,30 @@ label:has(input:focus-visible), div:not(.lensa-slider):has(> input[type="range"]
 @media (prefers-reduced-motion: reduce) {
     .js-plotly-plot .updatemenu-container { display: none !important; }
 }
+</style>"""
+_OFF_PAPER = ", ".join(f".st-key-{key}" for key in NOT_ON_PAPER)
+_CHROME = (
+    '[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], [data-testid="stHeader"], '
+    '[data-testid="stToolbar"], [data-testid="stDecoration"], [data-testid="stStatusWidget"]'
+)
+# On paper (any page, printed from the browser's menu or from the print view): no sidebar, header or the
+# parts that only work on screen, and the page's whole length, not the one screen its scrolling area shows.
+# The print view shows the page that way on screen too, at the width of a sheet, so the charts are laid
+# out for it before the browser prints them.
+PRINT_STYLE = f"""<style>
+@media print {{
+    {_CHROME}, {_OFF_PAPER} {{ display: none !important; }}
+    html, body, [data-testid="stApp"], [data-testid="stAppViewContainer"], [data-testid="stMain"] {{
+        overflow: visible !important; height: auto !important; position: static !important;
+    }}
+    [data-testid="stMainBlockContainer"] {{ padding: 0 !important; }}
+    [data-testid="stPlotlyChart"], [data-testid="stMetric"], [data-testid="stExpander"], table {{
+        break-inside: avoid;
+    }}
+    @page {{ margin: 12mm; }}
+}}
+body.lensa-print-view :is({_CHROME}) {{ display: none !important; }}
+body.lensa-print-view [data-testid="stMainBlockContainer"] {{ max-width: 700px !important; }}
 </style>"""
 
 
@@ -93,8 +146,11 @@ PRELOAD_SCRIPT = """<script>
 </script>"""
 
 
-def page_extras(lang: str, preload: str | None = None) -> None:
-    """The page script and style: the document's language (``lang``), keyboard-reachable plot buttons, focus
-    rings; ``preload``: a module's path under the app's root to fetch and compile ahead (:data:`PRELOAD_SCRIPT`)."""
+def page_extras(lang: str, print_open: tuple[str, ...] = (), preload: str | None = None) -> None:
+    """The page script and styles: the document's language (``lang``), keyboard-reachable plot buttons, focus
+    rings, one screen for a step (:data:`ONE_SCREEN_STYLE`), the sidebar that closes after a tap on a phone, the
+    page on paper; ``print_open``: the labels of the sections the print view opens (none outside it);
+    ``preload``: a module's path under the app's root to fetch and compile ahead (:data:`PRELOAD_SCRIPT`)."""
+    script = PAGE_SCRIPT % {"lang": lang, "print_open": json.dumps(list(print_open)), "narrow": NARROW_PX}
     extra = "" if preload is None else PRELOAD_SCRIPT % {"path": preload.lstrip("/")}
-    st.html(PAGE_STYLE + ONE_SCREEN_STYLE + PAGE_SCRIPT % {"lang": lang} + extra, unsafe_allow_javascript=True)
+    st.html(PAGE_STYLE + ONE_SCREEN_STYLE + PRINT_STYLE + script + extra, unsafe_allow_javascript=True)

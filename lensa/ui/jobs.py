@@ -25,7 +25,19 @@ from lensa.live.worker import ABANDON_S, MAX_WAITING, WAIT_LIMIT_S, Job, default
 from lensa.ui import live_view
 from lensa.ui.frame import Page
 
-__all__ = ["ABANDON_S", "MAX_WAITING", "WAIT_LIMIT_S", "Job", "clock", "device_info", "follow", "settle", "submit"]
+__all__ = [
+    "ABANDON_S",
+    "MAX_WAITING",
+    "PAGE_WAIT_S",
+    "WAIT_LIMIT_S",
+    "Job",
+    "clock",
+    "device_info",
+    "follow",
+    "ready",
+    "settle",
+    "submit",
+]
 
 
 def submit(task: str, **kwargs: Any) -> Job:
@@ -33,14 +45,38 @@ def submit(task: str, **kwargs: Any) -> Job:
     return default_worker().submit(task, **kwargs)
 
 
-def device_info(device: str = "auto") -> Any:
-    """The hardware a run on ``device`` uses, as the worker sees it; raises ``LiveError`` (see ``LabWorker``)."""
-    return default_worker().device_info(device)
+PAGE_WAIT_S = 60.0
+"""Longest a page waits for a starting worker's hello (importing torch, timing the machine: a few seconds, more
+on a loaded machine) before it says so with a way to try again (``LiveError`` kind ``"not_ready"``)."""
 
 
-def clock(device: str = "auto") -> Any:
+def device_info(device: str = "auto", timeout_s: float = PAGE_WAIT_S) -> Any:
+    """The hardware a run on ``device`` uses, as the worker sees it; raises ``LiveError`` (see ``LabWorker``).
+
+    Answers at once once any worker of this server has started; otherwise starts one and waits at most
+    ``timeout_s`` seconds, showing a spinner in the page's language (``page`` given to :func:`ready`).
+    """
+    return default_worker().device_info(device, timeout_s)
+
+
+def clock(device: str = "auto", timeout_s: float = PAGE_WAIT_S) -> Any:
     """This machine's calibrated :class:`lensa.live.CostModel` for ``device``, timed by the worker when it started."""
-    return default_worker().clock(device)
+    return default_worker().clock(device, timeout_s)
+
+
+def ready(page: Page, device: str = "auto") -> tuple[Any, Any]:
+    """This machine as the worker sees it and its clock: ``(DeviceInfo, CostModel)``; raises ``LiveError``.
+
+    The first visit to a server starts its worker and waits for it (at most :data:`PAGE_WAIT_S`) under a
+    spinner that says why; later visits answer at once from what that worker found, and warm a worker in the
+    background when the last one has retired, so that a run finds it ready.
+    """
+    worker = default_worker()
+    if worker.known(device):
+        worker.warm()
+        return worker.device_info(device), worker.clock(device)
+    with st.spinner(page.t("live.starting", seconds=page.seconds(PAGE_WAIT_S))):
+        return worker.device_info(device, PAGE_WAIT_S), worker.clock(device, PAGE_WAIT_S)
 
 
 def follow(page: Page, job: Job, running: Callable[[Job], str]) -> None:

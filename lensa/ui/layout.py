@@ -4,12 +4,16 @@ controls are read, the explanation box, the notes and the footer with the previo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from urllib.parse import urlencode
 
 import streamlit as st
 
-from lensa.ui import quiz
+from lensa import inspector
+from lensa.formats import FORMATS
+from lensa.ui import glossary, quiz
 from lensa.ui.components import scrub
 from lensa.ui.frame import (
+    PRINT_PARAM,
     Page,
     draw_navigation,
     draw_own_link,
@@ -20,7 +24,7 @@ from lensa.ui.frame import (
     step_of,
 )
 from lensa.ui.injected import page_extras
-from lensa.ui.site import STEP_COUNT
+from lensa.ui.site import PAGES_BY_KEY, STEP_COUNT
 
 LINK_NOTICE_ICON = ":material/link_off:"
 
@@ -32,7 +36,7 @@ def after_controls(page: Page) -> None:
     the fragment's caller draws the rest.
     """
     if page.own_link is None:
-        page_extras(page.lang)
+        extras(page)
         draw_navigation(page)
     else:
         draw_own_link(page)
@@ -46,7 +50,7 @@ def after_controls(page: Page) -> None:
             st.warning(text, icon=LINK_NOTICE_ICON)
 
 
-def lesson(page: Page, body: Callable[[], None]) -> None:
+def lesson(page: Page, body: Callable[[], None], *, scrubs: bool = True) -> None:
     """Draw ``body``, the part of a step that its controls change, as a fragment: a move reruns only that part.
 
     The title, the notes, the questions, the footer and the navigation are drawn by the page's full runs;
@@ -55,9 +59,10 @@ def lesson(page: Page, body: Callable[[], None]) -> None:
     every widget's state intact, so the controls read those states as the learner's latest moves. ``body``
     calls :func:`after_controls`, which fills the page's own navigation entry (its link carries the
     controls' values) in a slot kept for it; Streamlit redraws a fragment's writes to such an outside slot
-    in place. A control whose value shows outside ``body`` is drawn with ``whole_page=True``.
+    in place. A control whose value shows outside ``body`` is drawn with ``whole_page=True``. ``scrubs``: ``body``
+    draws a scrub component (:mod:`lensa.ui.components.scrub`).
     """
-    page_extras(page.lang, preload=scrub.PLOTLY_PATH)  # a step's scrub imports Plotly.js: fetch it meanwhile
+    extras(page, scrubs=scrubs)
     slots = navigation_slots(page)
     page.own_link = slots[page.info.key]
     runs = 0
@@ -69,6 +74,7 @@ def lesson(page: Page, body: Callable[[], None]) -> None:
             page.partial = True
             page.notices.clear()
         runs += 1
+        page.questions_drawn = False  # the questions sit in the fragment: each of its runs draws them again
         body()
 
     st.fragment(part)()
@@ -81,13 +87,116 @@ def step_header(page: Page) -> None:
     st.markdown(f"#### {page.t('headline')}")
 
 
-def explain(page: Page, paragraph: str, try_this: str | None = None) -> None:
-    st.markdown(paragraph)
-    if try_this is not None:  # a step whose sliders are a scrub draws its "Try this" with them (display.try_this)
+def extras(page: Page, *, scrubs: bool = False) -> None:
+    """The page's script and styles (:func:`lensa.ui.injected.page_extras`); the print view opens the charts'
+    data tables and the account of how a float is stored. A page that ``scrubs`` (draws a scrub component, which
+    imports Plotly.js) has the browser fetch Plotly.js while the page's script runs; the print view draws none."""
+    if page.printing:
+        page_extras(page.lang, (page.t("figure.table"), page.t("glossary.primer_title")))
+    else:
+        page_extras(page.lang, preload=scrub.PLOTLY_PATH if scrubs else None)
+
+
+def explain(page: Page, paragraph: str, try_this: str | None, *, links: bool = True) -> None:
+    """The step's words under its picture: "Try this", the questions, then the explanation that answers them.
+
+    The questions (:func:`lensa.ui.quiz.predict`) come before the paragraph, so the learner predicts before
+    reading why. ``try_this`` is None where the picture's own component shows it. The page where floating
+    point is first used gets the account of how a float is stored after its paragraph; every step ends its
+    words with the links to the glossary, the format inspector and its print view (a step that explains
+    several pictures passes ``links=False`` to all but its last).
+    """
+    if try_this is not None and not page.printing:
         st.info(f"**{page.t('common.try_this')}** {try_this}", icon=":material/touch_app:")
+    quiz.predict(page)
+    st.markdown(paragraph)
+    if page.info.key == glossary.first_page(glossary.PRIMER_TERM):
+        how_a_float_is_stored(page)
+    if links:
+        step_links(page)
+
+
+# The numbers the account of a float writes out bit by bit: a normal value, the smallest normal, the step's
+# default gradient (a subnormal) and one that rounds to 0 (step 2's slider reaches each as a typical size).
+PRIMER_FORMAT = "fp16"
+PRIMER_EXAMPLES = ("0.1", "6.103515625e-5", "1e-6", "2e-8")
+PLAIN_FROM = 0.01  # values from here up are written as plain decimals (0.1), smaller ones in e-notation (1.0e-6)
+
+
+def how_a_float_is_stored(page: Page) -> None:
+    """A closed section: a float's three fields, FP16's numbers, and a few values bit by bit (from the inspector)."""
+    fmt = FORMATS[PRIMER_FORMAT]
+    with st.expander(page.t("glossary.primer_title"), icon=":material/memory:"):
+        st.markdown(
+            page.t(
+                "glossary.primer_body",
+                fmt=fmt.label,
+                bits=page.num(fmt.bits),
+                exponent_bits=page.num(fmt.exponent_bits),
+                significand_bits=page.num(fmt.significand_bits),
+                significant=page.num(fmt.significand_bits + 1),
+                bias=page.num(fmt.bias),
+                emin=f"−{page.num(-fmt.emin)}",  # written with the typographic minus, as 2^−14
+            )
+        )
+        rows = []
+        for text in PRIMER_EXAMPLES:
+            r = inspector.inspect(text, fmt)
+            rows.append(
+                (
+                    page.decimal(float(text)) if float(text) >= PLAIN_FROM else page.sci(float(text)),
+                    f":violet[`{r.sign_str}`]",
+                    f":blue[`{r.exponent_str}`]",
+                    f":orange[`{r.significand_str}`]",
+                    page.t(f"category.{r.category}"),
+                    r.stored_exact.replace(".", ",") if page.lang == "id" else r.stored_exact,
+                )
+            )
+        headers = [page.t(f"glossary.primer_col_{c}") for c in ("value", "sign", "exponent", "significand", "what")]
+        headers.append(page.t("glossary.primer_col_stored"))
+        st.markdown(_table(headers, rows))
+        st.page_link(
+            PAGES_BY_KEY["formats"].file,
+            label=page.t("glossary.primer_inspector"),
+            icon=":material/search:",
+            query_params={**link_params("formats", page.lang), "x": PRIMER_EXAMPLES[2]},
+        )
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
+    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)])
+
+
+def step_links(page: Page) -> None:
+    """One row of links under a step's words: the glossary, the format inspector, and the step's print view.
+
+    Drawn inside the step's lesson fragment, so the print view's link carries the controls' values of now.
+    """
+    if page.printing:
+        return
+    with st.container(horizontal=True, key="lensa-tools", gap="medium", vertical_alignment="center"):
+        st.page_link(
+            PAGES_BY_KEY["glossary"].file,
+            label=page.t("common.link_glossary"),
+            icon=":material/dictionary:",
+            query_params=link_params("glossary", page.lang),
+        )
+        st.page_link(
+            PAGES_BY_KEY["formats"].file,
+            label=page.t("nav.formats"),
+            icon=":material/search:",
+            query_params=link_params("formats", page.lang),
+        )
+        # A link, not a page link: the print view opens beside the page (a page link to the page itself
+        # would be drawn as the current one), to be printed and closed.
+        query = urlencode({**link_params(page.info.key, page.lang), PRINT_PARAM: "1"})
+        st.link_button(page.t("common.link_print"), f"?{query}", icon=":material/print:", type="tertiary")
 
 
 def notes(page: Page, body: str, sources: Sequence[str]) -> None:
+    if page.printing:
+        return  # on paper a closed section is a line that says nothing
     with st.expander(page.t("common.notes"), icon=":material/menu_book:"):
         st.markdown(body)
         st.markdown(f"**{page.t('common.sources')}**")
@@ -95,27 +204,30 @@ def notes(page: Page, body: str, sources: Sequence[str]) -> None:
 
 
 def step_end(page: Page, notes_body: str, sources: Sequence[str]) -> None:
-    """How every step ends: notes and sources, the check-yourself questions answers.toml lists, the step links."""
+    """How every step ends: notes and sources, the questions (where the explanation did not ask them), the links."""
     notes(page, notes_body, sources)
-    quiz.check_yourself(page, quiz.question_count(page))
+    quiz.check_yourself(page)
     step_footer(page)
 
 
 def step_footer(page: Page) -> None:
-    """Previous and next links, carrying the language and the target's last values."""
+    """Previous and next links, carrying the language and the target's last values (none on paper)."""
+    if page.printing:
+        return
     before, after = step_of(page.info)
-    left, right = st.columns(2)
-    if before is not None:
-        with left:
-            st.page_link(
-                before.file,
-                label=f"← {page_label(page, before)}",
-                query_params=link_params(before.key, page.lang),
-            )
-    if after is not None:
-        with right, st.container(horizontal=True, horizontal_alignment="right"):
-            st.page_link(
-                after.file,
-                label=f"{page_label(page, after)} →",
-                query_params=link_params(after.key, page.lang),
-            )
+    with st.container(key="lensa-footer"):
+        left, right = st.columns(2)
+        if before is not None:
+            with left:
+                st.page_link(
+                    before.file,
+                    label=f"← {page_label(page, before)}",
+                    query_params=link_params(before.key, page.lang),
+                )
+        if after is not None:
+            with right, st.container(horizontal=True, horizontal_alignment="right"):
+                st.page_link(
+                    after.file,
+                    label=f"{page_label(page, after)} →",
+                    query_params=link_params(after.key, page.lang),
+                )

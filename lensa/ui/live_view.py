@@ -54,6 +54,8 @@ def error_text(page: Page, exc: BaseException) -> str:
         if exc.kind == "too_long" and len(exc.numbers) == 2:
             need, limit = exc.numbers
             return page.t("live.error_too_long", seconds=page.seconds(need), limit=page.seconds(limit))
+        if exc.kind == "not_ready" and len(exc.numbers) == 1:
+            return page.t("live.error_not_ready", seconds=page.seconds(exc.numbers[0]))
         if exc.kind == "invalid":
             # The core's detail is English and names code fields; it goes to the log, not the page.
             _LOG.warning("live run refused: %s", exc.message)
@@ -262,3 +264,93 @@ def cpu_bf16_key(info: DeviceInfo) -> str | None:
     if info.bf16_matrix_units:
         return "cpu_fast"
     return "cpu_bf16_vector" if info.bf16_fast else "cpu_slow"
+
+
+# --- the recipes below 16 bits -------------------------------------------------------------------------------------
+
+RECIPE_GROUPS: dict[str, tuple[str, ...]] = {}
+"""The lab's choice of recipes to compare, each beside FP32 and BF16 (filled below from lensa.lowp)."""
+
+
+def _groups() -> dict[str, tuple[str, ...]]:
+    from lensa.lowp import TRAINING_RECIPES
+
+    def bits(key: str) -> int:
+        r = TRAINING_RECIPES[key].operand("input")
+        return 16 if r is None else r.element_format.bits
+
+    eight = tuple(k for k in TRAINING_RECIPES if bits(k) == 8)
+    four = tuple(k for k in TRAINING_RECIPES if bits(k) < 8)
+    return {
+        "all": ("fp32", "fp16", "bf16", *TRAINING_RECIPES),
+        "fp8": ("fp32", "bf16", *eight),
+        "fp4": ("fp32", "bf16", *four),
+    }
+
+
+RECIPE_GROUPS.update(_groups())
+
+
+def arm_colour_key(arm: str) -> str:
+    """The format whose colour draws ``arm`` (:func:`lensa.lowp.element_of`)."""
+    from lensa.lowp import element_of
+
+    return element_of(arm)
+
+
+def _gap(page: Page, gap: float | None) -> str:
+    if gap is None:
+        return "—"
+    if gap != gap:  # NaN: the arm's loss was not finite
+        return page.t("lab.not_finite")
+    return f"{'+' if gap >= 0 else '−'}{page.num(abs(gap), 1)} %"
+
+
+def recipe_table(page: Page, comparison: Any) -> list[dict[str, str]]:
+    """One row per finished arm of a comparison of recipes (:func:`lensa.live.recipe_rows`), in the page's language."""
+    from lensa import live
+
+    head = {
+        k: page.t(f"lab.rcol_{k}")
+        for k in ("arm", "loss", "gap_bf16", "gap_fp32", "diverged", "flushed", "saturated", "step")
+    }
+    rows = []
+    for row in live.recipe_rows(comparison):
+
+        def share(value: float | None, layer: str | None) -> str:
+            if value is None or layer is None:
+                return "—"
+            if value == 0:
+                return page.pct(0.0)
+            name, role = layer.rsplit(" ", 1)
+            return page.t("lab.share_at", share=page.pct(value), layer=name, tensor=page.t(f"lab.role_{role}"))
+
+        loss = row["final_loss"]
+        rows.append(
+            {
+                head["arm"]: page.t(f"lab.arm_{row['arm']}"),
+                head["loss"]: page.num(loss, 4) if loss == loss else page.t("lab.not_finite"),
+                head["gap_bf16"]: _gap(page, row["gap_vs_bf16_pct"]),
+                head["gap_fp32"]: _gap(page, row["gap_vs_fp32_pct"]),
+                head["diverged"]: page.t("live.yes") if row["diverged"] else page.t("live.no"),
+                head["flushed"]: share(row["flushed_max"], row["flushed_layer"]),
+                head["saturated"]: share(row["saturated_max"], row["saturated_layer"]),
+                head["step"]: page.significant(row["time_per_step_ms"], 3),
+            }
+        )
+    return rows
+
+
+def layer_table(page: Page, result: Any) -> list[dict[str, str]]:
+    """An arm below 16 bits: each linear layer's input, weight and gradient, the shares flushed and saturated."""
+    head = {k: page.t(f"lab.lcol_{k}") for k in ("layer", "tensor", "values", "flushed", "saturated")}
+    return [
+        {
+            head["layer"]: s.layer,
+            head["tensor"]: page.t(f"lab.role_{s.role}"),
+            head["values"]: page.num(s.values),
+            head["flushed"]: page.pct(s.flushed),
+            head["saturated"]: page.pct(s.saturated),
+        }
+        for s in result.shares
+    ]

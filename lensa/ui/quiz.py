@@ -1,46 +1,81 @@
-"""The check-yourself questions at the end of a step: predict, then see whether the prediction holds and why."""
+"""Predict, then reveal: a step's questions, asked before the explanation that answers them.
+
+A step's questions (``answers.toml`` lists them, ``<page>_q<n>``) come one at a time, in a box of their own
+right after the step's controls, chart and cards and before its explanation: the learner commits to an
+answer first and only then sees whether it holds and why. Each answer is kept for the session (it outlives
+page and language switches), so a step remembers what was answered on it, the navigation marks the steps
+whose questions are all answered, and the summary page lists every answer.
+"""
 
 from __future__ import annotations
 
-import re
+from functools import partial
 
 import streamlit as st
 
-from lensa.ui import i18n
 from lensa.ui.frame import Page
+from lensa.ui.progress import answered, is_right, questions
 
 LETTERS = ("a", "b", "c")
+BOX_KEY = "lensa-quiz"  # the questions' container; its class (st-key-…) keeps it off paper (lensa.ui.injected)
 
 
 def question_count(page: Page) -> int:
     """How many questions ``answers.toml`` lists for the page (keys ``<page>_q<n>``)."""
-    return sum(1 for q in i18n.answers() if re.fullmatch(rf"{page.info.key}_q\d+", q))
+    return len(questions(page.info.key))
 
 
-def check_yourself(page: Page, count: int) -> None:
-    """Predict-then-reveal questions: pick an answer, then see whether it holds and why.
+def _commit(question: str, widget: str) -> None:
+    """A radio's change: keep the learner's answer for the session (Streamlit forgets the widget on a page switch)."""
+    letter = st.session_state.get(widget)
+    if letter in LETTERS:
+        answered()[question] = letter
 
-    Catalogue keys per question n: ``quiz.<page>_q<n>`` (the question),
-    ``..._a``, ``..._b``, ``..._c`` (answers) and ``..._why`` (the
-    explanation). The letter of the right answer is the same in every
-    language, so it is kept once, in ``lensa/text/answers.toml``.
+
+def widget_key(page_key: str, n: int) -> str:
+    return f"quiz.{page_key}.{n}"
+
+
+def predict(page: Page) -> None:
+    """The page's questions before its explanation, one at a time: the next appears once this one is answered.
+
+    Catalogue keys per question n: ``quiz.<page>_q<n>`` (the question), ``..._a``, ``..._b``, ``..._c``
+    (the answers) and ``..._why`` (the explanation, shown once the learner has answered). The right letter
+    is the same in every language, so it is kept once, in ``lensa/text/answers.toml``. Nothing is drawn in
+    the print view (a page on paper has no one to answer), nor for a page without questions.
     """
-    st.subheader(page.t("common.check_title"))
-    for n in range(1, count + 1):
-        base = f"quiz.{page.info.key}_q{n}"
+    ids = questions(page.info.key)
+    if page.questions_drawn or page.printing or not ids:
+        return
+    page.questions_drawn = True
+    record = answered()
+    with st.container(border=True, key=BOX_KEY):
+        for n, question in enumerate(ids, start=1):
+            base = f"quiz.{question}"
+            key = widget_key(page.info.key, n)
+            st.markdown(f"**{page.t('common.predict')}** · {page.t('common.question_of', n=n, total=len(ids))}")
+            kept = record.get(question)
+            picked = st.radio(
+                page.t(base),
+                LETTERS,
+                index=LETTERS.index(kept) if kept in LETTERS else None,
+                format_func=lambda letter, base=base: page.t(f"{base}_{letter}"),
+                key=key,
+                on_change=partial(_commit, question, key),
+            )
+            if picked is None:
+                return  # the later questions wait for this one
+            record[question] = picked  # a value the widget kept from before the record existed counts too
+            right = is_right(question, picked)
+            verdict = page.t("common.check_right" if right else "common.check_wrong")
+            (st.success if right else st.warning)(f"**{verdict}** {page.t(base + '_why')}")
 
-        def answer(letter: str, base: str = base) -> str:
-            return page.t(f"{base}_{letter}")
 
-        picked = st.radio(
-            page.t(base),
-            LETTERS,
-            index=None,
-            format_func=answer,
-            key=f"quiz.{page.info.key}.{n}",
-        )
-        if picked is None:
-            continue
-        right = i18n.answers()[base.removeprefix("quiz.")]
-        verdict = page.t("common.check_right" if picked == right else "common.check_wrong")
-        (st.success if picked == right else st.warning)(f"**{verdict}** {page.t(base + '_why')}")
+def check_yourself(page: Page, count: int | None = None) -> None:
+    """The page's questions where it has not drawn them yet (a page whose explanation did not ask them).
+
+    ``count`` is accepted for pages written before the questions moved above the explanation; the questions
+    drawn are always those ``answers.toml`` lists.
+    """
+    del count
+    predict(page)

@@ -386,10 +386,31 @@ def layer_words(page: Page, layer: str) -> str:
 
 
 def source_line(page: Page, sel: Selection, every_step: bool = False) -> str:
-    """The caption sentence naming the data: which run, which tensors, which layer, which step (or all of them)."""
+    """The caption sentence naming the data: which run, which tensors, which layer, which step (or all of them);
+    then what a recording in a narrow type cannot say (:func:`dtype_note`)."""
     when = page.t("data.all_steps") if every_step else page.t("data.at_step", step=page.num(sel.step))
     what = page.t("data.what", kind=kind_words(page, sel.kind), layer=layer_words(page, sel.layer), when=when)
-    return page.t(f"data.line_{sel.source.key}", what=what, name=sel.source.name, arm=arm_words(page, sel.source))
+    line = page.t(f"data.line_{sel.source.key}", what=what, name=sel.source.name, arm=arm_words(page, sel.source))
+    note = dtype_note(page, sel.stats, sel.kind)
+    return f"{line} {note}" if note else line
+
+
+def dtype_note(page: Page, stats: TensorStats, kind: str) -> str:
+    """What the tensors' own type (file version 3) means for the columns: a format that holds every value of that
+    type loses nothing of them by construction, so only an FP32 recording answers whether it would do; an update
+    of a narrow weight is the one the optimizer meant to make. Empty for FP32 tensors and older files."""
+    from lensa.runstats import SUMMARY_FORMATS
+
+    dtypes = stats.dtypes
+    if not dtypes:
+        return ""
+    names = ", ".join(FORMATS[k].label if (k := measured.format_of_dtype(d)) else d for d in dtypes)
+    if kind == "update":
+        return page.t("data.intended_note", dtypes=names) if stats.intended else ""
+    trivial = measured.trivial_formats(dtypes, SUMMARY_FORMATS)
+    if not trivial:
+        return ""
+    return page.t("data.trivial_note", dtypes=names, formats=", ".join(FORMATS[f].label for f in trivial))
 
 
 def scaler_line(page: Page, source: Source) -> str:

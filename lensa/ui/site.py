@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from lensa.blockscale import RECIPES
 from lensa.exact import try_parse_exact
 from lensa.formats import FormatGroup
+from lensa.lowp import TRAINING_RECIPES
 from lensa.memory import CHECKPOINTING, OPTIMIZERS
 from lensa.models import DEFAULT_PRESET, PRESETS
 from lensa.runstats import KINDS
@@ -25,6 +26,7 @@ from lensa.ui.controls import (
     log_stops,
     power_of_two_stops,
 )
+from lensa.ui.glossary import TERM_KEYS
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,8 @@ PAGES: tuple[PageInfo, ...] = (
             NumberControl("cluster", (*GPU_COUNTS, 2048, 4096, 8192, 16384), 1024, log=True, integer=True),
         ),
     ),
+    # The end of the lesson: the six ideas with the learner's answers (after the last step, whatever PAGES adds).
+    PageInfo("summary", "pages/summary.py", None),
     PageInfo("formats", "pages/formats.py", None, (TextControl("x", "0.1", lambda t: try_parse_exact(t) is not None),)),
     PageInfo(
         "blocks",
@@ -145,6 +149,18 @@ PAGES: tuple[PageInfo, ...] = (
             NumberControl("outlier", tuple(i / 4 for i in range(0, 65)), 0.0),
             *measured_controls(),
             RECIPE,
+        ),
+    ),
+    PageInfo(
+        "low_bits",
+        "pages/low_bits.py",
+        None,
+        (
+            # where the value lies between E2M1's 1 and 1.5 (lensa.lowp_lesson.rounding_view)
+            NumberControl("position", tuple(i / 20 for i in range(21)), 0.25),
+            # how far the block's outlier stands above its other values: 2**outlier times their largest
+            NumberControl("outlier", tuple(i / 2 for i in range(0, 21)), 5.0),
+            ChoiceControl("arm", tuple(TRAINING_RECIPES), "nvfp4_recipe"),
         ),
     ),
     PageInfo(
@@ -162,13 +178,21 @@ PAGES: tuple[PageInfo, ...] = (
             NumberControl("trace_spike", tuple(range(25)), 12, integer=True),
             NumberControl("trace_factor", (1e2, 1e3, 1e4, 1e5, 1e6, 1e8), 1e4, log=True),
             NumberControl("trace_growth", (1, 2, 3, 4, 5, 10), 3, integer=True),
+            # The comparison of the recipes below 16 bits: which of them (lensa.ui.live_view.RECIPE_GROUPS).
+            ChoiceControl("recipes", ("all", "fp8", "fp4"), "all"),
         ),
     ),
+    # ?term=subnormal opens the glossary at that entry ("all": the whole list, no entry picked).
+    PageInfo("glossary", "pages/glossary.py", None, (ChoiceControl("term", ("all", *TERM_KEYS), "all"),)),
 )
 
 PAGES_BY_KEY = {p.key: p for p in PAGES}
 STEPS = tuple(p for p in PAGES if p.step is not None)
 STEP_COUNT = len(STEPS)  # the N of "step n of N" and the count of steps the text says
+# The lesson in reading order, the previous and next links of its footers: the overview, every step, the summary.
+LESSON = (PAGES_BY_KEY["overview"], *STEPS, PAGES_BY_KEY["summary"])
+# Our navigation: the lesson first, then the other pages in the order of PAGES (the same order for the shipped list).
+NAVIGATION = (*LESSON, *(p for p in PAGES if p not in LESSON))
 
 
 def pages_with(control: str, pages: tuple[PageInfo, ...] | None = None) -> tuple[PageInfo, ...]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -84,12 +85,22 @@ Block = Chart | Cards
 Frame = tuple[Block, ...]  # what the component shows at one stop, top to bottom under its sliders
 
 
+_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
+
+
+def words(text: str) -> str:
+    """A text the browser writes as plain text (a label, a card, a stop, a text alternative): a catalogue link
+    ``[words](glossary?...)`` reads as its words. Titles, captions and "Try this" keep theirs: ``scrub.js`` draws
+    a glossary link as a link."""
+    return _LINK.sub(r"\1", text)
+
+
 def frame_json(frame: Frame) -> list[Spec]:
     """A frame as the browser reads it (its charts' data tables stay on the server: :func:`data_tables`)."""
     out: list[Spec] = []
     for block in frame:
         if isinstance(block, Cards):
-            out.append({"k": "cards", "cards": [list(item) for item in block.items]})
+            out.append({"k": "cards", "cards": [[words(label), words(value)] for label, value in block.items]})
             continue
         fig = block.figure
         spec = fig.to_dict()
@@ -98,7 +109,7 @@ def frame_json(frame: Frame) -> list[Spec]:
                 "k": "chart",
                 "title": block.title,
                 "caption": block.caption,
-                "alt": block.alt or getattr(fig, "alt", "") or block.title,
+                "alt": words(block.alt or getattr(fig, "alt", "") or block.title),
                 "fig": {"data": spec.get("data", []), "layout": spec.get("layout", {})},
                 "compact": None
                 if block.compact_height is None and not block.compact_layout
@@ -268,10 +279,10 @@ def slider_part(page: Page, slider: Slider, values: State, build: Build, note: S
     base = frames[base_at]
     part = {
         "name": slider.name,
-        "label": slider.label,
-        "help": slider.help or "",
-        "about": page.t("views.help_about", label=slider.label),
-        "stops": [slider.show(s) for s in control.stops],
+        "label": words(slider.label),
+        "help": words(slider.help or ""),
+        "about": words(page.t("views.help_about", label=slider.label)),
+        "stops": [words(slider.show(s)) for s in control.stops],
         "base": base,
         "frames": [delta(base, f) for f in frames],
     }
@@ -381,10 +392,13 @@ def scrub(
     ``build`` gets the states of one slider's stops, in order (every other slider at its current value), and
     returns a frame for each; it must be a pure function of those states, the page's language and ``depends``
     (every other control it reads), which key the shared cache of frames. ``try_this``: the step's "Try this",
-    shown after the first row of cards.
+    shown after the first row of cards. In the print view (``page.printing``) nothing moves: :func:`printed`.
     """
     values = read_values(page, sliders)
-    note = None if try_this is None else {"k": "note", "label": page.t("common.try_this"), "text": try_this}
+    if page.printing:
+        printed(page, sliders, values, build([values])[0])
+        return values
+    note = None if try_this is None else {"k": "note", "label": words(page.t("common.try_this")), "text": try_this}
     parts = []
     for slider in sliders:
         others = tuple((s.name, values[s.name]) for s in sliders if s.name != slider.name)
@@ -405,3 +419,16 @@ def frame_at(payload_part: str | Mapping[str, Any], index: int) -> list[Spec]:
     part = json.loads(payload_part) if isinstance(payload_part, str) else payload_part
     result: list[Spec] = patch(part["base"], part["frames"][index])
     return result
+
+
+def printed(page: Page, sliders: Sequence[Slider], values: State, frame: Frame) -> None:
+    """The print view of a scrub: each slider's value written out, and the current stop's frame as Streamlit's own
+    charts (each with its caption and data table) and metric cards, with nothing to drag and no "Try this"."""
+    st.markdown("  \n".join(f"**{s.label}:** {s.show(values[s.name])}" for s in sliders))
+    for block in frame:
+        if isinstance(block, Cards):
+            display.metric_row(block.items)
+        else:
+            display.chart(block.figure, block.title, block.caption or None, block.alt)
+    for slider in sliders:
+        value_to_url(page, slider.control, values[slider.name])

@@ -42,13 +42,22 @@ function el(tag, className, attrs = {}) {
   return node;
 }
 
-// Captions, titles and "Try this" are the catalogue's text: **bold**, *italic* and `code` are written as such,
-// nothing else is markup (and nothing is ever parsed as HTML).
+// Captions, titles and "Try this" are the catalogue's text: **bold**, *italic*, `code` and a glossary link
+// [words](glossary?lang=..&term=..) are written as such (it opens beside the page, as the page's own links do; any
+// other link reads as its words), nothing else is markup (and nothing is ever parsed as HTML).
+const LINK = /^\[([^\]]+)\]\(([^)]*)\)$/;
+const GLOSSARY_HREF = /^glossary\?lang=[a-z]+&term=[a-z0-9_]+$/;
 function setRich(node, text) {
   node.replaceChildren();
-  for (const piece of String(text || "").split(/(\*\*[^*]+\*\*|\*[^*]+\*|`[^`]+`)/)) {
+  for (const piece of String(text || "").split(/(\[[^\]]+\]\([^)]*\)|\*\*[^*]+\*\*|\*[^*]+\*|`[^`]+`)/)) {
     if (!piece) continue;
-    if (piece.startsWith("**") && piece.endsWith("**") && piece.length > 4) {
+    const link = LINK.exec(piece);
+    if (link && GLOSSARY_HREF.test(link[2])) {
+      const a = node.appendChild(el("a", "lensa-term", { href: link[2], target: "_blank", rel: "noopener" }));
+      a.textContent = link[1];
+    } else if (link) {
+      node.appendChild(document.createTextNode(link[1]));
+    } else if (piece.startsWith("**") && piece.endsWith("**") && piece.length > 4) {
       node.appendChild(el("strong")).textContent = piece.slice(2, -2);
     } else if (piece.startsWith("*") && piece.endsWith("*") && piece.length > 2) {
       node.appendChild(el("em")).textContent = piece.slice(1, -1);

@@ -1,0 +1,690 @@
+"""Training below 16 bits, emulated in torch: block-scaled FP8, MX and NVFP4 matrix products on any device.
+
+    import lensa.live.lowp as lowp
+    model = lowp.quantize_model(model, "nvfp4_recipe")      # or "mxfp8", "fp8_delayed", ... (TRAINING_RECIPES)
+    # ... train as usual: each nn.Linear now quantizes the operands of its three products
+
+:func:`fake_quantize` stores a tensor as a recipe of :data:`lensa.blockscale.RECIPES` does and gives the values it
+stands for. With ``rounding="nearest"`` it is :func:`lensa.blockscale.quantize`, bit for bit, for every recipe,
+block shape and tensor shape (``dtype=torch.float64`` gives its float64 values; the default float32 result is
+those values rounded once to FP32, the numbers an emulated FP32 product reads): the same scale rules, computed in
+the same FP32 operations, and the same rounding (ties to even, saturation at the element's largest value).
+
+``rounding="stochastic"`` rounds a scaled value ``y`` between its two neighbours on the element's grid, ``lo`` and
+``hi = lo + step``, up with probability ``(y - lo) / step``: its expected value is ``y`` (unbiased) wherever that
+probability is a multiple of 2**-24, which it is for every ``y`` at least 2**-24 steps above ``lo`` (the uniform
+draws, ``torch.rand``'s, are multiples of 2**-24); nearer ``lo`` it rounds up with probability 2**-24, slightly
+more often than it should. A value past the element's largest is clamped to it, not rounded (counted as saturated only
+past what rounding to nearest would keep, as :mod:`lensa.blockscale` counts).
+
+``hadamard=True`` rotates each 16 values along the last axis by R = diag(s) · H16 / 4 (Sylvester's Hadamard
+matrix, the sign vector ``s`` = :data:`lensa.lowp.HADAMARD_SIGNS`, Transformer Engine's), quantizes, and rotates
+back by Rᵀ; a last axis that is not a multiple of 16 is padded with zeros for the rotation. R is orthogonal, so the
+rotation changes a product of two rotated operands by float32 rounding only: :func:`rotate` then
+``rotate(..., inverse=True)`` gives each value back within :data:`ROTATION_ERROR` times its 16-block's amax.
+
+:func:`quantize_model` makes a model's ``nn.Linear`` layers run :class:`LinearFunction`: the three products of a
+step (fprop ``x @ w.T``, dgrad ``dy @ w``, wgrad ``dy.T @ x``) each read operands quantized per a
+:class:`lensa.lowp.TrainingRecipe`, blocks along the axis summed over, and are computed in FP32 (autocast is off
+inside them), as torchao's emulated kernels and Transformer Engine's reference GEMMs do. The bias and its gradient
+stay FP32. What each layer and tensor lost is counted at the steps asked for (:func:`set_counting`,
+:func:`layer_shares`).
+
+NVFP4 here is :mod:`lensa.blockscale`'s rule (torchao's: ``nvfp4_tensor``), which differs from Transformer Engine's
+reference quantizer (``NVFP4QuantizerRef`` in ``transformer_engine/pytorch/custom_recipes/quantization_nvfp4.py``)
+in three places: the block scale is clamped below at E4M3's smallest normal 2**-6 (TE's only at 448 above, so a
+block far below the tensor's amax there gets a subnormal scale or 0, and its values flush); the tensor scale is
+``amax / (448 * 6)`` (TE's is the reciprocal of ``448 * 6 / amax``, which can differ in the last bit); and values
+are divided by ``tensor scale * block scale`` (TE multiplies by the reciprocal of that product). Only the first
+changes more than a rare tie: ``tests/test_lowp.py`` measures the three against TE's formula written out.
+
+Nothing here has run on CUDA (no GPU was lent while it was written); every operation is a plain torch operation on
+the tensor's own device, with a ``torch.Generator`` on that device for the stochastic draws.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from lensa.blockscale import Recipe, _tie_goes_up, get_recipe
+from lensa.formats import FORMATS, FloatFormat
+from lensa.lowp import (
+    BF16,
+    HADAMARD_SIZE,
+    ROLES,
+    TRAINING_RECIPES,
+    LayerShare,
+    Pass,
+    Role,
+    Rounding,
+    TrainingRecipe,
+    bf16_layer,
+    hadamard_matrix,
+    passes,
+)
+
+ROTATION_ERROR = 2.0**-20
+""":func:`rotate` then its inverse gives each value back within this times the amax of its block of 16."""
+
+_NVFP4_TENSOR_DIVISOR = 448.0 * 6.0
+_E4M3 = FORMATS["fp8_e4m3"]
+_NATIVE = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+# --- one tensor -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Counts:
+    """What quantizing lost, summed over the quantizations counted: ``values`` quantized, ``nonzero`` of them not
+    0, ``flushed`` (not 0, stored as 0) and ``saturated`` (clamped to the element's largest value)."""
+
+    values: int = 0
+    nonzero: int = 0
+    flushed: int = 0
+    saturated: int = 0
+
+    def add(self, other: Counts) -> None:
+        self.values += other.values
+        self.nonzero += other.nonzero
+        self.flushed += other.flushed
+        self.saturated += other.saturated
+
+
+def _rows_shape(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    rows = 1 if len(shape) < 2 else shape[-2]
+    cols = 1 if len(shape) == 0 else shape[-1]
+    lead = math.prod(shape[:-2]) if len(shape) > 2 else 1
+    return lead, rows, cols
+
+
+def _blocked(x: torch.Tensor, block: tuple[int | None, int | None] | None) -> tuple[torch.Tensor, tuple[Any, ...]]:
+    """``x`` as (matrices, row blocks, rows per block, column blocks, values per column block), zero-padded to whole
+    blocks (zeros leave a block's amax alone), and how to undo it; as :func:`lensa.blockscale._blocked`."""
+    shape = tuple(x.shape)
+    if block is None:
+        return x.reshape(1, 1, 1, 1, -1), (shape, None)
+    lead, rows, cols = _rows_shape(shape)
+    br = rows if block[0] is None or block[0] > rows else block[0]
+    bc = cols if block[1] is None or block[1] > cols else block[1]
+    br, bc = max(br, 1), max(bc, 1)
+    m = x.reshape(lead, rows, cols)
+    pr, pc = (-rows) % br, (-cols) % bc
+    if pr or pc:
+        m = F.pad(m, (0, pc, 0, pr))
+    return m.view(lead, (rows + pr) // br, br, (cols + pc) // bc, bc), (shape, (lead, rows, cols))
+
+
+def _unblocked(b: torch.Tensor, how: tuple[Any, ...]) -> torch.Tensor:
+    shape, dims = how
+    if dims is None:
+        return b.reshape(shape)
+    lead, rows, cols = dims
+    m = b.reshape(lead, b.shape[1] * b.shape[2], b.shape[3] * b.shape[4])
+    if m.shape[1] != rows or m.shape[2] != cols:
+        m = m[:, :rows, :cols]
+    return m.reshape(shape)
+
+
+def _block_amax(a: torch.Tensor) -> torch.Tensor:
+    """Each block's largest value of ``a`` (magnitudes, blocked as :func:`_blocked` lays them out), shaped
+    (matrices, row blocks, 1, column blocks, 1); NaN where a block holds a NaN (max pooling and ``amax`` both
+    propagate it). Blocks of 16 along a row take torch's max pooling, several times faster than ``amax`` over a
+    last axis that short; a 16×16 block, that pooling and then the maximum down its rows."""
+    lead, rb, br, cb, bc = a.shape
+    if bc != 16:
+        return a.amax(dim=(2, 4), keepdim=True)
+    rows = F.max_pool1d(a.reshape(lead * rb * br, 1, cb * bc), bc).reshape(lead, rb, br, cb, 1)
+    return rows if br == 1 else rows.amax(dim=2, keepdim=True)
+
+
+def _powers_of_two(e: torch.Tensor) -> torch.Tensor:
+    """2**e in float32 for integer e in -127 ... 127, from the bits (2**-127, a subnormal, where (e + 127) << 23
+    gives 0), as :func:`lensa.blockscale._powers_of_two`."""
+    bits = torch.clamp_min((e + 127) << 23, 0x400000)
+    return bits.view(torch.float32)
+
+
+def _block_scales(r: Recipe, amax: torch.Tensor) -> torch.Tensor:
+    """Each block's scale (what its values are divided by) from its amax (0 for a block with a NaN or an inf), as
+    :func:`lensa.blockscale._block_scales` computes it, in the same float32 operations."""
+    f = r.element_format
+    if r.rule == "amax":
+        return torch.where(amax > 0, amax / f.max, torch.ones_like(amax))
+    if r.rule == "nvfp4":
+        top = amax.amax() if amax.numel() else amax.new_zeros(())
+        ts = torch.where(top > 0, top / _NVFP4_TENSOR_DIVISOR, torch.ones_like(top))
+        block = (amax / f.max) / ts
+        block = torch.clamp(block, _E4M3.smallest_normal, _E4M3.max)
+        block = block.to(torch.float8_e4m3fn).to(torch.float32)
+        return ts * block
+    if f.emax < 1:
+        raise ValueError(f"{r.key}: an MX element format with its largest exponent below 1 is not supported here")
+    bits = amax.view(torch.int32)
+    e = (bits >> 23) - (127 + f.emax)
+    if r.rule == "mx_ceil":
+        top_fraction = int(torch.tensor(f.max, dtype=torch.float32).view(torch.int32)) & 0x7FFFFF
+        e = e + ((bits & 0x7FFFFF) > top_fraction).to(torch.int32)
+    return _powers_of_two(torch.clamp_min(e, -127))
+
+
+def _saturation(f: FloatFormat) -> tuple[float, bool]:
+    """(threshold, inclusive): a scaled magnitude past it (at it, when inclusive) is counted as saturated, whatever
+    the rounding: past the largest value by more than rounding to nearest absorbs (:mod:`lensa.blockscale`'s
+    definition). Stochastic rounding clamps anything past the largest value, but counting the values a hair above
+    it (a block's amax, when the block's scale was rounded down) would make it look worse than it is."""
+    return f.overflow_threshold, _tie_goes_up(f)
+
+
+def _to_grid(a: torch.Tensor, f: FloatFormat, rounding: Rounding, generator: torch.Generator | None) -> torch.Tensor:
+    """Magnitudes ``a`` (float32, >= 0 or NaN, at most ``f.max``) rounded to ``f``'s grid, in place.
+
+    Nearest: ties to even, by :func:`lensa.formats.round_float32`'s magic-number addition (2**(b + 23 - m), b the
+    binade, emin at least, added and taken away again: float32's own rounding does the work). Stochastic: ``a``
+    over its grid step ``u`` (a power of two, so exactly) is ``t``; the result is ``(floor(t) + (draw < t -
+    floor(t))) * u``.
+    """
+    exp = torch.bitwise_and(a.view(torch.int32), 0x7F800000).clamp_min_((f.emin + 127) << 23)
+    if rounding == "nearest":
+        magic = exp.add_((23 - f.significand_bits) << 23).view(torch.float32)
+        return a.add_(magic).sub_(magic)
+    step = exp.sub_(f.significand_bits << 23).view(torch.float32)
+    t = a.div_(step)
+    low = torch.floor(t)
+    draw = torch.rand(t.shape, generator=generator, device=t.device, dtype=torch.float32)
+    return low.add_(draw.lt_(t.sub_(low))).mul_(step)
+
+
+def _quantize(
+    x: torch.Tensor,
+    r: Recipe,
+    rounding: Rounding = "nearest",
+    generator: torch.Generator | None = None,
+    counts: Counts | None = None,
+    *,
+    scale: torch.Tensor | None = None,
+    wide: bool = False,
+    down: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` (float32) stored under ``r`` with ``rounding``: (the values it stands for, the tensor's amax).
+
+    Blocks along the last axis; with ``down``, along the one before (the recipe's block transposed: a 2-D
+    tensor's columns, the numbers ``x.T`` would give with blocks along its rows, without the transposed copy).
+    ``scale``: a per-tensor scale given from outside (delayed scaling, Transformer Engine's: values are multiplied
+    by it and the elements by its float32 reciprocal); None computes each block's from the block. ``wide``: the
+    values in float64 (element times scale, exactly), else float32. ``counts``: add what was flushed and
+    saturated. A NaN or an inf in a block makes its scale, and so its every value, NaN (as :mod:`lensa.blockscale`).
+    """
+    f = r.element_format
+    if x.numel() == 0:
+        return x.to(torch.float64 if wide else torch.float32), x.new_zeros((), dtype=torch.float32)
+    block = None if scale is not None else r.block
+    if down and block is not None:
+        block = (block[1], block[0])
+    b, how = _blocked(x, block)
+    a = b.abs()
+    amax = _block_amax(a)
+    bad = ~torch.isfinite(amax)
+    amax = amax.masked_fill(bad, 0.0)
+    tensor_amax = amax.amax()
+    if scale is None:
+        s = _block_scales(r, amax).masked_fill(bad, math.nan)
+        a.div_(s)
+    else:
+        s = torch.reciprocal(scale).reshape(1, 1, 1, 1, 1).masked_fill(bad, math.nan)  # TE's scale_inv
+        a.mul_(scale)
+    if counts is not None:
+        threshold, inclusive = _saturation(f)
+        counts.values += x.numel()
+        counts.saturated += int(((a >= threshold) if inclusive else (a > threshold)).sum())
+    if rounding == "stochastic" or scale is not None or r.rule == "mx_floor":
+        # The other rules scale a block's amax to at most the largest value, or to a hair above it that rounding
+        # to nearest brings back down (an E4M3 block scale rounded down): no clamp is needed there.
+        a.clamp_max_(f.max)
+    e = _to_grid(a, f, rounding, generator)
+    if counts is not None:
+        nonzero = b != 0
+        counts.nonzero += int(nonzero.sum())
+        counts.flushed += int((nonzero & (e == 0)).sum())
+    stored = e.double().mul_(s.double()) if wide else e.mul_(s)
+    return _unblocked(stored.copysign_(b), how), tensor_amax
+
+
+def rotate(t: torch.Tensor, inverse: bool = False, *, down: bool = False) -> torch.Tensor:
+    """Each 16 values along the last axis times R (:func:`lensa.lowp.hadamard_matrix`), or times Rᵀ with
+    ``inverse``, in float32; a last axis that is not a multiple of 16 is padded with zeros first and the result has
+    the padded length (cut it back after the inverse). ``down``: along the first axis of a 2-D tensor instead."""
+    x = t.to(torch.float32)
+    if x.dim() == 0:
+        x = x.reshape(1)
+    r = _rotation(x.device)
+    r = r.T if inverse else r
+    if down:
+        pad = (-x.shape[0]) % HADAMARD_SIZE
+        if pad:
+            x = F.pad(x, (0, 0, 0, pad))
+        blocks = x.reshape(-1, HADAMARD_SIZE, x.shape[-1])
+        return torch.matmul(r.T, blocks).reshape(x.shape)
+    pad = (-x.shape[-1]) % HADAMARD_SIZE
+    if pad:
+        x = F.pad(x, (0, pad))
+    return (x.reshape(-1, HADAMARD_SIZE) @ r).reshape(x.shape)
+
+
+_ROTATIONS: dict[torch.device, torch.Tensor] = {}
+
+
+def _rotation(device: torch.device) -> torch.Tensor:
+    if device not in _ROTATIONS:
+        _ROTATIONS[device] = torch.tensor(hadamard_matrix(), dtype=torch.float32, device=device)
+    return _ROTATIONS[device]
+
+
+def fake_quantize(
+    t: torch.Tensor,
+    recipe: str | Recipe,
+    *,
+    rounding: Rounding = "nearest",
+    generator: torch.Generator | None = None,
+    hadamard: bool = False,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """The values ``recipe`` (a key of :data:`lensa.blockscale.RECIPES`, or a Recipe) stores for ``t``, blocks along
+    the last axis, in float32 (``dtype=torch.float64``: exactly, as :func:`lensa.blockscale.quantize` gives them).
+
+    ``t`` is read as float32 (a float64 tensor is rounded to float32 first, as :mod:`lensa.blockscale` does).
+    ``rounding``: ``"nearest"`` (ties to even) or ``"stochastic"`` (draws from ``generator``, or torch's default
+    one on the device). ``hadamard``: rotate each 16 values of the last axis first and back after (see the module's
+    docstring); the result then is not what the recipe stores, but what it stands for once rotated back.
+    """
+    r = get_recipe(recipe)
+    if rounding not in ("nearest", "stochastic"):
+        raise ValueError(f"rounding must be 'nearest' or 'stochastic', not {rounding!r}")
+    if dtype not in (None, torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, not {dtype}")
+    wide = dtype == torch.float64
+    x = t.detach().to(torch.float32)
+    if not hadamard:
+        return _quantize(x, r, rounding, generator, wide=wide)[0]
+    n = x.shape[-1] if x.dim() else 1
+    q = _quantize(rotate(x), r, rounding, generator)[0]
+    back = rotate(q, inverse=True)[..., :n]
+    return back.reshape(t.shape).to(torch.float64 if wide else torch.float32)
+
+
+# --- delayed scaling --------------------------------------------------------------------------------------------
+
+
+class DelayedScale:
+    """One tensor's delayed scale, as Transformer Engine's ``DelayedScaling`` keeps it (``amax_compute_algo="max"``).
+
+    The scale a quantization uses is ``(fmt_max * 2**-margin) / max(history)`` in FP32, the history holding the
+    amaxes of the last ``history`` quantizations before it; 1.0 before any, and unchanged while that maximum is 0 or
+    not finite. The same numbers as :func:`lensa.blockscale.delayed_scales` on the amaxes recorded
+    (:attr:`amaxes`), kept on the tensor's device (no read back per step).
+    """
+
+    def __init__(self, fmt: FloatFormat, history: int, margin: int) -> None:
+        self.history = history
+        self.scaled_max = torch.tensor(fmt.max, dtype=torch.float32) * torch.tensor(
+            2.0 ** -float(margin), dtype=torch.float32
+        )
+        self.window: torch.Tensor | None = None
+        self.scale: torch.Tensor | None = None
+        self.seen = 0
+        self.amaxes: list[torch.Tensor] = []
+        self.keep_amaxes = False
+
+    def current(self, device: torch.device) -> torch.Tensor:
+        if self.scale is None or self.window is None:
+            self.scale = torch.ones((), dtype=torch.float32, device=device)
+            self.window = torch.zeros(self.history, dtype=torch.float32, device=device)
+            self.scaled_max = self.scaled_max.to(device)
+        return self.scale
+
+    def record(self, amax: torch.Tensor) -> None:
+        """Add a quantization's amax (a NaN one, from a tensor holding NaN, is left out of the window)."""
+        assert self.window is not None and self.scale is not None
+        if self.keep_amaxes:
+            self.amaxes.append(amax.detach().clone())
+        slot = self.seen % self.history
+        self.window[slot] = torch.where(torch.isnan(amax), self.window[slot], amax)
+        self.seen += 1
+        top = self.window.amax()
+        ok = torch.isfinite(top) & (top > 0)
+        self.scale = torch.where(ok, self.scaled_max / top, self.scale)
+
+
+# --- one layer --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LayerState:
+    """What a quantized layer keeps: its name, its recipe, its passes' plan, the delayed scales, the counts."""
+
+    name: str
+    recipe: TrainingRecipe
+    model_state: ModelState
+    delayed: dict[Role, DelayedScale] = field(default_factory=dict)
+    counts: dict[Role, Counts] = field(default_factory=dict)
+    enabled: bool = True
+
+    def reset(self) -> None:
+        self.delayed.clear()
+        self.counts.clear()
+
+
+@dataclass
+class ModelState:
+    """What :func:`quantize_model` keeps for the whole model: the seed and generators of the stochastic draws, and
+    whether the next step's losses are counted."""
+
+    seed: int
+    generators: dict[torch.device, torch.Generator] = field(default_factory=dict)
+    counting: bool = False
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        if device not in self.generators:
+            self.generators[device] = torch.Generator(device=device).manual_seed(self.seed)
+        return self.generators[device]
+
+
+def _plan(layer: LayerState, m: int, k: int, n: int, dgrad: bool) -> dict[tuple[Role, str], Pass]:
+    """The layer's passes by (role, product): one Pass may serve two products (then it is quantized once)."""
+    return _plan_of(layer.recipe, m, k, n, dgrad)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan_of(recipe: TrainingRecipe, m: int, k: int, n: int, dgrad: bool) -> dict[tuple[Role, str], Pass]:
+    out: dict[tuple[Role, str], Pass] = {}
+    for p in passes(recipe, m, k, n, dgrad):
+        for product in p.products:
+            out[p.role, product] = p
+    return out
+
+
+def _operand(
+    layer: LayerState, p: Pass | None, t: torch.Tensor, counting: bool, train: bool, down: bool = False
+) -> torch.Tensor:
+    """``t`` (2-D, float32) as the pass stores it, blocks along its last axis (``down``: along its first); with the
+    rotation, rotated along that axis first (padded to a multiple of 16, and left rotated). No pass: ``t``."""
+    if p is None:
+        return t
+    if layer.recipe.is_bf16(p.role):
+        q = t.to(torch.bfloat16).to(torch.float32)
+        if counting:
+            c = layer.counts.setdefault(p.role, Counts())
+            nonzero = t != 0
+            c.values += t.numel()
+            c.nonzero += int(nonzero.sum())
+            c.flushed += int((nonzero & (q == 0)).sum())
+            c.saturated += int(torch.isinf(q).logical_and(torch.isfinite(t)).sum())
+        return q
+    r = p.recipe
+    assert r is not None
+    x = rotate(t, down=down) if p.rotated else t
+    counts = layer.counts.setdefault(p.role, Counts()) if counting else None
+    generator = layer.model_state.generator(x.device) if p.rounding == "stochastic" else None
+    scale = None
+    delayed = None
+    if layer.recipe.scaling == "delayed" and r.block is None:
+        delayed = layer.delayed.get(p.role)
+        if delayed is None:
+            delayed = layer.delayed[p.role] = DelayedScale(
+                r.element_format, layer.recipe.amax_history, layer.recipe.margin
+            )
+        scale = delayed.current(x.device)
+    q, amax = _quantize(x, r, p.rounding, generator, counts, scale=scale, down=down)
+    if delayed is not None and train:
+        delayed.record(amax)
+    return q
+
+
+class LinearFunction(torch.autograd.Function):
+    """A linear layer's step with every operand of its three products quantized per its layer's recipe.
+
+    ``forward(x, weight, bias, layer)``: ``y = Q(x) @ Q(w).T + b`` (blocks along K); backward: ``dx = Q(dy) @ Q(w)``
+    (blocks along N; not computed where ``x`` needs no gradient) and ``dw = Q(dy).T @ Q(x)`` (blocks along M, both
+    rotated first with the recipe's ``hadamard``), ``db = sum(dy)``; every product in FP32. A tensor read by two
+    products is quantized once where :func:`lensa.lowp.passes` says the two copies are the same numbers.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, layer: LayerState
+    ) -> torch.Tensor:
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            k = x.shape[-1]
+            x2 = x.reshape(-1, k).to(torch.float32)
+            w = weight.to(torch.float32)
+            n, m = w.shape[0], x2.shape[0]
+            plan = _plan(layer, m, k, n, bool(ctx.needs_input_grad[0]))
+            train = any(ctx.needs_input_grad[:3])
+            counting = layer.model_state.counting and train
+            x_pass, w_pass = plan.get(("input", "fprop")), plan.get(("weight", "fprop"))
+            xq = _operand(layer, x_pass, x2, counting, train)
+            wq = _operand(layer, w_pass, w, counting, train)
+            y = xq @ wq.T
+            if bias is not None:
+                y = y + bias.to(torch.float32)
+        # What the backward products read: the copy made here where the same numbers serve, else the FP32 tensor.
+        x_reused = x_pass is not None and plan.get(("input", "wgrad")) is x_pass
+        w_reused = w_pass is not None and plan.get(("weight", "dgrad")) is w_pass
+        ctx.save_for_backward(xq if x_reused else x2, wq if w_reused else w)
+        ctx.reused = (x_reused, w_reused)
+        ctx.layer, ctx.plan, ctx.counting = layer, plan, counting
+        ctx.shape, ctx.has_bias, ctx.dtypes = x.shape, bias is not None, (x.dtype, weight.dtype)
+        return y.reshape(*x.shape[:-1], n).to(torch.promote_types(x.dtype, weight.dtype))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x_saved, w_saved = ctx.saved_tensors
+        layer: LayerState = ctx.layer
+        plan: dict[tuple[Role, str], Pass] = ctx.plan
+        x_reused, w_reused = ctx.reused
+        counting = ctx.counting
+        dx = dw = db = None
+        with torch.autocast(device_type=grad.device.type, enabled=False):
+            n = w_saved.shape[0]
+            g2 = grad.reshape(-1, n).to(torch.float32)
+            g_dgrad, g_wgrad = plan.get(("grad", "dgrad")), plan.get(("grad", "wgrad"))
+            gq = None
+            if ctx.needs_input_grad[0]:
+                gq = _operand(layer, g_dgrad, g2, counting, True)
+                wn = (
+                    w_saved
+                    if w_reused
+                    else _operand(layer, plan.get(("weight", "dgrad")), w_saved, counting, True, True)
+                )
+                dx = (gq @ wn).reshape(ctx.shape).to(ctx.dtypes[0])
+            if ctx.needs_input_grad[1]:
+                # Both inputs along M; the rotation, where the recipe has it, on both (an FP32 one too).
+                if gq is not None and g_dgrad is not None and g_wgrad is g_dgrad:
+                    gm = gq
+                else:
+                    gm = _operand(layer, g_wgrad, g2, counting, True, True)
+                x_pass = plan.get(("input", "wgrad"))
+                xm = x_saved if x_reused else _operand(layer, x_pass, x_saved, counting, True, True)
+                if layer.recipe.hadamard:
+                    if g_wgrad is None or not g_wgrad.rotated:
+                        gm = rotate(gm, down=True)
+                    if x_pass is None or not x_pass.rotated:
+                        xm = rotate(xm, down=True)
+                dw = (gm.T @ xm).to(ctx.dtypes[1])
+            if ctx.has_bias and ctx.needs_input_grad[2]:
+                db = g2.sum(0).to(ctx.dtypes[1])
+        return dx, dw, db, None
+
+
+class LowpLinear(nn.Linear):
+    """An ``nn.Linear`` whose forward is :class:`LinearFunction` (made by :func:`quantize_model` from a model's own
+    layers, in place: the same parameters, names and hooks). ``lowp`` holds its :class:`LayerState`."""
+
+    lowp: LayerState
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not self.lowp.enabled:
+            return F.linear(input, self.weight, self.bias)
+        out: torch.Tensor = LinearFunction.apply(input, self.weight, self.bias, self.lowp)  # type: ignore[no-untyped-call]  # torch's Function.apply has no annotations
+        return out
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, recipe={self.lowp.recipe.key}"
+
+
+def training_recipe(recipe: str | TrainingRecipe | Recipe, **options: Any) -> TrainingRecipe:
+    """A :class:`lensa.lowp.TrainingRecipe`: a key of :data:`lensa.lowp.TRAINING_RECIPES`, a TrainingRecipe, or a
+    block recipe (a key of :data:`lensa.blockscale.RECIPES` or a Recipe) for all three tensors; ``options`` replace
+    its fields (``grad_rounding="stochastic"``, ``hadamard=True``, ``weight_2d=True``, ``keep_bf16=2`` ...)."""
+    if isinstance(recipe, TrainingRecipe):
+        base = recipe
+    elif isinstance(recipe, str) and recipe in TRAINING_RECIPES:
+        base = TRAINING_RECIPES[recipe]
+    else:
+        r = get_recipe(recipe)
+        base = TrainingRecipe(r.key, r.label, r, r, r)
+    unknown = set(options) - set(TrainingRecipe.__dataclass_fields__)
+    if unknown:
+        raise TypeError(f"unknown option(s) {', '.join(sorted(unknown))} for a training recipe")
+    return replace(base, **options) if options else base
+
+
+def quantize_model(
+    model: nn.Module,
+    recipe: str | TrainingRecipe | Recipe,
+    *,
+    seed: int = 0,
+    skip: Iterable[str] = (),
+    **options: Any,
+) -> nn.Module:
+    """Make every ``nn.Linear`` of ``model`` (those named in ``skip`` aside) train with ``recipe``; returns ``model``.
+
+    ``recipe`` and ``options`` as :func:`training_recipe`. The layers change in place (their class becomes
+    :class:`LowpLinear`): parameters, names, hooks and a Recorder's view of them stay as they were, so an optimizer
+    made before keeps working. The recipe's ``keep_bf16`` last of them (in ``model.named_modules()`` order) run in
+    BF16 (:func:`lensa.lowp.bf16_layer`). ``seed`` seeds the stochastic rounding's draws (one generator per device
+    for the whole model). Subclasses of ``nn.Linear`` with forwards of their own are left alone. Calling it again
+    replaces the recipe; :func:`restore_model` undoes it.
+    """
+    chosen = training_recipe(recipe, **options)
+    skipped = set(skip)
+    state = ModelState(seed=seed)
+    layers = [
+        (name, m)
+        for name, m in model.named_modules()
+        if name not in skipped and (type(m) is nn.Linear or isinstance(m, LowpLinear))
+    ]
+    for i, (name, m) in enumerate(layers):
+        in_bf16 = i >= len(layers) - chosen.keep_bf16
+        m.__class__ = LowpLinear
+        cast(LowpLinear, m).lowp = LayerState(name, bf16_layer(chosen) if in_bf16 else chosen, state)
+    return model
+
+
+def lowp_layers(model: nn.Module) -> list[LowpLinear]:
+    """The model's quantized layers, in ``named_modules()`` order."""
+    return [m for m in model.modules() if isinstance(m, LowpLinear)]
+
+
+def restore_model(model: nn.Module) -> nn.Module:
+    """Undo :func:`quantize_model`: the layers are plain ``nn.Linear`` again."""
+    for m in lowp_layers(model):
+        m.__class__ = nn.Linear  # type: ignore[assignment]  # back to the class quantize_model took it from
+        del m.lowp
+    return model
+
+
+def reset(model: nn.Module) -> None:
+    """Start the recipe's state afresh: delayed scales, counts, and the stochastic draws from the seed again."""
+    for m in lowp_layers(model):
+        m.lowp.reset()
+        m.lowp.model_state.generators.clear()
+
+
+def set_counting(model: nn.Module, on: bool = True) -> None:
+    """Count what the quantizations lose (flushed, saturated) from now on, or stop (``on=False``)."""
+    for m in lowp_layers(model):
+        m.lowp.model_state.counting = on
+
+
+@contextlib.contextmanager
+def full_precision(model: nn.Module) -> Iterator[None]:
+    """Within the block, the quantized layers compute as plain FP32 ``nn.Linear`` (an evaluation of the weights)."""
+    layers = lowp_layers(model)
+    before = [m.lowp.enabled for m in layers]
+    for m in layers:
+        m.lowp.enabled = False
+    try:
+        yield
+    finally:
+        for m, was in zip(layers, before, strict=True):
+            m.lowp.enabled = was
+
+
+def layer_shares(model: nn.Module) -> tuple[LayerShare, ...]:
+    """Each quantized layer's tensors' shares flushed and saturated, summed over the steps counted."""
+    out = []
+    for m in lowp_layers(model):
+        for role in ROLES:
+            c = m.lowp.counts.get(role)
+            if c is None or not c.values:
+                continue
+            flushed = c.flushed / c.nonzero if c.nonzero else 0.0
+            out.append(LayerShare(m.lowp.name, role, c.values, flushed, c.saturated / c.values))
+    return tuple(out)
+
+
+def pass_timer(p: Pass, delayed: bool, rows: int, cols: int, device: str, counting: bool = False) -> Any:
+    """A function that makes pass ``p`` once on a (rows, cols) tensor of normal values on ``device``: what the
+    lab's clock times (:mod:`lensa.live.clock`). ``delayed``: keep a delayed scale, as ``fp8_delayed`` does."""
+    spec: Any = BF16 if p.recipe is None else p.recipe
+    probe = TrainingRecipe(
+        "probe",
+        "probe",
+        spec,
+        spec,
+        spec,
+        p.rounding,
+        p.rounding,
+        p.rounding,
+        scaling="delayed" if delayed else "current",
+    )
+    layer = LayerState("probe", probe, ModelState(seed=0))
+    t = torch.randn(rows, cols, generator=torch.Generator().manual_seed(0)).to(device)
+
+    def run() -> torch.Tensor:
+        return _operand(layer, p, t, counting, True, p.down)
+
+    return run
+
+
+__all__ = [
+    "BF16",
+    "ROTATION_ERROR",
+    "Counts",
+    "DelayedScale",
+    "LayerShare",
+    "LayerState",
+    "LinearFunction",
+    "LowpLinear",
+    "ModelState",
+    "fake_quantize",
+    "full_precision",
+    "layer_shares",
+    "lowp_layers",
+    "quantize_model",
+    "reset",
+    "restore_model",
+    "rotate",
+    "set_counting",
+    "training_recipe",
+]

@@ -1,0 +1,159 @@
+"""lensa.lowp_lesson, the "Training below 16 bits" page's numbers, against their definitions: E2M1's grid and
+rounding (lensa.formats), a binomial mean, the Hadamard rotation as a matrix product, MXFP4 (lensa.blockscale),
+and the shipped comparison's file (its seed, command, arms and what lensa.lowp says of their losses)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lensa import blockscale, lowp
+from lensa import lowp_lesson as LL
+from lensa.formats import quantize
+
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
+
+@pytest.mark.parametrize("position", [0.0, 0.05, 0.25, 0.5, 0.7, 1.0])
+def test_rounding_view_against_its_definition(position: float) -> None:
+    v = LL.rounding_view(position)
+    assert (v.low, v.high, v.step) == (1.0, 1.5, 0.5)  # E2M1's neighbours around 1
+    assert v.value == 1.0 + 0.5 * position
+    assert v.nearest == float(quantize(np.array([v.value]), "fp4_e2m1")[0])
+    assert v.nearest_error == abs(v.nearest - v.value)
+    assert v.p_up == pytest.approx(position)
+    draws = np.random.default_rng(LL.ROUNDING_SEED).random(v.draws) < v.p_up
+    assert v.ups == int(draws.sum())
+    assert v.means[-1] == pytest.approx(float(np.where(draws, 1.5, 1.0).mean()))
+    assert v.mean_error <= 4 * v.standard_error + 1e-12  # the seeded draws stay within 4 standard errors
+    assert v.standard_error == pytest.approx(0.5 * math.sqrt(position * (1 - position) / v.draws))
+
+
+def test_rounding_at_a_tie_goes_to_even_and_stochastic_rounding_keeps_the_mean() -> None:
+    v = LL.rounding_view(0.5)
+    assert v.nearest == 1.0 and v.nearest_error == 0.25  # 1.25: halfway, to the even neighbour
+    assert abs(v.mean - 1.25) < abs(v.nearest - 1.25)
+    with pytest.raises(ValueError, match="position"):
+        LL.rounding_view(1.5)
+
+
+@pytest.mark.parametrize("k", [0.0, 2.0, 5.0, 10.0])
+def test_rotation_view_against_its_definition(k: float) -> None:
+    v = LL.rotation_view(k)
+    x = LL.outlier_block(k)
+    assert np.array_equal(v.values, x.astype(np.float64))
+    r = lowp.hadamard_matrix()
+    assert np.array_equal(v.rotated, (x.astype(np.float64) @ r).astype(np.float32).astype(np.float64))
+    others = np.abs(np.delete(x, LL.OUTLIER_AT))
+    assert x[LL.OUTLIER_AT] == np.float32(others.max() * 2.0**k)
+    enc = blockscale.encode(x, "mxfp4_e2m1")
+    assert v.scale == enc.block_scales[0] == 2.0**v.scale_exponent
+    rot = blockscale.encode(v.rotated.astype(np.float32), "mxfp4_e2m1")
+    assert v.rotated_scale == rot.block_scales[0] == 2.0**v.rotated_scale_exponent
+    assert np.allclose(v.restored, rot.stored @ r.T)
+    assert v.flushed == int(np.sum((x != 0) & (enc.stored == 0)))
+    assert v.sqnr_db == blockscale.sqnr_db(x, enc.stored)
+
+
+def test_a_large_outlier_lowers_the_scale_by_a_quarter_and_nothing_is_flushed() -> None:
+    """Rotated, every value carries a quarter of the outlier: the amax drops about fourfold, two powers of two."""
+    v = LL.rotation_view(8.0)
+    assert v.rotated_amax <= v.amax / 4 * 1.1
+    assert v.rotated_scale_exponent == v.scale_exponent - 2
+    assert v.flushed == LL.ROTATION_SIZE - 1 and v.rotated_flushed == 0
+
+
+def _synthetic() -> LL.RecordedRecipes:
+    steps = 40
+    t = np.arange(steps, dtype=np.float32)
+    arms = ("fp32", "bf16", "fp8_current", "mxfp4", "nvfp4", "nvfp4_recipe")
+    losses = np.stack(
+        [
+            5 * np.exp(-t / 10) + 1.0,
+            5 * np.exp(-t / 10) + 1.002,
+            5 * np.exp(-t / 10) + 1.005,
+            5 * np.exp(-t / 12) + 1.3,
+            np.concatenate([5 * np.exp(-t[:20] / 10) + 1.2, np.full(20, np.nan, np.float32)]),
+            5 * np.exp(-t / 10) + 1.05,
+        ]
+    ).astype(np.float32)
+    counts = np.zeros((len(arms), 2, 3, 4), np.int64)
+    counts[2] = [[[100, 90, 9, 1], [10, 10, 0, 0], [50, 40, 4, 0]], [[100, 100, 0, 0], [10, 10, 1, 0], [50, 50, 0, 5]]]
+    meta = {
+        "seed": 7,
+        "command": "python -m lensa.live.lowp_reference",
+        "recipe": {"steps": steps},
+        "counted_steps": [1, 5],
+    }
+    return LL.RecordedRecipes(arms, ("a", "b"), ("input", "weight", "grad"), losses, counts, meta)
+
+
+def test_comparison_view_from_a_file_of_ones_own() -> None:
+    data = _synthetic()
+    view = LL.comparison_view("fp8_current", data)
+    by = {s.arm: s for s in view.summaries}
+    bf16 = lowp.final_loss(data.losses_of("bf16"))
+    assert by["fp8_current"].gap_bf16_pct == pytest.approx(
+        (lowp.final_loss(data.losses_of("fp8_current")) - bf16) / bf16 * 100
+    )
+    assert by["bf16"].gap_bf16_pct == 0.0 and by["fp32"].flushed == 0.0 and by["fp32"].flushed_at is None
+    assert by["nvfp4"].diverged and math.isnan(by["nvfp4"].gap_bf16_pct)
+    assert view.diverged == ("nvfp4",) and view.close == ("fp8_current",)
+    assert by["fp8_current"].flushed == pytest.approx(0.1) and by["fp8_current"].flushed_at == ("a", "input")
+    assert by["fp8_current"].saturated == pytest.approx(0.1) and by["fp8_current"].saturated_at == ("b", "grad")
+    assert set(view.curves) == {"fp32", "bf16", "fp8_current"}
+    assert view.layer_rows[0] == ("a", "input", 100, pytest.approx(0.1), pytest.approx(0.01))
+    assert (view.steps, view.seed, view.command) == (40, 7, "python -m lensa.live.lowp_reference")
+    assert set(view.ablation) == {"nvfp4", "nvfp4_recipe"}
+    with pytest.raises(ValueError, match="no recipe"):
+        LL.comparison_view("bf16", data)
+
+
+def test_the_shipped_comparison_is_what_its_command_made() -> None:
+    """The file the page shows: every arm of lensa.live.lowp_reference, the reference run's steps, its seed and
+    command; FP32 and BF16 train, and a recipe's counts are consistent (flushed <= not 0 <= values)."""
+    data = LL.recorded()
+    assert data.arms[:2] == ("fp32", "bf16") and set(data.arms[2:]) == set(lowp.TRAINING_RECIPES)
+    recipe = data.meta["recipe"]
+    assert isinstance(recipe, dict) and data.losses.shape == (len(data.arms), recipe["steps"])
+    assert data.meta["command"].startswith("python -m lensa.live.lowp_reference")
+    assert data.meta["seed"] == recipe["seed"]
+    for base in ("fp32", "bf16"):
+        assert not lowp.diverged(data.losses_of(base))
+    c = data.counts
+    assert (c[..., 2] <= c[..., 1]).all() and (c[..., 1] <= c[..., 0]).all() and (c[..., 3] <= c[..., 0]).all()
+    assert not c[:2].any() and all(c[i].any() for i in range(2, len(data.arms)))
+    assert LL.RECORDED.stat().st_size < 200_000
+
+
+def test_the_step_by_step_gap_is_a_ratio_of_trailing_means() -> None:
+    a = np.array([2.0, 4.0, 6.0, 8.0])
+    b = np.array([1.0, 2.0, 3.0, 4.0])
+    got = LL.relative_to_bf16(a, b, window=2)
+    assert np.allclose(got, 100.0)  # twice BF16's everywhere
+    c = np.array([1.0, 3.0, 3.0, 3.0])
+    assert np.allclose(LL.relative_to_bf16(c, np.full(4, 2.0), window=2), [-50.0, 0.0, 50.0, 50.0])
+    view = LL.comparison_view("nvfp4_recipe")
+    data = LL.recorded()
+    assert np.allclose(view.relative["fp32"], LL.relative_to_bf16(data.losses_of("fp32"), data.losses_of("bf16")))
+
+
+@pytest.mark.parametrize("k", [0.0, 2.0, 5.0, 8.0, 10.0])
+def test_the_rotation_verdict_is_what_the_view_shows(k: float) -> None:
+    v = LL.rotation_view(k)
+    if v.flushed == 0 and v.scale_exponent == v.rotated_scale_exponent:
+        assert v.verdict == "nothing"
+    elif v.restored_others_sqnr_db - v.others_sqnr_db > LL.RECOVERED_DB:
+        assert v.verdict == "recovers"
+    else:
+        assert v.verdict == "spreads"
+    assert LL.outlier_times(k) == 2.0**k and LL.OUTLIER_POSITION == LL.OUTLIER_AT + 1
+
+
+def test_the_comparisons_shares_are_its_percents() -> None:
+    view = LL.comparison_view("nvfp4_recipe")
+    assert view.close_share == view.close_pct / 100
+    assert all(s.gap_bf16 == s.gap_bf16_pct / 100 for s in view.summaries)
+    assert view.ablation_shares == {a: g / 100 for a, g in view.ablation.items()}
