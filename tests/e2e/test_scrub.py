@@ -304,3 +304,18 @@ def test_json_of_a_frame_has_no_nan(server):
     for key in SCRUB_PAGES:
         for part in payload(key, "en")["parts"]:
             json.dumps(part, allow_nan=False)
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_a_glossary_term_in_a_caption_the_scrub_draws_is_a_link(server, page, lang):
+    """Step 1's caption links "model states" to the glossary: the component draws it as a link in the page's
+    language, and no markdown of it shows."""
+    page.goto(url_of(server, "memory", lang=lang))
+    wait_for_app(page)
+    caption = page.locator(".lensa-chart-caption").first
+    caption.wait_for()
+    link = caption.locator("a.lensa-term")
+    assert link.count() == 1
+    assert link.get_attribute("href") == f"glossary?lang={lang}&term=model_states"
+    assert link.get_attribute("target") == "_blank"
+    assert "](" not in page.locator(".lensa-scrub").first.inner_text()
