@@ -146,6 +146,7 @@ def lesson() -> None:
     )
     with picture:
         outlier = scrub.scrub(page, [outlier_slider], frames(n, grad), (n, grad), page.t("try"))["outlier"]
+        st.markdown(page.t("intro"))  # under the picture: the slider, the block and its cards come first on the screen
     layout.after_controls(page)
     view = blocks_view(n, grad, outlier)
     recipe_table(view)
@@ -157,7 +158,6 @@ def lesson() -> None:
 page = setup("blocks")
 st.title(page.t("title"))
 st.markdown(f"#### {page.t('headline')}")
-st.markdown(page.t("intro"))
 layout.lesson(page, lesson)
 layout.notes(
     page,

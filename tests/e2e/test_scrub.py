@@ -139,14 +139,14 @@ def _box(page, selector: str) -> dict[str, float] | None:
 @pytest.mark.parametrize("lang", i18n.LANGUAGES)
 @pytest.mark.parametrize(("width", "height"), WIDTHS)
 def test_control_chart_numbers_and_try_this_on_one_screen(server, chromium, width, height, lang):
-    """Every step, as a link opens it: its main slider, its chart, its first row of cards and its "Try this" (its
-    heading and first line) are on the screen together, without scrolling."""
+    """Every step and the block page, as a link opens it: its main slider, its chart, its first row of cards and
+    its "Try this" (its heading and first line) are on the screen together, without scrolling."""
     context = chromium.new_context(viewport={"width": width, "height": height})
     page = context.new_page()
     problems = []
     try:
-        for info in STEPS:
-            open_step(page, server, info.key, lang)
+        for key in SCRUB_PAGES:
+            open_step(page, server, key, lang)
             assert page.evaluate("document.querySelector('[data-testid=stMain]').scrollTop") == 0
             boxes = {
                 "slider": _box(page, ".lensa-slider-input"),
@@ -156,11 +156,11 @@ def test_control_chart_numbers_and_try_this_on_one_screen(server, chromium, widt
             }
             for what, box in boxes.items():
                 if box is None:
-                    problems.append(f"{info.key}: no {what}")
+                    problems.append(f"{key}: no {what}")
                     continue
                 bottom = box["top"] + 44 if what == "try this" else box["bottom"]  # its heading and first line
                 if box["top"] < 0 or bottom > height:
-                    problems.append(f"{info.key} ({lang}, {width}px): {what} at {box['top']:.0f}-{box['bottom']:.0f}")
+                    problems.append(f"{key} ({lang}, {width}px): {what} at {box['top']:.0f}-{box['bottom']:.0f}")
         assert problems == []
     finally:
         context.close()
