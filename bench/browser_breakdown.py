@@ -62,7 +62,7 @@ INIT = """(() => {
         }
     }).observe({type: 'longtask', buffered: false});
     document.addEventListener('keydown', () => { t.start = performance.now(); }, true);
-    const metricText = () => Array.from(document.querySelectorAll('[data-testid="stMetricValue"]'))
+    const metricText = () => Array.from(document.querySelectorAll('.lensa-card-value, [data-testid="stMetricValue"]'))
         .map(e => e.innerText).join('|');
     const watch = () => new MutationObserver((records) => {
         if (t.start === null) return;

@@ -86,12 +86,18 @@ def need_chromium() -> None:
         raise SystemExit(f"cannot run: {reason}")
 
 
+# A lesson step's slider is its scrub component's (lensa.ui.components.scrub); another page's is Streamlit's own.
+SLIDERS = '.lensa-slider-input, [data-testid="stSlider"] input[type="range"]'
+# The metric cards: the scrub's own (they answer in the browser) and Streamlit's.
+METRIC_VALUES = '.lensa-card-value, [data-testid="stMetricValue"]'
+
+
 def first_slider(page: Any, url: str) -> Any:
     """Open ``url`` in ``page``, wait for the app, and focus its first slider (returned), ready for arrow keys."""
     from tests.e2e.harness import wait_for_app
 
     page.goto(url)
     wait_for_app(page)
-    slider = page.locator('[data-testid="stSlider"] input[type="range"]').first
+    slider = page.locator(SLIDERS).first
     slider.focus()
     return slider

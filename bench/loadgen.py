@@ -21,7 +21,11 @@ What counts:
   slider must stay at the new position and the page must change (a move
   that changes nothing is an error); how many moves changed the metric
   cards is reported too (on step 3 the middle of the scale range changes
-  only the text, as it should: nothing rounds to 0 and nothing overflows);
+  only the text, as it should: nothing rounds to 0 and nothing overflows).
+  A lesson slider is a scrub component (``lensa.ui.components.scrub``): its
+  move is what the component sends at the end of a gesture, its state as
+  JSON (a gesture id and the stop's index), and its cards are read from the
+  frames the server sent, at the stop the server says;
 - an error is an exception element, a run that did not finish successfully,
   a disconnect, or no answer within ``--timeout`` seconds;
 - a first load is timed from the HTTP GET to the first run's
@@ -47,6 +51,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import random
 import sys
@@ -58,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import ROOT, median, percentile, publish, table
+from lensa.ui.components import scrub
 from lensa.ui.site import PAGES, STEPS, PageInfo
 
 
@@ -92,6 +98,7 @@ class RunResult:
     slider_options: tuple[str, ...] = ()
     slider_value: str = ""
     slider_fragment: str = ""  # the fragment that drew the slider ("" when the page's full run did)
+    scrub_names: tuple[str, ...] = ()  # a scrub component's sliders (its first is the one the learner moves)
     kinds: tuple[str, ...] = ()  # the kind of each element drawn, in the order the server sent them
     fragment_run: bool = False  # the run was a fragment's alone, not the page's
     query_string: str | None = None  # the URL the page wrote, when it wrote one
@@ -122,6 +129,7 @@ class Learner:
     largest_received: int = 0  # and received
     _page_hash: str = ""
     _direction: int = 1
+    _gestures: int = 0
     _state: RunResult | None = None
 
     def __post_init__(self) -> None:
@@ -177,7 +185,14 @@ class Learner:
         if widget:
             state = rerun.widget_states.widgets.add()
             state.id = widget[0]
-            state.string_array_value.data.append(widget[1])
+            if self._state is not None and self._state.scrub_names:
+                # What the component sends when a gesture ends: a new gesture id and the stop's index.
+                index = self._state.slider_options.index(widget[1])
+                self._gestures += 1
+                gesture = {"g": f"load-{self.n}-{self._gestures}", "v": {self._state.scrub_names[0]: index}}
+                state.json_value = json.dumps({"value": gesture})
+            else:
+                state.string_array_value.data.append(widget[1])
             if self._state is not None and self._state.slider_fragment:
                 # As a browser does: a widget drawn by a fragment reruns that fragment alone.
                 rerun.fragment_id = self._state.slider_fragment
@@ -216,6 +231,24 @@ class Learner:
                             result.slider_value = (
                                 widget[1] if widget else result.slider_options[int(default[0])] if default else ""
                             )
+                    elif (
+                        what == "bidi_component"
+                        and element.bidi_component.component_name == scrub.NAME
+                        and not result.scrub_names
+                    ):  # the lesson's own slider: it wins over one drawn before it in a setup expander
+                        data = json.loads(element.bidi_component.json)
+                        parts = [json.loads(p) for p in data["parts"]]
+                        result.slider_id = element.bidi_component.id
+                        result.slider_fragment = msg.delta.fragment_id
+                        result.slider_options = tuple(parts[0]["stops"])
+                        result.slider_value = parts[0]["stops"][data["at"][0]]
+                        result.scrub_names = tuple(p["name"] for p in parts)
+                        metrics[:0] = [
+                            value
+                            for block in scrub.frame_at(parts[0], data["at"][0])
+                            if block["k"] == "cards"
+                            for _, value in block["cards"]
+                        ]
                     elif what == "exception":
                         result.problems.append(
                             f"exception: {element.exception.type}: {element.exception.message[:160]}"

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -104,9 +104,14 @@ def rounding_view(position: float, draws: int = ROUNDING_DRAWS, seed: int = ROUN
 ROTATION_RECIPE = "mxfp4_e2m1"
 ROTATION_SIZE = 16
 OUTLIER_AT = 3
+OUTLIER_POSITION = OUTLIER_AT + 1  # the outlier's place as a reader counts, from 1
+RECOVERED_DB = 1.0  # the rotation recovers the other values when their SQNR rises by more than this (dB)
 ROTATION_SEED = 32
 ROTATION_SPREAD = 0.01
 """The block: 16 values drawn from a normal distribution times 0.01, value 4 set to 2**k times the largest other."""
+
+
+RotationVerdict = Literal["nothing", "recovers", "spreads"]
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,19 @@ class RotationView:
     restored_sqnr_db: float
     others_sqnr_db: float
     restored_others_sqnr_db: float
+
+    @property
+    def verdict(self) -> RotationVerdict:
+        """What the rotation did to the block: ``"nothing"`` (nothing flushed, the same scale), ``"recovers"`` (the
+        other 15 values' SQNR rises by more than :data:`RECOVERED_DB`), else ``"spreads"``."""
+        if self.flushed == 0 and self.scale_exponent == self.rotated_scale_exponent:
+            return "nothing"
+        return "recovers" if self.restored_others_sqnr_db > self.others_sqnr_db + RECOVERED_DB else "spreads"
+
+
+def outlier_times(outlier_log2: float) -> float:
+    """How many times the largest other value the outlier is: 2**``outlier_log2``."""
+    return float(2.0**outlier_log2)
 
 
 def outlier_block(outlier_log2: float) -> NDArray[np.float32]:
@@ -236,6 +254,11 @@ class ArmSummary:
     saturated: float
     saturated_at: tuple[str, str] | None
 
+    @property
+    def gap_bf16(self) -> float:
+        """:attr:`gap_bf16_pct` as a share (0.01 for 1%), as a page writes it."""
+        return self.gap_bf16_pct / 100.0
+
 
 @dataclass(frozen=True)
 class ComparisonView:
@@ -258,6 +281,16 @@ class ComparisonView:
     steps: int
     seed: int
     command: str
+
+    @property
+    def close_share(self) -> float:
+        """:attr:`close_pct` as a share."""
+        return self.close_pct / 100.0
+
+    @property
+    def ablation_shares(self) -> dict[str, float]:
+        """:attr:`ablation`'s gaps as shares."""
+        return {arm: gap / 100.0 for arm, gap in self.ablation.items()}
 
 
 NVFP4_ABLATION = ("nvfp4", "nvfp4_sr", "nvfp4_rht", "nvfp4_2d", "nvfp4_recipe")

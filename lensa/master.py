@@ -158,6 +158,11 @@ class UpdateOutcome:
         return self.applied / self.update - 1.0
 
     @property
+    def error_size(self) -> float:
+        """How far off the stored update is, as a share of the update: |applied ÷ update − 1|."""
+        return abs(self.error)
+
+    @property
     def noticeable(self) -> bool:
         """True when the update is kept but rounded by more than :data:`NOTICEABLE_ROUNDING`."""
         return self.kind == "rounded" and abs(self.error) > NOTICEABLE_ROUNDING

@@ -310,11 +310,16 @@ class ScalerHistory:
 
 
 class ScaleStep(Protocol):
-    """A step of a loss-scaling run: :class:`lensa.scaling.ScalerStep`, or a live run's ``TraceStep``."""
+    """A step of a loss-scaling run: :class:`lensa.scaling.ScalerStep`, or a live run's ``TraceStep`` (read only)."""
 
-    step: int
-    scale: float
-    skipped: bool
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def scale(self) -> float: ...
+
+    @property
+    def skipped(self) -> bool: ...
 
 
 def history_of(run: Sequence[ScaleStep]) -> ScalerHistory:

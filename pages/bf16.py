@@ -1,19 +1,24 @@
 """Step 5 · BF16: FP32's range with fewer significand bits."""
 
-import numpy as np
+from collections.abc import Sequence
+
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from lensa import measured
-from lensa.formats import FORMATS, category_shares, fp16_against_bf16, mean_relative_error, representable_between
-from lensa.gradients import gradient_sample
-from lensa.ui import display, figures, format_table, layout, recorded_run
+from lensa.formats import FORMATS, fp16_against_bf16
+from lensa.lessons.bf16 import Bf16View, bf16_view, precision_grids
+from lensa.ui import display, figures, format_table, layout, recorded_run, widgets, zone_charts
+from lensa.ui.components import scrub
+from lensa.ui.controls import NumberControl
 from lensa.ui.frame import setup
 
-LESSON_FORMATS = ("fp32", *format_table.SIXTEEN_BIT_KEYS)
+COMPACT_RANGE_PX = 230
 
 
 def show_measured(sel: recorded_run.Selection, also: str) -> None:
     """The recorded values instead of the illustration: FP16 against BF16 (and FP8) on what to 0 and the error."""
+    layout.after_controls(page)
     stats = sel.stats
     keys = (*format_table.SIXTEEN_BIT_KEYS, *(format_table.FP8_KEYS if format_table.shows(also, "fp8") else ()))
     zero = {f: measured.zone_shares(stats, f)["zero"] for f in keys}
@@ -83,17 +88,10 @@ def measured_charts(
             percent=True,
         ),
         page.t("bf16_data.error_title", kind=values["kind"]),
-        page.t("bf16_data.error_caption") + " " + source,
+        " ".join([page.t("bf16_data.error_caption"), source]),
         alt=page.t("bf16_data.alt_error", **values),
     )
-    display.chart(
-        figures.precision_ticks(
-            [(key, FORMATS[key].label, representable_between(1.0, 1.0625, key)) for key in ("fp16", "bf16")],
-            page.lang,
-        ),
-        page.t("precision_title"),
-        precision_caption(),
-    )
+    precision_chart()
 
 
 def precision_caption() -> str:
@@ -114,76 +112,77 @@ def layer_table(sel: recorded_run.Selection) -> None:
     st.dataframe(recorded_run.layer_frame(page, rows, columns), hide_index=True)
 
 
-def illustration(grad: float, also: str) -> None:
-    """The seed's illustration: 400 gradients of a typical size against each format's range, and the precision."""
-    sample = gradient_sample(grad)
-    s16, sbf = category_shares(sample, "fp16"), category_shares(sample, "bf16")
-    e16, ebf = mean_relative_error(sample, "fp16"), mean_relative_error(sample, "bf16")
-    charts = display.figure_area()
-    display.metric_row(
-        [
-            (page.t("metric_fp16_zero"), page.pct(s16["zero"])),
-            (page.t("metric_bf16_zero"), page.pct(sbf["zero"])),
-            (page.t("metric_fp16_err"), page.pct(e16)),
-            (page.t("metric_bf16_err"), page.pct(ebf)),
-        ]
-    )
-    with charts:
-        range_chart(grad, sample, also)
-        precision_chart()
-    values = {
-        "grad": page.sci(grad),
-        "z16": page.pct(s16["zero"]),
-        "zbf": page.pct(sbf["zero"]),
-        "e16": page.pct(e16),
-        "ebf": page.pct(ebf),
-    }
-    verdict = fp16_against_bf16(s16["overflow"], e16, ebf)
-    layout.explain(page, page.t(f"explain_{verdict}", **values), page.t("try"))
-    if also == "none":
-        return
-    format_table.also_table(page, sample, also)
-    if format_table.shows(also, "fp8"):
-        st.markdown(page.t("fp8_explain"))
-    if format_table.shows(also, "narrow"):
-        st.markdown(page.t("also.explain_bf16", e2m1_zero=page.pct(category_shares(sample, "fp4_e2m1")["zero"])))
-
-
-def range_chart(grad: float, sample: np.ndarray, also: str) -> None:
-    """Each format's range (FP32, the 16-bit formats and those "also show" adds) under the gradients."""
-    ranges = [
-        figures.FormatRange(
-            key, FORMATS[key].label, FORMATS[key].smallest_subnormal, FORMATS[key].smallest_normal, FORMATS[key].max
-        )
-        for key in (*LESSON_FORMATS, *format_table.also_keys(also))
-    ]
-    display.chart(
-        figures.format_ranges(
-            ranges,
-            sample,
-            {
-                "gradients": page.t("range_gradients"),
-                "subnormal": page.t("range_subnormal"),
-                "normal": page.t("range_normal"),
-                "hover": page.t("range_hover"),
-            },
-            page.lang,
-        ),
+def range_chart(view: Bf16View) -> scrub.Chart:
+    """Each format's range (FP32, the 16-bit formats and those "also show" adds) under the gradients' extent."""
+    ranges = view.ranges
+    z16, zbf = page.pct(view.fp16_zero), page.pct(view.bf16_zero)
+    extent = (float(view.sample.min()), float(view.sample.max()))
+    return scrub.Chart(
+        figures.format_ranges(ranges, extent, zone_charts.range_labels(page), page.lang),
         page.t("range_title"),
         page.t("common.illustration"),
         alt=page.t(
             "range_alt",
             ranges="; ".join(f"{r.label} {page.sci(r.smallest_subnormal)} … {page.sci(r.max)}" for r in ranges),
-            grad=page.sci(grad),
-            z16=page.pct(category_shares(sample, "fp16")["zero"]),
-            zbf=page.pct(category_shares(sample, "bf16")["zero"]),
+            grad=page.sci(view.grad),
+            z16=z16,
+            zbf=zbf,
         ),
+        compact_height=COMPACT_RANGE_PX,
     )
+
+
+def frame(view: Bf16View) -> scrub.Frame:
+    """What the component shows at one stop: the ranges under the gradients, then the four cards."""
+    cards = scrub.Cards(
+        (
+            (page.t("metric_fp16_zero"), page.pct(view.fp16_zero)),
+            (page.t("metric_bf16_zero"), page.pct(view.bf16_zero)),
+            (page.t("metric_fp16_err"), page.pct(view.errors["fp16"])),
+            (page.t("metric_bf16_err"), page.pct(view.errors["bf16"])),
+        )
+    )
+    return (range_chart(view), cards)
+
+
+def frames(also: tuple[str, ...]) -> scrub.Build:
+    def build(states: Sequence[scrub.State]) -> list[scrub.Frame]:
+        return [frame(bf16_view(state["grad"], also)) for state in states]
+
+    return build
+
+
+def illustration(picture: DeltaGenerator, also: str) -> None:
+    """The seed's illustration: 400 gradients of a typical size against each format's range, and the precision."""
+    keys = format_table.also_keys(also)
+    grad_slider = scrub.Slider(
+        widgets.declared(page, "grad", NumberControl), page.t("grad"), page.sci, page.t("grad_help")
+    )
+    with picture:
+        grad = scrub.scrub(page, [grad_slider], frames(keys), keys, page.t("try"))["grad"]
+    layout.after_controls(page)
+    view = bf16_view(grad, keys)
+    values = {
+        "grad": page.sci(grad),
+        "z16": page.pct(view.fp16_zero),
+        "zbf": page.pct(view.bf16_zero),
+        "e16": page.pct(view.errors["fp16"]),
+        "ebf": page.pct(view.errors["bf16"]),
+    }
+    layout.explain(page, page.t(f"explain_{view.verdict}", **values), None)  # the scrub shows Try this
+    precision_chart()
+    if also == "none":
+        return
+    format_table.also_table(page, view.sample, also)
+    if format_table.shows(also, "fp8"):
+        st.markdown(page.t("fp8_explain"))
+    if format_table.shows(also, "narrow") and view.fp4_shares is not None:
+        st.markdown(page.t("also.explain_bf16", e2m1_zero=page.pct(view.fp4_shares["zero"])))
 
 
 def precision_chart() -> None:
     """The values FP16 and BF16 can hold between 1 and 1.0625, with their count in the alt text."""
-    grids = {key: representable_between(1.0, 1.0625, key) for key in ("fp16", "bf16")}
+    grids = dict(precision_grids())
     display.chart(
         figures.precision_ticks([(key, FORMATS[key].label, grid) for key, grid in grids.items()], page.lang),
         page.t("precision_title"),
@@ -200,7 +199,7 @@ def precision_chart() -> None:
 
 page = setup("bf16")
 layout.step_header(page)
-layout.lesson(page, lambda: recorded_run.gradient_lesson(page, illustration, show_measured))
+layout.lesson(page, lambda: recorded_run.illustration_or_run(page, illustration, show_measured))
 BF16, FP32 = FORMATS["bf16"], FORMATS["fp32"]
 layout.step_end(
     page,

@@ -1,15 +1,21 @@
 """Step 2 · FP16's narrow range: small gradients round to zero."""
 
-import numpy as np
+from collections.abc import Sequence
+
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from lensa import measured
-from lensa.formats import FORMATS, category_shares, largest_magnitude, most_common_category
-from lensa.gradients import gradient_sample
-from lensa.ui import display, format_table, layout, recorded_run, zone_charts
+from lensa.formats import FORMATS, most_common_category
+from lensa.lessons.common import limits_of, shares_of
+from lensa.lessons.fp16_range import Fp16RangeView, fp16_range_view
+from lensa.ui import display, figures, format_table, layout, recorded_run, widgets, zone_charts
+from lensa.ui.components import scrub
+from lensa.ui.controls import NumberControl
 from lensa.ui.frame import setup
 
 FP16 = FORMATS["fp16"]
+COMPACT_CHART_PX = 220
 
 
 def show_measured(sel: recorded_run.Selection, also: str) -> None:
@@ -60,84 +66,115 @@ def show_measured(sel: recorded_run.Selection, also: str) -> None:
     recorded_run.measured_also(page, sel, also)
 
 
-def illustration(grad: float, also: str) -> None:
-    """The seed's illustration: 400 gradients of a typical size over FP16's zones."""
-    sample = gradient_sample(grad)
-    shares = category_shares(sample, FP16)
-    charts = display.figure_area()
-    display.metric_row(
-        [
-            (page.t("metric_zero"), page.pct(shares["zero"])),
-            (page.t("metric_subnormal"), page.pct(shares["subnormal"])),
-            (page.t("metric_normal"), page.pct(shares["normal"])),
-            (page.t("metric_largest"), page.sci(largest_magnitude(sample))),
-        ]
+def frame(view: Fp16RangeView, count_top: float) -> scrub.Frame:
+    """What the component shows at one stop: the histogram (with the extra formats' ranges under it), the cards."""
+    shares = view.shares
+    pct = {zone: page.pct(share) for zone, share in shares.items()}
+    chart = scrub.Chart(
+        zone_charts.fp16_histogram(page, view.histogram, count_top, aligned=bool(view.also)),
+        page.t("figure_title"),
+        " ".join(
+            [
+                page.t(
+                    "caption",
+                    sub=page.sci(FP16.smallest_subnormal),
+                    normal=page.sci(FP16.smallest_normal),
+                    max=page.num(FP16.max),
+                ),
+                page.t("common.illustration"),
+            ]
+        ),
+        alt=page.t(
+            "alt",
+            grad=page.sci(view.grad),
+            zero=pct["zero"],
+            sub=pct["subnormal"],
+            normal=pct["normal"],
+            over=pct["overflow"],
+            largest=page.sci(view.largest),
+        ),
+        compact_height=COMPACT_CHART_PX,
     )
-    with charts:
-        display.chart(
-            zone_charts.fp16_histogram(page, sample),
-            page.t("figure_title"),
-            page.t(
-                "caption",
-                sub=page.sci(FP16.smallest_subnormal),
-                normal=page.sci(FP16.smallest_normal),
-                max=page.num(FP16.max),
+    blocks: list[scrub.Block] = [chart]
+    if view.also:
+        strip = zone_charts.format_strip(page, [limits_of("fp16"), *(f.limits for f in view.also)])
+        blocks.append(scrub.Chart(strip, page.t("views.strip_title"), alt=page.t("views.strip_alt")))
+    blocks.append(
+        scrub.Cards(
+            (
+                (page.t("metric_zero"), pct["zero"]),
+                (page.t("metric_subnormal"), pct["subnormal"]),
+                (page.t("metric_normal"), pct["normal"]),
+                (page.t("metric_largest"), page.sci(view.largest)),
             )
-            + " "
-            + page.t("common.illustration"),
-            alt=page.t(
-                "alt",
-                grad=page.sci(grad),
-                zero=page.pct(shares["zero"]),
-                sub=page.pct(shares["subnormal"]),
-                normal=page.pct(shares["normal"]),
-                over=page.pct(shares["overflow"]),
-                largest=page.sci(largest_magnitude(sample)),
-            ),
         )
+    )
+    return tuple(blocks)
+
+
+def frames(also: tuple[str, ...]) -> scrub.Build:
+    """The frames of the gradient slider's stops: one counts axis for all of them, so the bars move, not the axis."""
+
+    def build(states: Sequence[scrub.State]) -> list[scrub.Frame]:
+        views = [fp16_range_view(state["grad"], also) for state in states]
+        top = figures.count_axis_top([v.histogram for v in views])
+        return [frame(v, top) for v in views]
+
+    return build
+
+
+def illustration(picture: DeltaGenerator, also: str) -> None:
+    """The seed's illustration: 400 gradients of a typical size over FP16's zones."""
+    keys = format_table.also_keys(also)
+    grad_slider = scrub.Slider(
+        widgets.declared(page, "grad", NumberControl), page.t("grad"), page.sci, page.t("grad_help")
+    )
+    with picture:
+        grad = scrub.scrub(page, [grad_slider], frames(keys), keys, page.t("try"))["grad"]
+    layout.after_controls(page)
+    view = fp16_range_view(grad, keys)
     values = {
-        "zero": page.pct(shares["zero"]),
-        "sub": page.pct(shares["subnormal"]),
-        "normal": page.pct(shares["normal"]),
-        "over": page.pct(shares["overflow"]),
+        "zero": page.pct(view.shares["zero"]),
+        "sub": page.pct(view.shares["subnormal"]),
+        "normal": page.pct(view.shares["normal"]),
+        "over": page.pct(view.shares["overflow"]),
         "normal_limit": page.sci(FP16.smallest_normal),
     }
-    regime = most_common_category(shares)
-    paragraph = page.t(f"explain_{regime}", **values)
-    if shares["overflow"] > 0:
-        paragraph += page.t("explain_overflow", **values)
-    layout.explain(page, paragraph, page.t("try"))
-    also_illustrated(sample, also)
+    sentences = [page.t(f"explain_{view.regime}", **values)]
+    if view.overflows:
+        sentences.append(page.t("explain_overflow", **values))
+    layout.explain(page, "".join(sentences), None)  # the scrub shows Try this
+    also_illustrated(view, also)
 
 
-def also_illustrated(sample: np.ndarray, also: str) -> None:
+def also_illustrated(view: Fp16RangeView, also: str) -> None:
     """What "also show" adds to the illustration: the formats' table, and what FP8 and the narrower formats
     round to 0."""
     if also == "none":
         return
-    format_table.also_table(page, sample, also)
+    format_table.also_table(page, view.sample, also)
+    shares = shares_of(view.also)
     if format_table.shows(also, "fp8"):
-        e4m3 = category_shares(sample, "fp8_e4m3")
         st.markdown(
             page.t(
                 "fp8_explain",
-                e4m3_zero=page.pct(e4m3["zero"]),
-                e5m2_zero=page.pct(category_shares(sample, "fp8_e5m2")["zero"]),
+                e4m3_zero=page.pct(shares["fp8_e4m3"]["zero"]),
+                e5m2_zero=page.pct(shares["fp8_e5m2"]["zero"]),
             )
         )
     if format_table.shows(also, "narrow"):
         st.markdown(
             page.t(
                 "also.explain_fp16_range",
-                e2m1_zero=page.pct(category_shares(sample, "fp4_e2m1")["zero"]),
-                e3m2_zero=page.pct(category_shares(sample, "fp6_e3m2")["zero"]),
+                e2m1_zero=page.pct(shares["fp4_e2m1"]["zero"]),
+                e3m2_zero=page.pct(shares["fp6_e3m2"]["zero"]),
             )
         )
 
 
 page = setup("fp16_range")
 layout.step_header(page)
-layout.lesson(page, lambda: recorded_run.gradient_lesson(page, illustration, show_measured))
+layout.lesson(page, lambda: recorded_run.illustration_or_run(page, illustration, show_measured))
 
 
 def depth_sentence() -> str:

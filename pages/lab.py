@@ -335,22 +335,21 @@ with recipes_summary_area:
         if compared is not None and compared.arms:
             if compared.cancelled:
                 st.warning(page.t("cancelled"), icon=":material/stop_circle:")
-            lowp_arms = [a for a in compared.arms if a in live.LOWP_ARMS]
-            gaps = {a: live.gap_percent(compared, a, "bf16") for a in lowp_arms}
-            close = [a for a, g in gaps.items() if g is not None and g == g and g <= live.CLOSE_TO_BF16_PCT]
-            failed = [a for a in lowp_arms if live.diverged(compared.arms[a])]
+            verdict = live.recipes_verdict(compared)
+            lowp_arms = list(verdict.arms)
             cards = [
                 (
-                    page.t("recipes_metric_close", within=page.pct(live.CLOSE_TO_BF16_PCT / 100)),
-                    f"{page.num(len(close))} / {page.num(len(lowp_arms))}",
+                    page.t("recipes_metric_close", within=page.pct(live.CLOSE_TO_BF16)),
+                    f"{page.num(len(verdict.close))} / {page.num(len(verdict.arms))}",
                 ),
-                (page.t("recipes_metric_diverged"), page.num(len(failed))),
+                (page.t("recipes_metric_diverged"), page.num(len(verdict.diverged))),
             ]
-            finite = {a: g for a, g in gaps.items() if g is not None and g == g}
-            if finite:
-                worst = max(finite, key=lambda a: finite[a])
+            if verdict.worst is not None:
                 cards.append(
-                    (page.t("recipes_metric_worst", arm=page.t(f"lab.arm_{worst}")), f"{page.num(finite[worst], 1)} %")
+                    (
+                        page.t("recipes_metric_worst", arm=page.t(f"lab.arm_{verdict.worst}")),
+                        f"{page.num(verdict.worst_gap_pct, 1)} %",
+                    )
                 )
             display.metric_row(cards)
             st.dataframe(live_view.recipe_table(page, compared), hide_index=True, width="stretch")

@@ -2,27 +2,22 @@
 
 from collections.abc import Sequence
 
-import numpy as np
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from lensa import measured
-from lensa.formats import FORMATS, largest_magnitude
-from lensa.gradients import default_sample
-from lensa.scaling import (
-    TORCH_INIT_SCALE,
-    SpikeModel,
-    dynamic_run,
-    loss_scaled,
-    per_tensor_scale_exp,
-    static_shift_regime,
-    static_shift_shares,
-)
+from lensa.formats import FORMATS
+from lensa.lessons.common import limits_of
+from lensa.lessons.loss_scaling import FP4, SPIKES, LossScalingView, illustrative_run, loss_scaling_view
+from lensa.scaling import TORCH_INIT_SCALE
 from lensa.ui import display, figures, format_table, i18n, jobs, layout, live_view, recorded_run, widgets, zone_charts
+from lensa.ui.components import scrub
+from lensa.ui.controls import NumberControl
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two
 
 FP16 = FORMATS["fp16"]
-SPIKES = SpikeModel()
+COMPACT_CHART_PX = 220
 REAL_RUN = "loss_scaling.real_trace"
 REAL_JOB = "loss_scaling.real_job"
 # A bad batch in the real run: its gradients times any scale this run reaches overflow FP16,
@@ -31,13 +26,8 @@ REAL_SPIKE_FACTOR = 1e4
 REGIME_KEYS = {"over": "explain_over", "fits": "explain_fits", "none": "explain_none", "some": "explain_some"}
 
 
-def _steps_text(page, numbers: list[int]) -> str:
+def _steps_text(page, numbers: Sequence[int]) -> str:
     return ", ".join(page.num(n) for n in numbers) if numbers else page.t("real_none")
-
-
-@st.cache_data(max_entries=1)
-def illustrative_run() -> measured.ScalerHistory:
-    return measured.history_of(dynamic_run(SPIKES))
 
 
 @st.cache_resource(max_entries=8)
@@ -142,16 +132,19 @@ def measured_fp8_table(sel: recorded_run.Selection, k: int) -> None:
     stats = sel.stats
     st.subheader(page.t("fp8_title"))
     st.markdown(page.t("loss_scaling_data.fp8_explain"))
-    rows = recorded_run.format_rows(page, stats, ("fp16",), {"fp16": k})
-    rows += recorded_run.format_rows(page, stats, format_table.FP8_KEYS, dict.fromkeys(format_table.FP8_KEYS, 0))
     scaled = measured.rescaled_formats(stats, format_table.FP8_KEYS)
-    if scaled:
-        rows += recorded_run.format_rows(page, stats, tuple(scaled), scaled)
+    rows = [
+        *recorded_run.format_rows(page, stats, ("fp16",), {"fp16": k}),
+        *recorded_run.format_rows(page, stats, format_table.FP8_KEYS, dict.fromkeys(format_table.FP8_KEYS, 0)),
+        *(recorded_run.format_rows(page, stats, tuple(scaled), scaled) if scaled else ()),
+    ]
     st.dataframe(rows, hide_index=True)
 
 
-def show_measured(sel: recorded_run.Selection, k: int, also: str) -> None:
+def show_measured(sel: recorded_run.Selection, also: str) -> None:
     """The recorded gradients instead of the illustration: scaled, swept over S, and the run's own scaler."""
+    k = int(widgets.slider(page, "scale", page.t("scale"), lambda v: power_of_two(int(v)), help=page.t("scale_help")))
+    layout.after_controls(page)
     stats = sel.stats
     kind = recorded_run.kind_words(page, sel.kind)
     shares = measured.zone_shares(stats, "fp16", k)
@@ -178,18 +171,20 @@ def show_measured(sel: recorded_run.Selection, k: int, also: str) -> None:
         )
         sweep_chart(sel, bounds, k, kind, source)
         history = recorded_scaler_chart(sel)
-    paragraph = page.t(
-        "loss_scaling_data.explain", s=power_of_two(k), kind=kind, zero=pct["zero"], over=pct["overflow"]
-    )
+    sentences = [
+        page.t("loss_scaling_data.explain", s=power_of_two(k), kind=kind, zero=pct["zero"], over=pct["overflow"])
+    ]
     if history is not None:
-        paragraph += " " + page.t(
-            "loss_scaling_data.explain_run",
-            start=_scale_text(history.first_k),
-            end=_scale_text(history.last_k),
-            skipped=page.num(len(history.skipped_steps)),
-            n=page.num(len(history.steps)),
+        sentences.append(
+            page.t(
+                "loss_scaling_data.explain_run",
+                start=_scale_text(history.first_k),
+                end=_scale_text(history.last_k),
+                skipped=page.num(len(history.skipped_steps)),
+                n=page.num(len(history.steps)),
+            )
         )
-    layout.explain(page, paragraph, page.t("loss_scaling_data.try"))
+    layout.explain(page, " ".join(sentences), page.t("loss_scaling_data.try"))
     if format_table.shows(also, "narrow"):
         st.caption(page.t("also.measured_note"))
     if format_table.shows(also, "fp8"):
@@ -235,98 +230,130 @@ def real_run_section(run: measured.ScalerHistory, real: Sequence[measured.ScaleS
             st.markdown(page.t(key, steps=_steps_text(page, real_overflows)))
 
 
-def illustration(k: int, also: str) -> None:
-    """The seed's illustration: step 2's sample times S, and an illustrative dynamic run (with a real one)."""
-    sample = default_sample()
-    scaled = loss_scaled(sample, k)
-    shares = static_shift_shares(sample, k)
-    run = illustrative_run()
-    charts = display.figure_area()
+def frame(view: LossScalingView, count_top: float) -> scrub.Frame:
+    """What the component shows at one stop of S: the scaled histogram (the extra formats' ranges under it) and the
+    cards, which all follow S."""
+    pct = {zone: page.pct(share) for zone, share in view.shares.items()}
+    chart = scrub.Chart(
+        zone_charts.fp16_histogram(page, view.histogram, count_top, aligned=bool(view.extra)),
+        page.t("figure_title"),
+        " ".join([page.t("caption"), page.t("common.illustration")]),
+        alt=page.t("alt", s=power_of_two(view.k), zero=pct["zero"], over=pct["overflow"]),
+        compact_height=COMPACT_CHART_PX,
+    )
+    blocks: list[scrub.Block] = [chart]
+    if view.extra:
+        strip = zone_charts.format_strip(page, [limits_of("fp16"), *(e.on_sample.limits for e in view.extra)])
+        blocks.append(scrub.Chart(strip, page.t("views.strip_title"), alt=page.t("views.strip_alt")))
+    blocks.append(
+        scrub.Cards(
+            (
+                (page.t("metric_zero"), pct["zero"]),
+                (page.t("fp16_range.metric_subnormal"), pct["subnormal"]),
+                (page.t("metric_overflow"), pct["overflow"]),
+                (page.t("views.loss_scaling_largest"), page.sci(view.largest_scaled)),
+            )
+        )
+    )
+    return tuple(blocks)
+
+
+def frames(also: tuple[str, ...]) -> scrub.Build:
+    """The frames of the loss-scale slider's stops, on one counts axis."""
+
+    def build(states: Sequence[scrub.State]) -> list[scrub.Frame]:
+        views = [loss_scaling_view(int(state["scale"]), also) for state in states]
+        top = figures.count_axis_top([v.histogram for v in views])
+        return [frame(v, top) for v in views]
+
+    return build
+
+
+def run_chart(run: measured.ScalerHistory) -> None:
+    """The illustrative dynamic run (with a real GradScaler's over it once run), its two cards, the real run."""
+    real = st.session_state.get(REAL_RUN)
+    display.chart(
+        run_figure(page.lang, None if real is None else tuple(s.scale for s in real)),
+        page.t("run_title"),
+        alt=page.t(
+            "run_alt",
+            n=page.num(len(run.steps)),
+            start=power_of_two(run.first_k),
+            interval=page.num(SPIKES.growth_interval),
+            skipped=page.num(len(run.skipped_steps)),
+            end=power_of_two(run.last_k),
+        ),
+    )
     display.metric_row(
         [
-            (page.t("metric_zero"), page.pct(shares["zero"])),
-            (page.t("metric_overflow"), page.pct(shares["overflow"])),
             (page.t("metric_run_start"), power_of_two(run.first_k)),
             (page.t("metric_run_skipped"), page.num(len(run.skipped_steps))),
         ]
     )
-    with charts:
-        display.chart(
-            zone_charts.fp16_histogram(page, scaled),
-            page.t("figure_title"),
-            page.t("caption") + " " + page.t("common.illustration"),
-            alt=page.t("alt", s=power_of_two(k), zero=page.pct(shares["zero"]), over=page.pct(shares["overflow"])),
-        )
+    real_run_section(run, real)
 
-        real = st.session_state.get(REAL_RUN)
-        display.chart(
-            run_figure(page.lang, None if real is None else tuple(s.scale for s in real)),
-            page.t("run_title"),
-            alt=page.t(
-                "run_alt",
-                n=page.num(len(run.steps)),
-                start=power_of_two(run.first_k),
-                interval=page.num(SPIKES.growth_interval),
-                skipped=page.num(len(run.skipped_steps)),
-                end=power_of_two(run.last_k),
-            ),
-        )
-        real_run_section(run, real)
 
-    values = {"s": power_of_two(k), "zero": page.pct(shares["zero"]), "over": page.pct(shares["overflow"])}
-    paragraph = page.t(REGIME_KEYS[static_shift_regime(shares, k)], **values)
-    paragraph += " " + page.t(
-        "explain_run",
-        start=power_of_two(run.first_k),
-        first=page.t("first_overflow" if run.skipped[0] else "first_clean"),
-        interval=page.num(SPIKES.growth_interval),
-        skipped=page.num(len(run.skipped_steps)),
-    )
-    layout.explain(page, paragraph, page.t("try"))
+def illustration(picture: DeltaGenerator, also: str) -> None:
+    """The seed's illustration: step 2's sample times S, and an illustrative dynamic run (with a real one)."""
+    keys = format_table.also_keys(also)
+    control = widgets.declared(page, "scale", NumberControl)
+    scale_slider = scrub.Slider(control, page.t("scale"), lambda v: power_of_two(int(v)), page.t("scale_help"))
+    with picture:
+        try_this = page.t("try", top=power_of_two(int(control.hi)))
+        k = int(scrub.scrub(page, [scale_slider], frames(keys), keys, try_this)["scale"])
+    layout.after_controls(page)
+    view = loss_scaling_view(k, keys)
+    run = view.run
+    values = {"s": power_of_two(k), "zero": page.pct(view.shares["zero"]), "over": page.pct(view.shares["overflow"])}
+    sentences = [
+        page.t(REGIME_KEYS[view.regime], **values),
+        page.t(
+            "explain_run",
+            start=power_of_two(run.first_k),
+            first=page.t("first_overflow" if run.skipped[0] else "first_clean"),
+            interval=page.num(SPIKES.growth_interval),
+            skipped=page.num(len(run.skipped_steps)),
+        ),
+    ]
+    layout.explain(page, " ".join(sentences), None)  # the scrub shows Try this
+    run_chart(run)
     if also != "none":
-        also_formats(sample, k, also)
+        also_formats(view, also)
 
 
-def also_formats(sample: np.ndarray, k: int, also: str) -> None:
+def also_formats(view: LossScalingView, also: str) -> None:
     """The narrower formats beside FP16: each at its own per-tensor scale, and what that scale keeps."""
     extra = format_table.also_keys(also)
-    scale_exps = {key: per_tensor_scale_exp(sample, key) for key in extra}
+    scale_exps = {e.key: e.scale_exp for e in view.extra}
     st.subheader(format_table.also_title(page, also))
     if format_table.shows(also, "fp8"):
         st.markdown(
             page.t(
                 "fp8_explain",
-                amax=page.sci(largest_magnitude(sample)),
+                amax=page.sci(view.amax),
                 e4m3_scale=power_of_two(scale_exps["fp8_e4m3"]),
                 e5m2_scale=power_of_two(scale_exps["fp8_e5m2"]),
             )
         )
-    if format_table.shows(also, "narrow"):
-        fp4 = "fp4_e2m1"
-        scaled_fp4 = static_shift_shares(sample, scale_exps[fp4], fp4)
+    if format_table.shows(also, "narrow") and view.fp4_at_scale is not None:
         st.markdown(
             page.t(
                 "also.explain_loss_scaling",
-                e2m1_scale=power_of_two(scale_exps[fp4]),
-                e2m1_zero=page.pct(scaled_fp4["zero"]),
+                e2m1_scale=power_of_two(scale_exps[FP4]),
+                e2m1_zero=page.pct(view.fp4_at_scale["zero"]),
             )
         )
-    rows = format_table.format_rows(page, sample, ("fp16",), {"fp16": k})
-    rows += format_table.format_rows(page, sample, extra)
-    rows += format_table.format_rows(page, sample, extra, scale_exps)
+    rows = [
+        *format_table.format_rows(page, view.sample, ("fp16",), {"fp16": view.k}),
+        *format_table.format_rows(page, view.sample, extra),
+        *format_table.format_rows(page, view.sample, extra, scale_exps),
+    ]
     st.dataframe(rows, hide_index=True)
 
 
 def lesson() -> None:
     """The controls and what they change; a recorded run replaces the illustration."""
-    selection = recorded_run.data_controls(page)
-    k = int(widgets.slider(page, "scale", page.t("scale"), lambda v: power_of_two(int(v)), help=page.t("scale_help")))
-    also = format_table.also_control(page)
-    layout.after_controls(page)
-    if selection is None:
-        illustration(k, also)
-    else:
-        show_measured(selection, k, also)
+    recorded_run.illustration_or_run(page, illustration, show_measured)
 
 
 def end_of_step() -> None:

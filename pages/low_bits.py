@@ -14,16 +14,16 @@ from lensa.ui.frame import setup
 def db(x: float) -> str:
     if x == math.inf:
         return "∞"
-    if x == -math.inf or x != x:
+    if math.isnan(x) or (math.isinf(x) and x < 0):
         return "−∞"
     return f"{page.num(x, 1)} dB"
 
 
-def gap(g: float) -> str:
-    """A gap in percent, signed, written as the chart writes its bars."""
-    if g != g:
+def gap(share: float) -> str:
+    """A gap (a share of BF16's final loss), signed, written as the chart writes its bars."""
+    if math.isnan(share):
         return page.t("lab.not_finite")
-    return f"{'+' if g >= 0 else '−'}{page.pct(abs(g) / 100)}"
+    return page.signed_pct(share)
 
 
 def arm_name(arm: str) -> str:
@@ -57,8 +57,8 @@ def lesson() -> None:
             page,
             "outlier",
             page.t("outlier"),
-            lambda k: page.t("outlier_stop", k=short(k), times=page.significant(2.0**k, 3)),
-            help=page.t("outlier_help", i=lowp_lesson.OUTLIER_AT + 1),
+            lambda k: page.t("outlier_stop", k=short(k), times=page.significant(lowp_lesson.outlier_times(k), 3)),
+            help=page.t("outlier_help", i=lowp_lesson.OUTLIER_POSITION),
         )
     with recorded_area:
         st.subheader(page.t("recorded_title"))
@@ -137,7 +137,7 @@ def rotation(v: lowp_lesson.RotationView) -> None:
         display.chart(
             figures.rotation_bars(v.values, v.rotated, names, page.t("axis_index"), page.t("axis_value"), page.lang),
             page.t("rotation_chart_title"),
-            page.t("rotation_caption", i=lowp_lesson.OUTLIER_AT + 1),
+            page.t("rotation_caption", i=lowp_lesson.OUTLIER_POSITION),
         )
     st.dataframe(
         [
@@ -174,11 +174,8 @@ def rotation(v: lowp_lesson.RotationView) -> None:
         "sqnr": db(v.sqnr_db),
         "restored": db(v.restored_sqnr_db),
     }
-    recovered = v.restored_others_sqnr_db > v.others_sqnr_db + 1.0
-    key = "explain_rotation_recovers" if recovered else "explain_rotation_spreads"
-    if v.flushed == 0 and v.scale_exponent == v.rotated_scale_exponent:
-        key = "explain_rotation_nothing"
-    layout.explain(page, page.t(key, **values), page.t("rotation_try"), links=False)
+    explanation = page.t(f"explain_rotation_{v.verdict}", **values)
+    layout.explain(page, explanation, page.t("rotation_try"), links=False)
 
 
 def recorded(view: lowp_lesson.ComparisonView) -> None:
@@ -188,10 +185,10 @@ def recorded(view: lowp_lesson.ComparisonView) -> None:
     display.metric_row(
         [
             (
-                page.t("metric_close", within=page.pct(view.close_pct / 100)),
+                page.t("metric_close", within=page.pct(view.close_share)),
                 f"{page.num(len(view.close))} / {page.num(len(view.recipes))}",
             ),
-            (page.t("metric_gap", arm=arm_name(view.recipe)), gap(chosen.gap_bf16_pct)),
+            (page.t("metric_gap", arm=arm_name(view.recipe)), gap(chosen.gap_bf16)),
             (page.t("metric_diverged"), page.num(len(view.diverged))),
         ]
     )
@@ -201,9 +198,9 @@ def recorded(view: lowp_lesson.ComparisonView) -> None:
         display.chart(
             figures.signed_bars(
                 [arm_name(s.arm) for s in recipes],
-                [s.gap_bf16_pct / 100 for s in recipes],
+                [s.gap_bf16 for s in recipes],
                 [FORMAT_COLOURS.get(element_of(s.arm), figures.NEUTRAL) for s in recipes],
-                [page.pct(s.gap_bf16_pct / 100) for s in recipes],
+                [page.pct(s.gap_bf16) for s in recipes],
                 page.t("gaps_axis"),
                 page.lang,
             ),
@@ -232,16 +229,16 @@ def recorded(view: lowp_lesson.ComparisonView) -> None:
         hide_index=True,
         width="stretch",
     )
-    ablation = {k: gap(v) for k, v in view.ablation.items()}
+    ablation = {k: gap(v) for k, v in view.ablation_shares.items()}
     values = {
         "close": page.num(len(view.close)),
         "recipes": page.num(len(view.recipes)),
-        "within": page.pct(view.close_pct / 100),
+        "within": page.pct(view.close_share),
         "diverged": ", ".join(arm_name(a) for a in view.diverged) or page.t("none_diverged"),
-        "mxfp4": gap(by_arm["mxfp4"].gap_bf16_pct) if "mxfp4" in by_arm else "—",
-        "mxfp8": gap(by_arm["mxfp8"].gap_bf16_pct) if "mxfp8" in by_arm else "—",
-        "mxfp8_ceil": gap(by_arm["mxfp8_ceil"].gap_bf16_pct) if "mxfp8_ceil" in by_arm else "—",
-        "fp8": gap(by_arm["fp8_current"].gap_bf16_pct) if "fp8_current" in by_arm else "—",
+        "mxfp4": gap(by_arm["mxfp4"].gap_bf16) if "mxfp4" in by_arm else "—",
+        "mxfp8": gap(by_arm["mxfp8"].gap_bf16) if "mxfp8" in by_arm else "—",
+        "mxfp8_ceil": gap(by_arm["mxfp8_ceil"].gap_bf16) if "mxfp8_ceil" in by_arm else "—",
+        "fp8": gap(by_arm["fp8_current"].gap_bf16) if "fp8_current" in by_arm else "—",
         **{k: ablation.get(k, "—") for k in lowp_lesson.NVFP4_ABLATION},
     }
     layout.explain(page, page.t("explain_recorded", **values), page.t("recorded_try"))
@@ -251,7 +248,7 @@ page = setup("low_bits")
 st.title(page.t("title"))
 st.markdown(f"#### {page.t('headline')}")
 st.markdown(page.t("intro"))
-layout.lesson(page, lesson)
+layout.lesson(page, lesson, scrubs=False)  # its pictures are st.plotly_chart's
 layout.notes(
     page,
     page.t("notes"),

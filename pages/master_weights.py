@@ -1,27 +1,27 @@
 """Step 4 · FP32 master weights: small updates vanish in FP16."""
 
+from collections.abc import Sequence
+
 import streamlit as st
 
 from lensa import measured
-from lensa.formats import get_format, spacing
-from lensa.master import (
-    EXAMPLE_GRAD,
-    EXAMPLE_LR,
+from lensa.lessons.master_weights import (
+    EXAMPLE_FORMAT,
+    LOW_PRECISION,
     MASTER_FORMAT,
-    NOTICEABLE_ROUNDING,
-    MasterWeightExample,
-    UpdateOutcome,
-    master_weight_example,
-    update_outcome,
+    STEPS,
+    MasterWeightsView,
+    master_weights_view,
+    notes_numbers,
 )
+from lensa.master import UpdateOutcome
 from lensa.ui import display, figures, i18n, layout, recorded_run, widgets
+from lensa.ui.components import scrub
+from lensa.ui.controls import NumberControl
 from lensa.ui.frame import setup
 
-STEPS = 1000
-TICKS_EACH_SIDE = 4
-LOW_PRECISION = ("fp16", "bf16")
-EXAMPLE_FORMAT = "fp16"  # the format the illustration's weight is held in, beside its FP32 master copy
 SHOWN = (*LOW_PRECISION, MASTER_FORMAT)  # the weight held in 16 bits, then the FP32 master copy
+COMPACT_LINE_PX = 230
 MAX_LAYER_BARS = 12  # a chart a phone can hold; the table below lists every layer
 
 
@@ -108,7 +108,7 @@ def show_measured(sel: recorded_run.Selection) -> None:
                 [r.name for r in shown], series, page.t("master_weights_data.axis_share"), page.lang
             ),
             page.t("master_weights_data.layers_title", step=page.num(sel.step)),
-            caption + " " + source,
+            " ".join([caption, source]),
             alt=page.t("master_weights_data.alt_layers", n=page.num(len(rows)), fp16=pct["fp16"], bf16=pct["bf16"]),
         )
         over_training_chart(sel, labels)
@@ -125,50 +125,58 @@ def show_measured(sel: recorded_run.Selection) -> None:
     layer_table(rows, labels)
 
 
-def example_charts(example: MasterWeightExample) -> None:
-    """The number line around the weight, then what the updates add exactly, to the master copy and in 16 bits."""
-    w, update, gap, stored = example.w, example.update, example.spacing, example.after_one
-    exact, change32, change16 = example.exact_change, example.fp32_change, example.low_change
-    display.chart(
-        figures.number_line(
-            example.w_stored,
-            update,
-            stored,
-            example.grid,
-            gap,
-            {
-                "w": page.t("mark_w"),
-                "exact": page.t("mark_exact"),
-                "stored": page.t("mark_stored"),
-                "half": page.t("mark_half"),
-            },
-            page.t("axis_offset"),
-            page.lang,
-            fmt=EXAMPLE_FORMAT,
-        ),
-        page.t("figure_title", spacing=page.sci(gap, 3)),
-        alt=page.t(
-            "alt",
-            w=page.decimal(w),
-            spacing=page.sci(gap, 3),
-            ratio=page.sci(example.ratio),
-            stored=i18n.full_precision(stored, page.lang),
-        ),
+def number_line(view: MasterWeightsView) -> scrub.Chart:
+    """The number line around the weight: every FP16 value a tick, w, w + update exactly, and what FP16 stores."""
+    example = view.example
+    gap, below = example.spacing, view.spacing_below
+    chart = figures.number_line(
+        example.w_stored,
+        example.update,
+        example.after_one,
+        example.grid,
+        gap,
+        {
+            "w": page.t("mark_w"),
+            "exact": page.t("mark_exact"),
+            "stored": page.t("mark_stored"),
+            "half": page.t("mark_half"),
+        },
+        page.t("axis_offset"),
+        page.lang,
+        fmt=EXAMPLE_FORMAT,
     )
-    display.chart(
-        figures.labelled_bars(
-            [page.t("bar_exact"), page.t("bar_master"), page.t("bar_fp16")],
-            [exact, change32, change16],
-            [figures.NEUTRAL, figures.FORMAT_COLOURS[MASTER_FORMAT], figures.FORMAT_COLOURS[EXAMPLE_FORMAT]],
-            [page.sci(exact, 3), page.sci(change32, 3), page.sci(change16, 3)],
-            lang=page.lang,
-            hovers=[
-                f"{page.t('bar_exact')}: {i18n.full_precision(exact, page.lang)}",
-                f"{page.t('bar_master')}: {i18n.full_precision(change32, page.lang)}",
-                f"{page.t('bar_fp16')}: {i18n.full_precision(change16, page.lang)}",
-            ],
-            headroom=1.3,
-        ),
+    words = {"w": page.decimal(view.w), "ratio": page.sci(example.ratio)}
+    stored = i18n.full_precision(example.after_one, page.lang)
+    if view.spacing_changes_at_w:  # w a power of two: the values below it are half as far apart
+        title = page.t("views.master_weights_title_split", above=page.sci(gap, 3), below=page.sci(below, 3))
+        alt = page.t(
+            "views.master_weights_alt_split", above=page.sci(gap, 3), below=page.sci(below, 3), stored=stored, **words
+        )
+    else:
+        title = page.t("figure_title", spacing=page.sci(gap, 3))
+        alt = page.t("alt", spacing=page.sci(gap, 3), stored=stored, **words)
+    return scrub.Chart(chart, title, alt=alt, compact_height=COMPACT_LINE_PX)
+
+
+def totals_bars(view: MasterWeightsView) -> scrub.Chart:
+    """What the updates add after STEPS steps: exactly, to the FP32 master copy and to the FP16 weight."""
+    example = view.example
+    exact, change32, change16 = example.exact_change, example.fp32_change, example.low_change
+    bars = figures.labelled_bars(
+        [page.t("bar_exact"), page.t("bar_master"), page.t("bar_fp16")],
+        [exact, change32, change16],
+        [figures.NEUTRAL, figures.FORMAT_COLOURS[MASTER_FORMAT], figures.FORMAT_COLOURS[EXAMPLE_FORMAT]],
+        [page.sci(exact, 3), page.sci(change32, 3), page.sci(change16, 3)],
+        lang=page.lang,
+        hovers=[
+            f"{page.t('bar_exact')}: {i18n.full_precision(exact, page.lang)}",
+            f"{page.t('bar_master')}: {i18n.full_precision(change32, page.lang)}",
+            f"{page.t('bar_fp16')}: {i18n.full_precision(change16, page.lang)}",
+        ],
+        headroom=1.3,
+    )
+    return scrub.Chart(
+        bars,
         page.t("bars_title", steps=page.num(STEPS)),
         alt=page.t(
             "bars_alt",
@@ -180,60 +188,77 @@ def example_charts(example: MasterWeightExample) -> None:
     )
 
 
-def illustration(update: float, w: float) -> None:
-    """The seed's example: one weight, one small update, stored in FP16 or kept in an FP32 master copy."""
-    example = master_weight_example(w, update, STEPS, EXAMPLE_FORMAT, TICKS_EACH_SIDE)
-    gap = example.spacing
-    exact, change32, change16 = example.exact_change, example.fp32_change, example.low_change
-
-    charts = display.figure_area()
-    display.metric_row(
-        [
-            (page.t("metric_spacing"), page.sci(gap, 3)),
+def frame(view: MasterWeightsView) -> scrub.Frame:
+    """What the component shows at one (update, w): the number line, the cards, the totals, what one update does."""
+    example = view.example
+    cards = scrub.Cards(
+        (
+            (page.t("metric_spacing"), page.sci(example.spacing, 3)),
             (page.t("metric_ratio"), page.sci(example.ratio)),
-            (page.t("metric_fp16"), page.sci(change16, 3)),
-            (page.t("metric_master"), page.sci(change32, 3)),
-        ]
+            (page.t("metric_fp16"), page.sci(example.low_change, 3)),
+            (page.t("metric_master"), page.sci(example.fp32_change, 3)),
+        )
     )
-    outcomes = {f: update_outcome(w, update, f) for f in (*LOW_PRECISION, "fp32")}
-    display.metric_row([(page.t(f"outcome_{f}"), outcome_words(outcomes[f])) for f in ("fp16", "bf16", "fp32")])
-    with charts:
-        example_charts(example)
+    outcomes = scrub.Cards(tuple((page.t(f"outcome_{f}"), outcome_words(view.outcomes[f])) for f in SHOWN))
+    return (number_line(view), cards, totals_bars(view), outcomes)
 
-    master = outcomes["fp32"]
-    values = {
+
+def build(states: Sequence[scrub.State]) -> list[scrub.Frame]:
+    """The frames of one slider's stops (the other slider where it is)."""
+    return [frame(master_weights_view(state["update"], state["w"])) for state in states]
+
+
+def illustration() -> None:
+    """The seed's example: one weight, one small update, stored in FP16 or kept in an FP32 master copy."""
+    update_control = widgets.declared(page, "update", NumberControl)
+    w_control = widgets.declared(page, "w", NumberControl)
+    sliders = [
+        scrub.Slider(update_control, page.t("update"), lambda v: page.sci(v, 3), page.t("update_help")),
+        scrub.Slider(w_control, page.t("w"), page.decimal),
+    ]
+    values = scrub.scrub(page, sliders, build, try_this=page.t("try"))
+    layout.after_controls(page)
+    update, w = values["update"], values["w"]
+    view = master_weights_view(update, w)
+    example, master = view.example, view.master
+    notes = notes_numbers()
+    values_text = {
         "ratio": page.sci(example.ratio),
         "w": page.decimal(w),
         "update": page.sci(update),
         "steps": page.num(STEPS),
-        "master": page.sci(change32, 3),
-        "exact": page.sci(exact, 3),
-        "fp16": page.sci(change16, 3),
+        "master": page.sci(example.fp32_change, 3),
+        "exact": page.sci(example.exact_change, 3),
+        "fp16": page.sci(example.low_change, 3),
         "fp32_spacing": page.sci(master.spacing, 3),
         "fp32_applied": page.sci(master.applied, 3),
-        "fp32_error": page.pct(abs(master.error)),
-        "threshold": page.significant(NOTICEABLE_ROUNDING * 100, 1) + "%",
+        "fp32_error": page.pct(master.error_size),
+        "threshold": f"{page.significant(notes.noticeable_pct, 1)}%",
     }
-    paragraph = page.t("explain_lost" if outcomes["fp16"].kind == "lost" else "explain_kept", **values)
-    paragraph += page.t(f"explain_fp32_{master.regime}", **values)
-    layout.explain(page, paragraph, page.t("try"))
+    paragraph = "".join(
+        [
+            page.t("explain_lost" if view.fp16_lost else "explain_kept", **values_text),
+            page.t(f"explain_fp32_{master.regime}", **values_text),
+        ]
+    )
+    layout.explain(page, paragraph, None)  # the scrub shows Try this
 
 
 def outcome_words(outcome: UpdateOutcome) -> str:
     """A card's value: lost, exact, or the share by which one update is rounded up or down."""
-    return page.t(f"outcome_{outcome.direction}", pct=page.pct(abs(outcome.error)))
+    return page.t(f"outcome_{outcome.direction}", pct=page.pct(outcome.error_size))
 
 
 def lesson() -> None:
     """The controls and what they change; a recorded run replaces the illustration."""
-    selection = recorded_run.data_controls(page)
+    picture = st.container()
+    data, _ = recorded_run.secondary_choices(page, also=False)
+    selection = recorded_run.data_controls(page, data)
     if selection is None:
-        update = widgets.slider(page, "update", page.t("update"), lambda v: page.sci(v, 3), help=page.t("update_help"))
-        w = widgets.slider(page, "w", page.t("w"), page.decimal)
-    layout.after_controls(page)
-    if selection is None:
-        illustration(update, w)
+        with picture:
+            illustration()
     else:
+        layout.after_controls(page)
         show_measured(selection)
 
 
@@ -244,23 +269,21 @@ layout.lesson(page, lesson)
 
 def notes_values() -> dict[str, str]:
     """The notes' numbers: the worked example of an update at w = 1 and w = 10, from the formats themselves."""
-    update = EXAMPLE_LR * EXAMPLE_GRAD
-    fp32_at_1 = float(spacing(1.0, "fp32"))
-    example = update_outcome(1.0, update, "fp32")
+    n = notes_numbers()
     return {
-        "fp16_at_1": page.sci(float(spacing(1.0, "fp16")), 3),
-        "fp16_at_10": page.sci(float(spacing(10.0, "fp16"))),
-        "fp16_needed": page.sci(float(spacing(1.0, "fp16")) / 2),
-        "lr": page.sci(EXAMPLE_LR, 1),
-        "grad": page.sci(EXAMPLE_GRAD, 1),
-        "update": page.sci(update, 1),
-        "extra_bits": page.num(get_format("fp32").significand_bits - get_format("fp16").significand_bits),
-        "fp32_at_1": page.sci(fp32_at_1, 3),
-        "fp32_at_10": page.sci(float(spacing(10.0, "fp32")), 3),
-        "fp32_applied": page.sci(example.applied, 3),
-        "fp32_error": page.pct(abs(example.error)),
-        "adam_spacings": page.num(EXAMPLE_LR / fp32_at_1),
-        "adam_error": page.pct(fp32_at_1 / 2 / EXAMPLE_LR),
+        "fp16_at_1": page.sci(n.fp16_at_1, 3),
+        "fp16_at_10": page.sci(n.fp16_at_10),
+        "fp16_needed": page.sci(n.fp16_needed),
+        "lr": page.sci(n.lr, 1),
+        "grad": page.sci(n.grad, 1),
+        "update": page.sci(n.update, 1),
+        "extra_bits": page.num(n.extra_bits),
+        "fp32_at_1": page.sci(n.fp32_at_1, 3),
+        "fp32_at_10": page.sci(n.fp32_at_10, 3),
+        "fp32_applied": page.sci(n.fp32_applied, 3),
+        "fp32_error": page.pct(n.fp32_error),
+        "adam_spacings": page.num(n.adam_spacings),
+        "adam_error": page.pct(n.adam_error),
     }
 
 

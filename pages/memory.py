@@ -1,25 +1,15 @@
 """Step 1 · Memory per parameter: 16 bytes for every weight with Adam."""
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import streamlit as st
 
-from lensa.memory import (
-    Checkpointing,
-    MemoryBreakdown,
-    ModelShape,
-    Optimizer,
-    Precision,
-    StateComponent,
-    activation_format,
-    fit_on_gpu,
-    other_precision,
-    split_bytes_per_param,
-    training_memory,
-    zero_divisor,
-)
+from lensa.lessons.memory import MemorySetup, MemoryView, StatePart, axis_top_gb, memory_view
+from lensa.memory import Fit, ModelShape
 from lensa.models import PRESETS, model_text_key, others_comparison, shape_for_params
 from lensa.ui import display, figures, layout, widgets
+from lensa.ui.components import scrub
+from lensa.ui.controls import NumberControl
 from lensa.ui.frame import setup
 from lensa.ui.i18n import compact_exact, states_formula
 
@@ -28,24 +18,9 @@ DTYPE_COLOURS = {
     "fp32": figures.FORMAT_COLOURS["fp32"],
     "int8": figures.NEUTRAL,
 }
-FIT_KEYS = {"states_over": "fit_states_over", "total_over": "fit_total_over", "fits": "fit_all"}
+FIT_KEYS: dict[Fit, str] = {"states_over": "fit_states_over", "total_over": "fit_total_over", "fits": "fit_all"}
 SETUP_CONTROLS = ("model", "params", "optimizer", "zero", "gpus", "checkpointing", "attention", "gpu_gb")
-
-
-@dataclass(frozen=True)
-class Setup:
-    """What the controls chose: the precision and tokens above, the rest in the setup expander."""
-
-    precision: Precision
-    tokens: int
-    model_key: str
-    model: ModelShape
-    optimizer: Optimizer
-    zero: int
-    gpus: int
-    checkpointing: Checkpointing
-    flash: bool
-    gpu_gb: int
+COMPACT_CHART_PX = 215
 
 
 def model_controls() -> tuple[str, ModelShape]:
@@ -70,10 +45,8 @@ def model_controls() -> tuple[str, ModelShape]:
     return model_key, model
 
 
-def controls() -> Setup:
-    """The step's controls: precision and tokens, then the model and training setup in an expander."""
-    precision = widgets.choice(page, "precision", page.t("precision"), lambda v: page.t(f"precision_{v}"))
-    tokens = widgets.slider(page, "tokens", page.t("tokens"), page.num, help=page.t("tokens_help"))
+def setup_controls(precision: str) -> tuple[str, MemorySetup]:
+    """The model and training setup, in an expander under the picture (open when a link sets any of it)."""
     customised = any(k in st.query_params for k in SETUP_CONTROLS)
     with st.expander(page.t("setup_title"), icon=":material/tune:", expanded=customised):
         model_key, model = model_controls()
@@ -88,37 +61,91 @@ def controls() -> Setup:
             gpus = int(widgets.slider(page, "gpus", page.t("gpus"), page.num))
             attention = widgets.choice(page, "attention", page.t("attention"), lambda v: page.t(f"attention_{v}"))
         gpu_gb = int(widgets.slider(page, "gpu_gb", page.t("gpu_gb"), lambda v: f"{page.num(v)} GB"))
-    layout.after_controls(page)
-    return Setup(
-        precision, tokens, model_key, model, optimizer, zero, gpus, checkpointing, attention == "flash", gpu_gb
+    memory_setup = MemorySetup(
+        precision,  # type: ignore[arg-type]  # the control's options are the precisions
+        model,
+        optimizer,  # type: ignore[arg-type]  # the control's options are the optimizers
+        zero,
+        gpus,
+        checkpointing,  # type: ignore[arg-type]  # the control's options are the checkpointing modes
+        attention == "flash",
+        gpu_gb,
     )
+    return model_key, memory_setup
 
 
-def bar_parts(s: Setup, memory: MemoryBreakdown) -> list[figures.BarPart]:
+def bar_parts(view: MemoryView) -> list[figures.BarPart]:
     """The stacked bar's parts: each model state with its bytes a parameter (÷ GPUs where ZeRO splits it), then
     the activations."""
 
-    def part_label(component: StateComponent, n_bytes: float) -> str:
-        divisor = zero_divisor(component.group, s.zero, s.gpus)
-        bpp = page.num(component.bytes_per_param) + ("" if divisor == 1 else f" ÷ {page.num(divisor)}")
-        part = page.t(f"part_{component.key}")
-        name = f"{part} {component.dtype.upper()}"
-        return page.t("component", name=name, bpp=bpp, gb=page.gb(n_bytes))
+    def part_label(part: StatePart) -> str:
+        component, divisor = part.component, part.divisor
+        split = "" if divisor == 1 else f" ÷ {page.num(divisor)}"
+        bpp = f"{page.num(component.bytes_per_param)}{split}"
+        name = f"{page.t(f'part_{component.key}')} {component.dtype.upper()}"
+        return page.t("component", name=name, bpp=bpp, gb=page.gb(part.n_bytes))
 
-    parts = [figures.BarPart(part_label(c, b), b, DTYPE_COLOURS[c.dtype]) for c, b in memory.states]
+    parts = [figures.BarPart(part_label(p), p.n_bytes, DTYPE_COLOURS[p.component.dtype]) for p in view.parts]
     parts.append(
         figures.BarPart(
-            page.t("activations_part", tokens=page.num(s.tokens), gb=page.gb(memory.activations)),
-            memory.activations,
-            DTYPE_COLOURS[activation_format(s.precision)],
+            page.t("activations_part", tokens=page.num(view.tokens), gb=page.gb(view.memory.activations)),
+            view.memory.activations,
+            DTYPE_COLOURS[view.activation_format],
             pattern=figures.ACTIVATION_PATTERN,
         )
     )
     return parts
 
 
-def explanation(s: Setup, memory: MemoryBreakdown, other: MemoryBreakdown, formula: str) -> str:
+def formula(view: MemoryView) -> str:
+    setup_ = view.setup
+    return states_formula(setup_.model.params, view.whole_bpp, view.split_bpp, setup_.gpus, page.lang)
+
+
+def frame(view: MemoryView, axis_top: float, model_name: str) -> scrub.Frame:
+    """What the component shows at one stop of the tokens slider: the column, then the cards."""
+    memory, gpu_gb = view.memory, view.setup.gpu_gb
+    gpu_line = page.t("gpu_line", gb=page.num(gpu_gb))
+    chart = scrub.Chart(
+        figures.stacked_memory(bar_parts(view), gpu_gb, gpu_line, page.t("axis"), page.lang, axis_top),
+        page.t("figure_title", model=model_name),
+        page.t("caption", formula=formula(view), states=page.gb(memory.model_states)),
+        alt=page.t(
+            "alt",
+            model=model_name,
+            states=page.gb(memory.model_states),
+            act=page.gb(memory.activations),
+            total=page.gb(memory.total),
+            gpu=gpu_line,
+        ),
+        compact_height=COMPACT_CHART_PX,
+        compact_layout=figures.COMPACT_COLUMN_LAYOUT,
+    )
+    cards = scrub.Cards(
+        (
+            (page.t("metric_bpp"), page.num(memory.bytes_per_param)),
+            (page.t("metric_states"), page.gb(memory.model_states)),
+            (page.t("metric_activations"), page.gb(memory.activations)),
+            (page.t("metric_total"), page.gb(memory.total)),
+        )
+    )
+    return (chart, cards)
+
+
+def frames(memory_setup: MemorySetup, model_name: str) -> scrub.Build:
+    """The frames of the tokens slider's stops: one axis for all of them, so the column grows with the tokens."""
+
+    def build(states: Sequence[scrub.State]) -> list[scrub.Frame]:
+        views = [memory_view(memory_setup, int(state["tokens"])) for state in states]
+        top = axis_top_gb(views)
+        return [frame(v, top, model_name) for v in views]
+
+    return build
+
+
+def explanation(view: MemoryView) -> str:
     """The paragraph under the chart: what the bytes are, the activations, ZeRO, recomputation, and the fit."""
+    s, memory, other = view.setup, view.memory, view.other
     parts_text = " + ".join(
         page.t("part_bytes", b=page.num(c.bytes_per_param), name=page.t(f"part_{c.key}"), dtype=c.dtype.upper())
         for c, _ in memory.states
@@ -128,33 +155,33 @@ def explanation(s: Setup, memory: MemoryBreakdown, other: MemoryBreakdown, formu
         "parts": parts_text,
         "act": page.gb(memory.activations),
         "act_other": page.gb(other.activations),
-        "tokens": page.num(s.tokens),
+        "tokens": page.num(view.tokens),
         "states": page.gb(memory.model_states),
         "total": page.gb(memory.total),
         "gpu": page.t("gpu_line", gb=page.num(s.gpu_gb)),
-        "formula": formula,
+        "formula": formula(view),
         "stage": page.num(s.zero),
         "gpus": page.num(s.gpus),
     }
-    precision, optimizer, zero, checkpointing = s.precision, s.optimizer, s.zero, s.checkpointing
-    paragraph = page.t(f"explain_{precision}", **values)
-    if precision == "mixed" or optimizer != "adam":
-        paragraph += " " + page.t(f"opt_note_{optimizer}")
-    paragraph += " " + page.t(f"act_{precision}", **values)
-    if zero > 0 and s.gpus > 1:
-        paragraph += " " + page.t(f"explain_zero{zero}", **values)
-    if checkpointing != "none":
-        paragraph += " " + page.t(f"explain_ckpt_{checkpointing}", **values)
+    sentences = [page.t(f"explain_{s.precision}", **values)]
+    if s.precision == "mixed" or s.optimizer != "adam":
+        sentences.append(page.t(f"opt_note_{s.optimizer}"))
+    sentences.append(page.t(f"act_{s.precision}", **values))
+    if s.zero > 0 and s.gpus > 1:
+        sentences.append(page.t(f"explain_zero{s.zero}", **values))
+    if s.checkpointing != "none":
+        sentences.append(page.t(f"explain_ckpt_{s.checkpointing}", **values))
     elif not s.flash:
-        paragraph += " " + page.t("explain_scores", **values)
-    return paragraph + " " + page.t(FIT_KEYS[fit_on_gpu(memory, s.gpu_gb)], **values)
+        sentences.append(page.t("explain_scores", **values))
+    sentences.append(page.t(FIT_KEYS[view.fit], **values))
+    return " ".join(sentences)
 
 
-def how_others_count(s: Setup) -> None:
+def how_others_count(model_key: str, memory_setup: MemorySetup) -> None:
     """The expander comparing how other calculators count the same model's states."""
     with st.expander(page.t("others_title"), icon=":material/calculate:"):
-        comparison = others_comparison(s.model_key, s.model, s.gpus)
-        st.markdown(page.t("others_intro", model=page.t(model_text_key(s.model_key)), gpus=page.num(comparison.gpus)))
+        comparison = others_comparison(model_key, memory_setup.model, memory_setup.gpus)
+        st.markdown(page.t("others_intro", model=page.t(model_text_key(model_key)), gpus=page.num(comparison.gpus)))
         # A small fixed table: Markdown, not a dataframe, so a rerun does not convert it through pandas.
         st.markdown(
             display.markdown_table(
@@ -169,42 +196,19 @@ def how_others_count(s: Setup) -> None:
 
 
 def lesson() -> None:
-    """The controls and what they change: the memory of one training step, part by part."""
-    s = controls()
-    memory = training_memory(s.model, s.tokens, s.precision, s.optimizer, s.zero, s.gpus, s.checkpointing, s.flash)
-    # The other precision on one GPU without ZeRO: the paragraph compares activations, which neither divides.
-    other = training_memory(
-        s.model, s.tokens, other_precision(s.precision), s.optimizer, 0, 1, s.checkpointing, s.flash
-    )
-    split = split_bytes_per_param(s.precision, s.optimizer, s.zero, s.gpus)
-    formula = states_formula(s.model.params, *split, s.gpus, page.lang)
-    charts = display.figure_area()
-    display.metric_row(
-        [
-            (page.t("metric_bpp"), page.num(memory.bytes_per_param)),
-            (page.t("metric_states"), page.gb(memory.model_states)),
-            (page.t("metric_activations"), page.gb(memory.activations)),
-            (page.t("metric_total"), page.gb(memory.total)),
-        ]
-    )
-    model_name = page.t(model_text_key(s.model_key))
-    gpu_line = page.t("gpu_line", gb=page.num(s.gpu_gb))
-    with charts:
-        display.chart(
-            figures.stacked_memory(bar_parts(s, memory), s.gpu_gb, gpu_line, page.t("axis"), page.lang),
-            page.t("figure_title", model=model_name),
-            page.t("caption", formula=formula, states=page.gb(memory.model_states)),
-            alt=page.t(
-                "alt",
-                model=model_name,
-                states=page.gb(memory.model_states),
-                act=page.gb(memory.activations),
-                total=page.gb(memory.total),
-                gpu=gpu_line,
-            ),
-        )
-    layout.explain(page, explanation(s, memory, other, formula), page.t("try"))
-    how_others_count(s)
+    """The precision, then the tokens slider with the column and the cards; the setup under them."""
+    precision = widgets.choice(page, "precision", page.t("precision"), lambda v: page.t(f"precision_{v}"))
+    picture = st.container()
+    model_key, memory_setup = setup_controls(precision)
+    model_name = page.t(model_text_key(model_key))
+    tokens_control = widgets.declared(page, "tokens", NumberControl)
+    tokens_slider = scrub.Slider(tokens_control, page.t("tokens"), page.num, page.t("tokens_help"))
+    with picture:
+        build = frames(memory_setup, model_name)
+        tokens = int(scrub.scrub(page, [tokens_slider], build, (memory_setup, model_key), page.t("try"))["tokens"])
+    layout.after_controls(page)
+    layout.explain(page, explanation(memory_view(memory_setup, tokens)), None)  # the scrub shows Try this
+    how_others_count(model_key, memory_setup)
 
 
 page = setup("memory")

@@ -1,23 +1,15 @@
 """Step 6 · Why it is faster: tensor cores, memory, and FP8."""
 
+from collections.abc import Sequence
+
 import streamlit as st
 
+from lensa.lessons.speed import Hardware, SpeedView, memory_axis_top_gb, speed_view, time_axis_top_s
 from lensa.live import LiveError
-from lensa.memory import SEVEN_B, MemoryBreakdown
-from lensa.speed import (
-    GPUS,
-    Gpu,
-    StepTimes,
-    days_to_train,
-    gpu_days_to_train,
-    measured_speedup,
-    mixed_precision_mode,
-    peak_speedup,
-    step_memories,
-    step_times,
-    tokens_per_second,
-)
-from lensa.ui import display, figures, jobs, layout, live_view, widgets
+from lensa.speed import GPUS, Gpu, measured_speedup, mixed_precision_mode, peak_speedup
+from lensa.ui import figures, jobs, layout, live_view, widgets
+from lensa.ui.components import scrub
+from lensa.ui.controls import NumberControl
 from lensa.ui.frame import setup
 from lensa.ui.i18n import compact, teraflops
 
@@ -32,12 +24,9 @@ MODE_STYLE = {  # peak key: (colour, pattern)
 }
 
 
-Controls = tuple[int, str, float, float, int]  # tokens, GPU key, MFU, token budget, GPUs in the cluster
-
-
-def controls() -> Controls:
-    """The step's controls: tokens per step, and the hardware expander (GPU, MFU, budget, cluster)."""
-    tokens = int(widgets.slider(page, "tokens", page.t("tokens"), page.num, help=page.t("tokens_help")))
+def hardware_controls() -> Hardware:
+    """The chip, utilisation, token budget and cluster, in an expander under the picture (open when a link sets
+    any of them)."""
     customised = any(k in st.query_params for k in ("gpu", "mfu", "budget", "cluster"))
     with st.expander(page.t("hardware_title"), icon=":material/memory:", expanded=customised):
         # The notes name the chosen GPU's datasheet: a change of GPU redraws the whole page.
@@ -48,15 +37,15 @@ def controls() -> Controls:
             budget = widgets.slider(page, "budget", page.t("budget"), lambda v: compact(v, page.lang))
         with right:
             cluster = int(widgets.slider(page, "cluster", page.t("cluster"), page.num))
-    layout.after_controls(page)
-    return tokens, gpu_key, mfu, budget, cluster
+    return Hardware(gpu_key, mfu, budget, cluster)
 
 
-def time_chart(gpu: Gpu, timing: StepTimes, mfu: float) -> None:
-    """Seconds a step takes in each of the chip's modes."""
+def time_chart(view: SpeedView, axis_top: float) -> scrub.Chart:
+    """Seconds a step takes in each of the chip's modes, on one axis for every stop of the tokens slider."""
+    gpu, timing, mfu = view.gpu_spec, view.timing, view.hardware.mfu
     modes, times = timing.modes, timing.seconds
     names = [page.t(f"bar_{m}") for m in modes]
-    display.chart(
+    return scrub.Chart(
         figures.step_time_bars(
             names,
             times,
@@ -69,6 +58,7 @@ def time_chart(gpu: Gpu, timing: StepTimes, mfu: float) -> None:
                 for n, t, m in zip(names, times, modes, strict=True)
             ],
             lang=page.lang,
+            axis_top_s=axis_top,
         ),
         page.t("time_title", gpu=gpu.name),
         page.t("time_subtitle", mfu=page.pct(mfu)),
@@ -81,10 +71,11 @@ def time_chart(gpu: Gpu, timing: StepTimes, mfu: float) -> None:
     )
 
 
-def memory_chart(gpu: Gpu, memories: dict[str, MemoryBreakdown]) -> None:
-    """Training memory in each mode whose memory is modelled, against the chip's own memory."""
+def memory_chart(view: SpeedView, axis_top: float) -> scrub.Chart:
+    """Training memory in each mode whose memory is modelled, against the chip's own memory, on one axis."""
+    gpu, memories = view.gpu_spec, view.memories
     names = {m: page.t(f"bar_{m}") for m in memories}
-    display.chart(
+    return scrub.Chart(
         figures.memory_total_bars(
             list(names.values()),
             [b.total for b in memories.values()],
@@ -104,6 +95,7 @@ def memory_chart(gpu: Gpu, memories: dict[str, MemoryBreakdown]) -> None:
             ],
             gpu_line=(gpu.memory_gb, page.t("gpu_line", gb=page.num(gpu.memory_gb))),
             lang=page.lang,
+            axis_top_gb=axis_top,
         ),
         page.t("memory_title"),
         alt=page.t(
@@ -115,66 +107,92 @@ def memory_chart(gpu: Gpu, memories: dict[str, MemoryBreakdown]) -> None:
     )
 
 
-def lesson() -> None:
-    """The controls and what they change: step times, memory, throughput, and a measurement on this machine."""
-    tokens, gpu_key, mfu, budget, cluster = controls()
-    gpu = GPUS[gpu_key]
-    mixed = mixed_precision_mode(gpu)  # BF16 where the chip has it, FP16 on the V100 and T4
-    timing = step_times(gpu, SEVEN_B.params, tokens, mfu)
-    memories = step_memories(timing.modes, SEVEN_B, tokens)
-
-    charts = display.figure_area()  # the two figures above the cards, sent after them
-    fp32_time, mixed_time = timing.of("fp32"), timing.of(mixed)
-    label = mixed.upper()
-    display.metric_row(
-        [
-            (page.t("metric_fp32"), page.seconds(fp32_time)),
-            (page.t("metric_mixed", mode=label), page.seconds(mixed_time)),
-            (page.t("metric_speedup"), page.ratio(timing.speedup(mixed))),
-            (page.t("metric_memory", mode=label), page.gb(memories[mixed].total)),
-        ]
+def frame(view: SpeedView, time_top: float, memory_top: float) -> scrub.Frame:
+    """What the component shows at one stop of the tokens slider: times, the cards, memory, throughput and days."""
+    label, budget, cluster = view.mixed.upper(), view.hardware.budget, view.hardware.cluster
+    cards = scrub.Cards(
+        (
+            (page.t("metric_fp32"), page.seconds(view.fp32_s)),
+            (page.t("metric_mixed", mode=label), page.seconds(view.mixed_s)),
+            (page.t("metric_speedup"), page.ratio(view.speedup)),
+            (page.t("metric_memory", mode=label), page.gb(view.memories[view.mixed].total)),
+        )
     )
-    fastest = timing.fastest
-    rate = tokens_per_second(gpu.peak(fastest), SEVEN_B.params, mfu)
-    days = days_to_train(SEVEN_B.params, budget, gpu.peak(fastest), cluster, mfu)
-    display.metric_row(
-        [
-            (page.t("metric_throughput", mode=fastest.upper()), page.t("per_second", n=page.num(rate))),
+    more = scrub.Cards(
+        (
+            (
+                page.t("metric_throughput", mode=view.fastest.upper()),
+                page.t("per_second", n=page.num(view.tokens_per_s)),
+            ),
             (
                 page.t("metric_days", budget=compact(budget, page.lang), gpus=page.num(cluster)),
-                page.t("days", n=page.significant(days, 3)),
+                page.t("days", n=page.significant(view.days, 3)),
             ),
-        ]
+        )
     )
-    with charts:
-        time_chart(gpu, timing, mfu)
-        memory_chart(gpu, memories)
-    paragraph = page.t(
-        "explain",
-        tokens=page.num(tokens),
-        mode=label,
-        mixed=page.seconds(mixed_time),
-        fp32=page.seconds(fp32_time),
-        speedup=page.ratio(timing.speedup(mixed)),
-        act32=page.gb(memories["fp32"].activations),
-        act16=page.gb(memories[mixed].activations),
-    )
-    if gpu.peak("fp8") is not None:
-        paragraph += " " + page.t(
-            "fp8_here", fp8=page.seconds(timing.of("fp8")), ratio=page.ratio(timing.speedup("fp8"))
+    return (time_chart(view, time_top), cards, memory_chart(view, memory_top), more)
+
+
+def frames(hardware: Hardware) -> scrub.Build:
+    """The frames of the tokens slider's stops, on one time axis and one memory axis: the bars grow with the
+    tokens (FP32's sixteen times as fast as BF16's), instead of keeping their proportions while the axis moves."""
+
+    def build(states: Sequence[scrub.State]) -> list[scrub.Frame]:
+        views = [speed_view(hardware, int(state["tokens"])) for state in states]
+        time_top, memory_top = time_axis_top_s(views), memory_axis_top_gb(views)
+        return [frame(v, time_top, memory_top) for v in views]
+
+    return build
+
+
+def explanation(view: SpeedView) -> str:
+    """The paragraph under the picture: the step times, the activations, FP8 and the days to train."""
+    timing, label = view.timing, view.mixed.upper()
+    sentences = [
+        page.t(
+            "explain",
+            tokens=page.num(view.tokens),
+            mode=label,
+            mixed=page.seconds(view.mixed_s),
+            fp32=page.seconds(view.fp32_s),
+            speedup=page.ratio(view.speedup),
+            act32=page.gb(view.memories["fp32"].activations),
+            act16=page.gb(view.memories[view.mixed].activations),
+        )
+    ]
+    if view.has_fp8:
+        sentences.append(
+            " " + page.t("fp8_here", fp8=page.seconds(timing.of("fp8")), ratio=page.ratio(timing.speedup("fp8")))
         )
     else:
-        paragraph += page.t("fp8_line")
-    paragraph += " " + page.t(
-        "explain_budget",
-        budget=compact(budget, page.lang),
-        gpus=page.num(cluster),
-        days=page.significant(days, 3),
-        mode=fastest.upper(),
-        gpu_days=page.num(gpu_days_to_train(SEVEN_B.params, budget, gpu.peak(fastest), mfu)),
+        sentences.append(page.t("fp8_line"))
+    sentences.append(
+        " "
+        + page.t(
+            "explain_budget",
+            budget=compact(view.hardware.budget, page.lang),
+            gpus=page.num(view.hardware.cluster),
+            days=page.significant(view.days, 3),
+            mode=view.fastest.upper(),
+            gpu_days=page.num(view.gpu_days),
+        )
     )
-    layout.explain(page, paragraph, page.t("try"))
-    measurement(gpu, mixed)
+    return "".join(sentences)
+
+
+def lesson() -> None:
+    """The tokens slider with the times, cards and memory; the hardware under them; a measurement on this machine."""
+    picture = st.container()
+    hardware = hardware_controls()
+    tokens_slider = scrub.Slider(
+        widgets.declared(page, "tokens", NumberControl), page.t("tokens"), page.num, page.t("tokens_help")
+    )
+    with picture:
+        tokens = int(scrub.scrub(page, [tokens_slider], frames(hardware), hardware, page.t("try"))["tokens"])
+    layout.after_controls(page)
+    view = speed_view(hardware, tokens)
+    layout.explain(page, explanation(view), None)  # the scrub shows Try this
+    measurement(view.gpu_spec, mixed_precision_mode(view.gpu_spec))
 
 
 def measurement(gpu: Gpu, mixed: str) -> None:

@@ -23,7 +23,7 @@ record = progress.answered()
 asked = [q for step in STEPS for q in progress.questions(step.key)]
 given = [q for q in asked if q in record]
 if given:
-    right = sum(progress.is_right(q, record[q]) for q in given)
+    right = progress.right_count(record, given)
     st.info(
         page.t("score", answered=page.num(len(given)), total=page.num(len(asked)), right=page.num(right)),
         icon=":material/checklist:",

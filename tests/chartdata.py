@@ -15,6 +15,7 @@ it rather than leave it unchecked.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterator
@@ -270,8 +271,11 @@ class Reader:
                 self.expect(everything, "the line across", float(shape["y0"]), 1)
 
     def histogram(self, traces: list[Spec]) -> None:
-        """Stacked counts per bin: the bin (decoded from the axis) is a ``lo … hi`` row, the count is exact."""
+        """Stacked counts per bin: the bin (decoded from the axis) is a ``lo … hi`` row, the count is exact. An
+        empty trace (a category with no value at this stop, kept for the legend) draws nothing to look up."""
         for t in traces:
+            if not any(t.get("y") or ()):  # no value in this category at this stop (a bar of 0 for the legend)
+                continue
             column = self.column(t["name"])
             if column is None:
                 self.fail(f"no column for {t['name']!r} in {self.table.headers}")
@@ -441,19 +445,52 @@ def check(spec: Spec, table: Table, lang: str) -> list[str]:
     return Reader(spec, table, lang).problems()
 
 
+@dataclass(frozen=True)
+class ScrubChart:
+    """A chart a scrub component draws at its current stop, shaped like an AppTest plotly chart (``proto.spec``,
+    ``proto.alt``) so the checks read it the same way."""
+
+    proto: Any
+
+
+def _scrub_charts(node: Any) -> list[ScrubChart]:
+    """The charts of a scrub component (lensa.ui.components.scrub) at its sliders' current stops."""
+    from types import SimpleNamespace
+
+    from lensa.ui.components import scrub
+
+    data = json.loads(node.proto.json)
+    frame = scrub.frame_at(data["parts"][0], data["at"][0])
+    return [
+        ScrubChart(SimpleNamespace(spec=json.dumps(block["fig"]), alt=block["alt"]))
+        for block in frame
+        if block["k"] == "chart"
+    ]
+
+
 def charts_and_tables(root: Any, table_label: str) -> Iterator[tuple[Any, Any | None]]:
     """Each plotly chart of an AppTest tree, in page order, with the data table shown after it (before the
-    next chart), or None."""
+    next chart), or None. A scrub component's charts (at its current stops) count as charts; the server writes
+    their tables after the component, one per chart, in order."""
     order: list[Any] = []
 
     def walk(node: Any) -> None:
-        if getattr(node, "type", None) in ("plotly_chart", "expander"):
+        kind = getattr(node, "type", None)
+        if kind in ("plotly_chart", "expander"):
             order.append(node)
+        elif kind == "bidi_component":
+            order.append(_scrub_charts(node))
         for child in getattr(node, "children", {}).values():
             walk(child)
 
     walk(root)
     for i, node in enumerate(order):
+        if isinstance(node, list):  # a scrub's charts: its tables follow it, one for each chart
+            following = order[i + 1 : i + 1 + len(node)]
+            tables = [t for t in following if getattr(t, "label", None) == table_label]
+            for n, chart in enumerate(node):
+                yield chart, tables[n] if n < len(tables) else None
+            continue
         if getattr(node, "type", None) != "plotly_chart":
             continue
         following = order[i + 1] if i + 1 < len(order) else None

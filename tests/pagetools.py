@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
+import uuid
 from pathlib import Path
+from typing import Any
 
 from streamlit.testing.v1 import AppTest
 
 from lensa.ui import site
+from lensa.ui.components import scrub
 from lensa.ui.layout import LINK_NOTICE_ICON
 from lensa.ui.site import PAGES_BY_KEY
 
@@ -39,7 +43,8 @@ def page_keys(*, steps: bool = False, control: str | None = None) -> tuple[str, 
 
 
 def metrics(at: AppTest) -> dict[str, str]:
-    return {m.label: m.value for m in at.metric}
+    """Every metric card the page shows: Streamlit's own, and those of its scrub components at their stops."""
+    return {**{m.label: m.value for m in at.metric}, **scrub_cards(at)}
 
 
 def sidebar_links(at: AppTest) -> list[str]:
@@ -49,6 +54,109 @@ def sidebar_links(at: AppTest) -> list[str]:
 def notices(at: AppTest) -> list[str]:
     """The notices about link values the page could not use (other warnings left out)."""
     return [w.value for w in at.warning if w.icon == LINK_NOTICE_ICON]
+
+
+# --- the scrub component (lensa.ui.components.scrub): read as the browser reads it, moved as a browser moves it --
+
+
+def scrub_elements(at: AppTest) -> list[Any]:
+    """The page's scrub components, in page order (AppTest shows them as unknown elements)."""
+    found: list[Any] = []
+
+    def walk(node: Any) -> None:
+        if getattr(node, "type", None) == "bidi_component" and node.proto.component_name == scrub.NAME:
+            found.append(node)
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at._tree)
+    return found
+
+
+def scrub_data(element: Any) -> dict[str, Any]:
+    """What the server sent a scrub: its parts (parsed) and each slider's stop index."""
+    data = json.loads(element.proto.json)
+    return {"parts": [json.loads(p) for p in data["parts"]], "at": data["at"], "raw": data}
+
+
+def scrub_frame(at: AppTest, which: int = 0) -> list[dict[str, Any]]:
+    """The frame the browser shows for the page's scrub ``which`` at its sliders' current stops."""
+    data = scrub_data(scrub_elements(at)[which])
+    return scrub.frame_at(data["parts"][0], data["at"][0])
+
+
+def scrub_cards(at: AppTest) -> dict[str, str]:
+    """Every card the page's scrubs show at their current stops (label: value)."""
+    cards: dict[str, str] = {}
+    for i in range(len(scrub_elements(at))):
+        for block in scrub_frame(at, i):
+            if block["k"] == "cards":
+                cards.update({label: value for label, value in block["cards"]})
+    return cards
+
+
+def scrub_value(at: AppTest, name: str) -> float:
+    """The stop a scrub slider named ``name`` is at."""
+    for element in scrub_elements(at):
+        data = scrub_data(element)
+        for part, index in zip(data["parts"], data["at"], strict=True):
+            if part["name"] == name:
+                stops = slider_stops(at, name)
+                return stops[index]
+    raise KeyError(name)
+
+
+def slider_stops(at: AppTest, name: str) -> tuple[float, ...]:
+    """The stops of the page's control ``name`` (from the site's list of pages, as the page declares them)."""
+    key = at.session_state["lensa.page"]
+    control = site.PAGES_BY_KEY[key].control(name)
+    return control.stops  # type: ignore[union-attr]  # a scrub's control is a NumberControl
+
+
+def move_scrub(at: AppTest, name: str, index: int | object, gesture: str | None = None, **others: object) -> AppTest:
+    """Send what the component sends at the end of a gesture (slider ``name`` at stop ``index``, or any junk a
+    client could send instead), with every other widget's state, and run: the websocket's rerun request."""
+    from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+    element = scrub_elements(at)[0]
+    data = scrub_data(element)
+    where = {part["name"]: i for part, i in zip(data["parts"], data["at"], strict=True)}
+    where[name] = index  # type: ignore[assignment]  # a test may send junk on purpose
+    where.update(others)  # type: ignore[arg-type]
+    states = at._tree.get_widget_states()
+    state = WidgetState(id=element.proto.id)
+    state.json_value = json.dumps({"value": {"g": gesture or uuid.uuid4().hex[:12], "v": where}})
+    states.widgets.append(state)
+    at._run(states)
+    return at
+
+
+def send_scrub_state(at: AppTest, value: object) -> AppTest:
+    """Send ``value`` as the component's whole state (junk a hand-written client could send), and run."""
+    from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+    element = scrub_elements(at)[0]
+    states = at._tree.get_widget_states()
+    state = WidgetState(id=element.proto.id)
+    state.json_value = value if isinstance(value, str) else json.dumps(value)
+    states.widgets.append(state)
+    at._run(states)
+    return at
+
+
+def chart_specs(at: AppTest) -> list[dict[str, Any]]:
+    """Every chart the page shows, as plotly JSON: Streamlit's own, and its scrubs' at their current stops."""
+    specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    for i in range(len(scrub_elements(at))):
+        specs += [block["fig"] for block in scrub_frame(at, i) if block["k"] == "chart"]
+    return specs
+
+
+def scrub_texts(at: AppTest, field: str) -> list[str]:
+    """A text field (``"title"``, ``"caption"``, ``"alt"``) of every chart the page's scrubs show at their stops."""
+    return [
+        block[field] for i in range(len(scrub_elements(at))) for block in scrub_frame(at, i) if block["k"] == "chart"
+    ]
 
 
 _GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(glossary\?[^)]*\)")

@@ -7,7 +7,7 @@ import pytest
 
 from lensa import blockscale
 from lensa.ui import i18n
-from tests.pagetools import metrics, open_page, page_keys
+from tests.pagetools import chart_specs, metrics, open_page, page_keys
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
 
@@ -22,7 +22,7 @@ def test_renders_at_the_defaults_in_both_languages(lang):
     at = open_page("blocks", lang=lang)
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value == i18n.text(lang, "blocks.title")
-    assert len(metrics(at)) == 3 and len(at.get("plotly_chart")) == 1
+    assert len(metrics(at)) == 3 and len(chart_specs(at)) == 1
     assert [r.key for r in at.radio] == ["quiz.blocks.1"]  # predict-then-reveal: its first question, one at a time
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from lensa.estimators import how_others_count
@@ -12,7 +10,7 @@ from lensa.models import PRESETS
 from lensa.speed import GPUS, days_to_train
 from lensa.ui import i18n
 from tests.conftest import requires_torch
-from tests.pagetools import metrics, notices, open_page, unlinked
+from tests.pagetools import chart_specs, metrics, notices, open_page, scrub_texts, unlinked
 
 
 def gb(x: float) -> str:
@@ -23,7 +21,8 @@ def test_llama2_70b_zero3_over_8_gpus():
     at = open_page("memory", lang="en", model="llama2-70b", zero="3", gpus="8")
     params = PRESETS["llama2-70b"].published_params
     assert metrics(at)["Model states"] == gb(params * 16 / 8) == "138.0 GB"
-    assert any(unlinked(c.value).startswith("68.98B × 16 B ÷ 8 = 138.0 GB of model states per GPU") for c in at.caption)
+    captions = [unlinked(c) for c in [c.value for c in at.caption] + scrub_texts(at, "caption")]
+    assert any(c.startswith("68.98B × 16 B ÷ 8 = 138.0 GB of model states per GPU") for c in captions)
     assert any("ZeRO stage 3 over 8 GPUs splits everything" in unlinked(m.value) for m in at.markdown)
 
 
@@ -57,7 +56,7 @@ def test_recomputation_and_stored_attention_scores_move_the_activations():
 def test_gpu_memory_line_changes_the_verdict():
     at = open_page("memory", lang="en", model="gpt2", gpu_gb="24")
     assert any("fits on one 24 GB GPU" in m.value for m in at.markdown)
-    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    spec = chart_specs(at)[0]
     assert spec["layout"]["shapes"][0]["y0"] == 24
 
 
@@ -164,7 +163,7 @@ def test_reference_figures_hold_with_the_setup_panel_closed():
 
 def bar_names(at, chart: int = 0) -> list[str]:
     """The labels of a bar chart's rows, top to bottom."""
-    spec = json.loads(at.get("plotly_chart")[chart].proto.spec)
+    spec = chart_specs(at)[chart]
     return list(spec["layout"]["yaxis"]["ticktext"])
 
 

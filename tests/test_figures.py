@@ -10,10 +10,12 @@ import pytest
 
 from lensa.formats import FORMATS, classify, representable_between
 from lensa.gradients import gradient_sample
+from lensa.lessons.common import log_histogram
 from lensa.scaling import dynamic_run
 from lensa.ui import figures
+from lensa.ui.components import scrub
 from lensa.ui.site import PAGES
-from tests.pagetools import open_page
+from tests.pagetools import open_page, scrub_data, scrub_elements
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
 
@@ -43,7 +45,13 @@ def test_builders_make_valid_figures():
     built = [
         figures.stacked_memory([figures.BarPart("w · 2 B", 13.5e9, "#E69F00", "x")], 80, "80 GB", "GB", "id"),
         figures.category_histogram(
-            sample, classify(sample, "fp16"), labels, [(2**-24, "sub")], "x", "n", "{lo}{hi}{n}{category}", "en"
+            log_histogram(sample, classify(sample, "fp16")),
+            labels,
+            [(2**-24, "sub")],
+            "x",
+            "n",
+            "{lo}{hi}{n}{category}",
+            "en",
         ),
         figures.scaler_run(
             [s.step for s in run], [np.log2(s.scale) for s in run], [s.skipped for s in run], run_labels
@@ -52,7 +60,8 @@ def test_builders_make_valid_figures():
         figures.loss_curves([("fp32", "FP32", [0.7, 0.5]), ("bf16", "BF16", [0.7, 0.51])], "step", "loss", "en"),
         figures.number_line(1.0, 1e-6, 1.0, grid, 2**-10, marks, "d", "en"),
         figures.labelled_bars(["a", "b"], [1.0, 2.0], ["#0072B2", "#56B4E9"], ["1", "2"], patterns=["/", ""]),
-        figures.format_ranges(ranges, sample, range_labels, "en"),
+        figures.format_ranges(ranges, (float(sample.min()), float(sample.max())), range_labels, "en"),
+        figures.format_ranges(ranges, None, range_labels, "en", -12, 8, every=2),
         figures.precision_ticks([("fp16", "FP16", representable_between(1, 1.0625, "fp16"))], "en"),
     ]
     for fig in built:
@@ -67,11 +76,19 @@ CHARTLESS = ("overview", "lab", "formats", "summary", "glossary")  # no chart, o
 
 @pytest.mark.parametrize("key", [p.key for p in PAGES if p.key not in CHARTLESS])
 def test_every_chart_a_page_draws_is_valid(key):
+    """Streamlit's charts, and every chart of every stop of every scrub slider (what the browser may show)."""
     at = open_page(key, lang="id")
     charts = at.get("plotly_chart")
-    assert charts
+    scrubs = scrub_elements(at)
+    assert charts or scrubs
     for chart in charts:
         go.Figure(json.loads(chart.proto.spec))
+    for element in scrubs:
+        for part in scrub_data(element)["parts"]:
+            for i in range(len(part["stops"])):
+                for block in scrub.frame_at(part, i):
+                    if block["k"] == "chart":
+                        go.Figure(block["fig"])
 
 
 def test_measured_builders_make_valid_figures():
@@ -150,7 +167,9 @@ def test_the_format_ranges_table_writes_each_limit_exactly_where_it_is_short():
         )
         for k in ("fp16", "fp6_e2m3")
     ]
-    rows = {row[0]: row[1:] for row in figures.format_ranges(ranges, gradient_sample(1e-6), labels, "en").table.rows}
+    sample = gradient_sample(1e-6)
+    extent = (float(sample.min()), float(sample.max()))
+    rows = {row[0]: row[1:] for row in figures.format_ranges(ranges, extent, labels, "en").table.rows}
     fp16, e2m3 = ml_dtypes.finfo(np.float16), ml_dtypes.finfo(ml_dtypes.float6_e2m3fn)
     assert float(fp16.max) == 65504 and float(e2m3.max) == 7.5 and float(e2m3.smallest_subnormal) == 0.125
     assert rows[FORMATS["fp16"].label] == ("6.0e-8", "6.1e-5", "65,504")

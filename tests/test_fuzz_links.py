@@ -17,7 +17,7 @@ from lensa.exact import try_parse_exact
 from lensa.ui import i18n
 from lensa.ui.controls import ChoiceControl, CountControl, TextControl, parse_count
 from lensa.ui.site import MEASURED_ONLY, PAGES, PAGES_BY_KEY
-from tests.pagetools import notices, open_page
+from tests.pagetools import notices, open_page, scrub_value
 
 EXAMPLES = 300
 JUNK = [
@@ -75,6 +75,8 @@ def _plain_number(raw: str) -> float | None:
 
 
 def _widget_value(at, key: str, name: str):
+    if f"w.{key}.{name}" not in at.session_state:  # a slider of the page's scrub: the stop the component is told
+        return scrub_value(at, name)
     value = at.session_state[f"w.{key}.{name}"]
     if isinstance(value, bool):  # an on/off switch shows the control's "on"/"off" as True/False
         return "on" if value else "off"

@@ -80,6 +80,9 @@ def test_language_choice_order(url, session, locale, expected):
         (i18n.percent, (0.0,), "0%", "0%"),
         (i18n.percent, (0.0014440784630462727,), "0.14%", "0,14%"),
         (i18n.percent, (1.0,), "100%", "100%"),
+        (i18n.signed_percent, (17 / 400,), "+4.3%", "+4,3%"),
+        (i18n.signed_percent, (-0.0052,), "−0.52%", "−0,52%"),
+        (i18n.signed_percent, (0.0,), "+0%", "+0%"),
         (i18n.sci, (1e-6,), "1.0e-6", "1,0e-6"),
         (lambda x, lang: i18n.sci(x, lang, 3), (9.5367431640625e-4,), "9.54e-4", "9,54e-4"),
         (i18n.sci, (2.0**-14,), "6.1e-5", "6,1e-5"),
@@ -182,7 +185,9 @@ def dynamic_keys() -> dict[str, set[str]]:
     import inspect
     from typing import get_args, get_type_hints
 
-    from lensa import blockscale, estimators, exact, formats, inspector, master, memory
+    from lensa import blockscale, estimators, exact, formats, inspector, lowp_lesson, master, memory
+    from lensa.lessons import blocks as lesson_blocks
+    from lensa.lessons import master_weights as lesson_master
     from lensa.live import ALL_ARMS
     from lensa.live.errors import ErrorKind
     from lensa.lowp import ROLES
@@ -213,7 +218,15 @@ def dynamic_keys() -> dict[str, set[str]]:
         "BF16 against FP16": family("bf16", "explain_", verdicts) | family("bf16_data", "explain_", verdicts),
         "step 2's regimes": family("fp16_range", "explain_", regimes) | family("fp16_range_data", "explain_", regimes),
         "block outcomes": family("blocks", "outcome_", blockscale.OUTCOMES),
+        "the block page's recipes (lensa.lessons.blocks)": family("blocks", "recipe_", lesson_blocks.SHOWN),
+        "the block page's flush regimes": family("blocks", "explain_", get_args(lesson_blocks.FlushRegime)),
+        "what one update does, per format (lensa.lessons.master_weights)": family(
+            "master_weights", "outcome_", lesson_master.OUTCOME_FORMATS
+        ),
         "where OCP's MXFP8 scale stands": family("blocks", "explain_floor_", get_args(blockscale.FloorRegime)),
+        "what the rotation did (lensa.lowp_lesson)": family(
+            "low_bits", "explain_rotation_", get_args(lowp_lesson.RotationVerdict)
+        ),
         "typed values out of range": family(
             "formats", "out_of_range_", _literal_values(get_type_hints(exact.Parsed)["out_of_range"])
         ),

@@ -735,3 +735,31 @@ def test_calibration_times_the_quantizations():
     assert clock.lowp_pass_s and set(clock.lowp_pass_s) == set(clock.lowp_value_s)
     assert all(math.isfinite(v) and v >= 0 for v in (*clock.lowp_pass_s.values(), *clock.lowp_value_s.values()))
     assert clock.lowp_layer_s >= 0 and clock.count_pass_s >= 0 and clock.count_value_s >= 0
+
+
+def test_the_recipes_verdict_counts_against_bf16_from_the_losses():
+    """What the lab's cards say of a comparison: which recipes ended close to BF16, diverged, and the worst gap."""
+    from types import SimpleNamespace
+
+    def arm(final: float, rising: bool = False) -> SimpleNamespace:
+        losses = [1.0, 2.0, 3.0] * 4 if rising else [4.0] * 9 + [final] * 3
+        return SimpleNamespace(losses=losses)
+
+    comparison = SimpleNamespace(
+        arms={
+            "fp32": arm(2.0),
+            "bf16": arm(2.0),
+            "fp8_current": arm(2.01),  # 0.5% above BF16: close
+            "mxfp4": arm(2.5),  # 25% above: the worst finite gap
+            "nvfp4_recipe": arm(float("nan")),  # a NaN loss: diverged, no gap
+        }
+    )
+    verdict = live.recipes_verdict(comparison)
+    assert verdict.arms == ("fp8_current", "mxfp4", "nvfp4_recipe")  # only recipes below 16 bits, in run order
+    assert verdict.close == ("fp8_current",)
+    assert verdict.diverged == ("nvfp4_recipe",)
+    gap = (live.final_loss(comparison.arms["mxfp4"]) / live.final_loss(comparison.arms["bf16"]) - 1) * 100
+    assert verdict.worst == "mxfp4" and verdict.worst_gap_pct == pytest.approx(gap)
+    assert live.CLOSE_TO_BF16 * 100 == live.CLOSE_TO_BF16_PCT
+    nothing = live.recipes_verdict(SimpleNamespace(arms={"bf16": arm(2.0)}))
+    assert nothing.arms == () and nothing.worst is None and math.isnan(nothing.worst_gap_pct)

@@ -138,3 +138,22 @@ def test_the_step_by_step_gap_is_a_ratio_of_trailing_means() -> None:
     view = LL.comparison_view("nvfp4_recipe")
     data = LL.recorded()
     assert np.allclose(view.relative["fp32"], LL.relative_to_bf16(data.losses_of("fp32"), data.losses_of("bf16")))
+
+
+@pytest.mark.parametrize("k", [0.0, 2.0, 5.0, 8.0, 10.0])
+def test_the_rotation_verdict_is_what_the_view_shows(k: float) -> None:
+    v = LL.rotation_view(k)
+    if v.flushed == 0 and v.scale_exponent == v.rotated_scale_exponent:
+        assert v.verdict == "nothing"
+    elif v.restored_others_sqnr_db - v.others_sqnr_db > LL.RECOVERED_DB:
+        assert v.verdict == "recovers"
+    else:
+        assert v.verdict == "spreads"
+    assert LL.outlier_times(k) == 2.0**k and LL.OUTLIER_POSITION == LL.OUTLIER_AT + 1
+
+
+def test_the_comparisons_shares_are_its_percents() -> None:
+    view = LL.comparison_view("nvfp4_recipe")
+    assert view.close_share == view.close_pct / 100
+    assert all(s.gap_bf16 == s.gap_bf16_pct / 100 for s in view.summaries)
+    assert view.ablation_shares == {a: g / 100 for a, g in view.ablation.items()}

@@ -66,6 +66,8 @@ def test_the_wheel_holds_lensa_and_its_data_but_not_tests_bench_or_pages(wheel):
     }
     shipped |= {str(p.relative_to(ROOT)) for p in (ROOT / "lensa" / "data").iterdir()}
     shipped |= {str(p.relative_to(ROOT)) for p in (ROOT / "lensa" / "text").glob("*.toml")}
+    # the scrub component's assets, Plotly.js and its licence among them (served by the app, never a CDN)
+    shipped |= {str(p.relative_to(ROOT)) for p in (ROOT / "lensa" / "ui" / "components" / "assets").iterdir()}
     assert shipped <= set(names), sorted(shipped - set(names))
     assert not [n for n in names if n.startswith(("tests/", "bench/", "pages/", "app.py")) or "__pycache__" in n]
 

@@ -11,7 +11,18 @@ import pytest
 from lensa.ui import i18n
 from lensa.ui.controls import TextControl  # the inspector reads nan, inf, -1 as numbers: tested on its own
 from lensa.ui.site import MEASURED_ONLY, PAGES, STEPS
-from tests.pagetools import ROOT, metrics, notices, open_page, page_keys, sidebar_links
+from tests.pagetools import (
+    ROOT,
+    metrics,
+    move_scrub,
+    notices,
+    open_page,
+    page_keys,
+    scrub_frame,
+    scrub_value,
+    sidebar_links,
+    slider_stops,
+)
 
 PAGE_KEYS = [p.key for p in PAGES]
 
@@ -114,9 +125,10 @@ def test_step1_fp32_at_4096_tokens():
 
 def test_step1_slider_moves_metric_and_url():
     at = open_page("memory", lang="en")
-    at.select_slider[0].set_value(8192).run()
+    move_scrub(at, "tokens", slider_stops(at, "tokens").index(8192))
     assert metrics(at)["Activations"] == "36.5 GB"
     assert at.query_params["tokens"] == ["8192"] or at.query_params["tokens"] == "8192"
+    assert scrub_value(at, "tokens") == 8192
 
 
 def test_step4_at_w_100():
@@ -182,7 +194,7 @@ def test_step6_tokens():
 
 def test_step2_slider():
     at = open_page("fp16_range", lang="en")
-    at.select_slider[0].set_value(1e-2).run()
+    move_scrub(at, "grad", slider_stops(at, "grad").index(1e-2))
     m = metrics(at)
     assert m["Rounded to 0"] == "0%" and float(m["FP16 normal"].rstrip("%")) > 90
 
@@ -223,20 +235,20 @@ def test_junk_link_values_fall_back_with_a_notice(key, param, raw):
 
 def test_deep_link_sets_controls():
     at = open_page("master_weights", lang="en", update="1.0E-3", w="10")
-    assert at.select_slider[0].value == pytest.approx(1e-3)
-    assert at.select_slider[1].value == 10
+    assert scrub_value(at, "update") == pytest.approx(1e-3)
+    assert scrub_value(at, "w") == 10
     assert notices(at) == []
 
 
 def test_deep_link_snaps_to_nearest_stop():
     at = open_page("memory", lang="en", tokens="2000")
-    assert at.select_slider[0].value == 2048 and notices(at) == []
+    assert scrub_value(at, "tokens") == 2048 and notices(at) == []
     assert at.query_params["tokens"] in ("2048", ["2048"])
 
 
 def test_out_of_range_is_clamped_with_a_notice():
     at = open_page("fp16_range", lang="en", grad="1e-20")
-    assert at.select_slider[0].value == pytest.approx(1e-9)
+    assert scrub_value(at, "grad") == pytest.approx(1e-9)
     assert "1.0e-9" in notices(at)[0]
 
 
@@ -257,7 +269,7 @@ def test_language_switch_changes_the_text_and_the_links():
     at.sidebar.button_group[0].set_value("id").run()
     assert at.query_params["lang"] in ("id", ["id"])
     assert at.title[0].value == i18n.text("id", "memory.title")
-    assert at.select_slider[0].value == 4096  # the page's own state is kept
+    assert scrub_value(at, "tokens") == 4096  # the page's own state is kept
     labels = sidebar_links(at)
     assert any(i18n.text("id", "nav.fp16_range") in label for label in labels)
     targets = {e.proto.page: e.proto.query_string for e in at.sidebar.get("page_link")}
@@ -284,7 +296,7 @@ sys.exit(1 if heavy else 0)
 
 
 def also_choice(at, key: str):
-    return next(b for b in at.button_group if b.key == f"w.{key}.also")
+    return at.selectbox(key=f"w.{key}.also")
 
 
 @pytest.mark.parametrize("key", page_keys(control="also"))
@@ -322,11 +334,13 @@ def test_fp6_and_fp4_appear_wherever_fp8_does(key, also):
     assert "block scaling" in " ".join(m.value for m in at.markdown)
 
 
-def test_also_choice_writes_the_url():
+def test_also_choice_writes_the_url_and_draws_the_formats_in_the_chart():
     at = open_page("bf16", lang="en")
     also_choice(at, "bf16").set_value("all").run()
     assert at.query_params["also"] in ("all", ["all"])
-    assert len(at.get("plotly_chart")) == 2 and at.dataframe
+    assert at.dataframe
+    ranges = scrub_frame(at)[0]["fig"]["layout"]["yaxis"]["ticktext"]
+    assert {"FP8 E4M3", "FP8 E5M2", "FP6 E3M2", "FP6 E2M3", "FP4 E2M1"} <= set(ranges)
 
 
 def test_step3_fp8_scales_per_tensor():

@@ -17,6 +17,7 @@ import pytest
 
 from lensa.formats import FORMATS, classify
 from lensa.gradients import gradient_sample
+from lensa.lessons.common import log_histogram
 from lensa.ui import figures
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
@@ -131,7 +132,7 @@ def test_zones_differ_by_pattern_as_well_as_colour():
     assert len(set(patterns.values())) == len(patterns)
     sample = gradient_sample(1e-7) * np.logspace(0, 14, 400)  # reaches every zone, overflow included
     fig = figures.category_histogram(
-        sample, classify(sample, FORMATS["fp16"]), {k: k for k in patterns}, [], "x", "n", "{n}", "en"
+        log_histogram(sample, classify(sample, FORMATS["fp16"])), {k: k for k in patterns}, [], "x", "n", "{n}", "en"
     )
     shapes = {trace["name"]: trace["marker"]["pattern"]["shape"] for trace in fig.to_dict()["data"]}
     assert shapes == patterns

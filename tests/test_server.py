@@ -67,24 +67,22 @@ async def _one_move(url: str, page: str) -> RunResult:
 
 
 @pytest.mark.parametrize("page", LESSON_PAGES)
-def test_a_move_reruns_the_lesson_fragment_and_sends_the_numbers_before_the_figures(page):
-    """What a browser gets back for a slider move: only the step's lesson part, its metric cards before its charts.
+def test_a_move_reruns_the_lesson_fragment_once_with_its_scrub(page):
+    """What a browser gets back for the end of a slider gesture: only the step's lesson part, with the scrub
+    component once (its sliders, charts and cards: the browser already shows the stop the hand left it at).
 
     The fragment keeps the title, notes and footer out of the move; the questions are in it, because they sit
-    above the explanation whose numbers follow the move (lensa.ui.layout.explain), and come after the cards.
-    The order lets the browser show the new numbers before it draws a changed figure again
+    above the explanation whose numbers follow the move (lensa.ui.layout.explain), and come after the scrub
     (docs/performance.md).
     """
     with Server() as server:
         after = asyncio.run(_one_move(server.url, page))
     assert after.fragment_run
     assert "heading" not in after.kinds  # no title
-    metrics = [i for i, kind in enumerate(after.kinds) if kind == "metric"]
-    charts = [i for i, kind in enumerate(after.kinds) if kind == "plotly_chart"]
+    assert after.scrub_names and after.metrics  # the cards, read from the frames at the stop the server says
+    assert after.kinds.count("bidi_component") == 1
     questions = [i for i, kind in enumerate(after.kinds) if kind == "radio"]
-    assert metrics and charts and questions
-    assert max(metrics) < min(charts)
-    assert max(metrics) < min(questions)
+    assert questions and after.kinds.index("bidi_component") < min(questions)
 
 
 def test_serving_every_page_imports_nothing_after_start_up():

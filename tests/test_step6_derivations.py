@@ -5,7 +5,6 @@ hand, against invariants of that definition, and against what the page shows aft
 from __future__ import annotations
 
 import itertools
-import json
 
 import pytest
 
@@ -21,7 +20,7 @@ from lensa.speed import (
     step_times,
 )
 from lensa.ui import figures, i18n
-from tests.pagetools import metrics, open_page
+from tests.pagetools import metrics, move_scrub, open_page, scrub_frame, slider_stops
 
 TFLOPS = 1e12
 # SPEC, step 6, figure 1: the A100's datasheet peaks and the lesson's 40% utilisation.
@@ -135,7 +134,8 @@ def test_memory_bars_are_drawn_in_decimal_gb_and_fit_on_their_axis():
 
 def test_the_page_shows_the_definition_after_the_sliders_move():
     at = open_page("speed", lang="en")
-    at.select_slider(key="w.speed.tokens").set_value(8192).run()
+    tokens = slider_stops(at, "tokens")
+    move_scrub(at, "tokens", tokens.index(8192))
     at.selectbox(key="w.speed.gpu").set_value("h100").run()
     assert not at.exception, [e.value for e in at.exception]
     h100 = GPUS["h100"]
@@ -146,12 +146,12 @@ def test_the_page_shows_the_definition_after_the_sliders_move():
     assert shown["BF16 step"] == i18n.seconds(bf16, "en") == "0.84 s"
     assert shown["Speed-up over FP32"] == i18n.ratio(989.4 / 67, "en") == "15×"
     # the time chart draws the same seconds, one bar per mode the H100 has, FP8 twice as fast as BF16
-    times = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
+    times = scrub_frame(at)[0]["fig"]["data"]
     drawn = [bar["x"][0] for bar in times]
     assert len(drawn) == len(step_times(h100, 1, 1).modes) == 4
     assert drawn[0] == pytest.approx(fp32, rel=1e-12) and drawn[2] == pytest.approx(bf16, rel=1e-12)
     assert drawn[2] / drawn[3] == pytest.approx(1978.9 / 989.4, rel=1e-12)
     # halving the tokens halves every bar
-    at.select_slider(key="w.speed.tokens").set_value(4096).run()
-    halved = [bar["x"][0] for bar in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]]
+    move_scrub(at, "tokens", tokens.index(4096))
+    halved = [bar["x"][0] for bar in scrub_frame(at)[0]["fig"]["data"]]
     assert halved == pytest.approx([d / 2 for d in drawn], rel=1e-12)

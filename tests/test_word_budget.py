@@ -101,3 +101,13 @@ def test_a_component_is_counted_through_the_data_it_is_sent():
         assert sum(visible_words.count(t) for t in visible_words.texts(Component(sent))) == 6
     finally:
         del visible_words.COMPONENT_TEXT["lensa.step"]
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_the_scrubs_words_are_counted(lang):
+    """A step's slider, cards and "Try this" are drawn by its scrub component: they count as the page's words."""
+    at = open_page("fp16_range", lang=lang)
+    shown = list(visible_words.texts(at.main))
+    assert i18n.text(lang, "fp16_range.try") in shown and i18n.text(lang, "common.try_this") in shown
+    assert i18n.text(lang, "fp16_range.grad") in shown  # the slider's label
+    assert i18n.text(lang, "fp16_range.metric_zero") in shown  # a card's label

@@ -25,6 +25,8 @@ from typing import Any
 from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1.element_tree import Block, Expander, Node, Status, Tab
 
+from lensa.ui.components import scrub
+
 # A word: a run of non-space characters with a letter or a digit in it ("4,3%", "2^−14", "FP16"; not "·" or "→").
 _WORD = re.compile(r"\S*[^\W_]\S*")
 _ICON = re.compile(r":material/[a-z_]+:")
@@ -38,6 +40,30 @@ _SILENT = {"html", "plotly_chart", "space", "divider", "empty", "vega_lite_chart
 # that draws words its data does not carry (a caption typed into its JavaScript) would escape this count: keep the
 # words in the catalogue and send them.
 COMPONENT_TEXT: dict[str, Callable[[Any], list[str]]] = {}
+
+
+def scrub_words(data: Any) -> list[str]:
+    """What a scrub component (lensa.ui.components.scrub) shows on arrival: each slider's label, its value and its
+    help line, then the frame at the first slider's stop (as ``scrub.js`` draws it first): the charts' titles and
+    captions, the cards' labels and values, and "Try this" (label and text). A chart's text alternative is for
+    screen readers and its plot's own text is the chart's, as for ``st.plotly_chart``."""
+    parts = [json.loads(p) for p in data["parts"]]
+    shown: list[str] = []
+    for part, at in zip(parts, data["at"], strict=True):
+        shown += [part["label"], part["stops"][at], part["help"]]
+    for block in scrub.frame_at(parts[0], data["at"][0]):
+        if block["k"] == "chart":
+            shown += [block["title"], block["caption"]]
+        elif block["k"] == "cards":
+            shown += [w for card in block["cards"] for w in card]
+        elif block["k"] == "note":
+            shown += [block["label"], block["text"]]
+        else:
+            raise AssertionError(f"a scrub block of kind {block['k']!r} that tests/visible_words.py cannot read")
+    return shown
+
+
+COMPONENT_TEXT[scrub.NAME] = scrub_words
 
 
 def plain(text: str) -> str:

@@ -108,9 +108,11 @@ from lensa.live.matmul import (
 )
 from lensa.live.rows import (
     CLEARLY_FASTER,
+    CLOSE_TO_BF16,
     CLOSE_TO_BF16_PCT,
     ComparisonRow,
     RecipeRow,
+    RecipesVerdict,
     arm_scale_history,
     clearly_faster,
     comparison_rows,
@@ -119,6 +121,7 @@ from lensa.live.rows import (
     gap_percent,
     loss_gap,
     recipe_rows,
+    recipes_verdict,
     rows_to_csv,
     speedup,
 )
@@ -137,6 +140,7 @@ __all__ = [
     "ARMS",
     "ARM_LABELS",
     "CLEARLY_FASTER",
+    "CLOSE_TO_BF16",
     "CLOSE_TO_BF16_PCT",
     "CPU_FLAGS_OF_INTEREST",
     "DEFAULT_CANDIDATES",
@@ -164,6 +168,7 @@ __all__ = [
     "MatmulRow",
     "Progress",
     "RecipeRow",
+    "RecipesVerdict",
     "RunConfig",
     "ShouldStop",
     "TraceStep",
@@ -184,6 +189,7 @@ __all__ = [
     "matmul_benchmark",
     "recipe_rows",
     "recipes_defaults_for",
+    "recipes_verdict",
     "resolve_device",
     "rows_to_csv",
     "run_slot",

@@ -6,9 +6,11 @@ import csv
 import io
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from lensa import lowp
+from lensa.live.config import LOWP_ARMS
 from lensa.measured import ScalerHistory
 
 if TYPE_CHECKING:
@@ -131,6 +133,38 @@ def gap_percent(comparison: Comparison, arm: str, base: str = "bf16") -> float |
     if not math.isfinite(ref) or ref == 0:
         return None
     return (final_loss(a) - ref) / ref * 100.0
+
+
+@dataclass(frozen=True)
+class RecipesVerdict:
+    """What a comparison of recipes says at a glance: the recipes below 16 bits it trained (``arms``, run order),
+    those whose final loss ended at most :data:`CLOSE_TO_BF16_PCT` above BF16's (``close``), those that diverged,
+    and the one furthest above BF16 (``worst``, None when every gap is NaN) with its gap in percent."""
+
+    arms: tuple[str, ...]
+    close: tuple[str, ...]
+    diverged: tuple[str, ...]
+    worst: str | None
+    worst_gap_pct: float
+
+
+CLOSE_TO_BF16 = CLOSE_TO_BF16_PCT / 100.0
+""":data:`CLOSE_TO_BF16_PCT` as a share, as a page writes it."""
+
+
+def recipes_verdict(comparison: Comparison) -> RecipesVerdict:
+    """The comparison's recipes below 16 bits against BF16 (see :class:`RecipesVerdict`)."""
+    arms = tuple(a for a in comparison.arms if a in LOWP_ARMS)
+    gaps = {a: gap_percent(comparison, a, "bf16") for a in arms}
+    finite = {a: g for a, g in gaps.items() if g is not None and not math.isnan(g)}
+    worst = max(finite, key=lambda a: finite[a]) if finite else None
+    return RecipesVerdict(
+        arms=arms,
+        close=tuple(a for a, g in finite.items() if g <= CLOSE_TO_BF16_PCT),
+        diverged=tuple(a for a in arms if diverged(comparison.arms[a])),
+        worst=worst,
+        worst_gap_pct=finite[worst] if worst is not None else math.nan,
+    )
 
 
 class RecipeRow(TypedDict):

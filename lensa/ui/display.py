@@ -22,6 +22,11 @@ def chart(fig: object, title: str, caption: str | None = None, alt: str | None =
     st.plotly_chart(fig, config={"displayModeBar": False}, alt=alt or getattr(fig, "alt", None) or title)
     if caption:
         st.caption(caption)
+    table_of(fig)
+
+
+def table_of(fig: object) -> None:
+    """The values a figure plots (``fig.table``), in a closed section, as a real table (nothing without one)."""
     table = getattr(fig, "table", None)
     if table is not None and table.rows:
         with st.expander(i18n.text(table.lang, "figure.table"), icon=":material/table:"):
@@ -53,3 +58,8 @@ def metric_row(items: Sequence[tuple[str, str]]) -> None:
     columns = st.columns(len(items), border=True)
     for column, (label, value) in zip(columns, items, strict=True):
         column.metric(label, value)
+
+
+def secondary_row(count: int) -> list[DeltaGenerator]:
+    """A row of ``count`` places under the picture for a step's secondary choices (data source, "also show")."""
+    return list(st.columns(count, gap="small", vertical_alignment="bottom"))

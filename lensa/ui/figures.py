@@ -39,6 +39,7 @@ import plotly.graph_objects as go
 from numpy.typing import ArrayLike
 
 from lensa.formats import FORMATS
+from lensa.lessons.common import FormatLimits, LogHistogram
 from lensa.ui import i18n
 
 # What FP16 (or any format) does to a value.
@@ -189,6 +190,7 @@ def _category_bars(cat: str, name: str, x: list[float], y: list[int], width: flo
         },
         "hovertext": hovertext,
         "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
+        "showlegend": True,  # an empty category too: the legend names all four at every stop of a slider
     }
 
 
@@ -205,22 +207,26 @@ def _vline(x: float, dash: str = "dot", width: float = 1.5) -> Spec:
     }
 
 
-def _log_marks(marks: Sequence[tuple[float, str]]) -> tuple[list[Spec], list[Spec]]:
-    """Dotted vertical lines at each value of ``marks`` on a log10 axis, each with its label written up the line."""
+def _log_marks(marks: Sequence[tuple[float, str]], lo: float, hi: float) -> tuple[list[Spec], list[Spec]]:
+    """Dotted vertical lines at each value of ``marks`` on a log10 axis from ``lo`` to ``hi``, each labelled across
+    the top of the plot beside its line (to the right of it in the axis's left part, to the left in its right part),
+    each mark a row lower than the one before, so no two labels overlap; the counts axis leaves room for them
+    (:data:`MARK_HEADROOM`)."""
     shapes: list[Spec] = []
     annotations: list[Spec] = []
-    for x, label in marks:
+    for n, (x, label) in enumerate(marks):
         lx = math.log10(x)
         shapes.append(_vline(lx))
+        left = (lx - lo) / (hi - lo) < MARK_FLIP_AT if hi > lo else True
         annotations.append(
             {
                 "x": lx,
-                "y": 1,
+                "y": 1 - MARK_ROW * n,
                 "yref": "paper",
                 "text": label,
                 "showarrow": False,
-                "textangle": -90,
-                "xanchor": "right",
+                "xanchor": "left" if left else "right",
+                "xshift": 3 if left else -3,
                 "yanchor": "top",
                 "font": {"size": 11},
             }
@@ -273,8 +279,30 @@ class BarPart:
         return self.n_bytes / BYTES_PER_GB
 
 
-def stacked_memory(parts: Sequence[BarPart], gpu_gb: float, gpu_label: str, axis_title: str, lang: str) -> go.Figure:
-    """One stacked column of training memory, each part labelled beside it; a dashed GPU line."""
+# Step 1's column: at x = 0, its parts labelled to its right; the GPU's dashed line crosses the column only and is
+# named in the legend, so it never runs through a part's label and needs no room of its own.
+COLUMN_X_RANGE = (-0.35, 1.55)
+COLUMN_HALF_WIDTH = 0.25
+PART_LABEL_X = 0.32
+GPU_LINE_END_X = 0.3
+COLUMN_HEIGHT_PX = 300
+# On a phone the labels are a size smaller (the component's compact layout).
+COMPACT_COLUMN_LAYOUT: Spec = {"font": {"size": 10.5}}
+
+
+def stacked_memory(
+    parts: Sequence[BarPart],
+    gpu_gb: float,
+    gpu_label: str,
+    axis_title: str,
+    lang: str,
+    axis_top_gb: float | None = None,
+) -> go.Figure:
+    """One stacked column of training memory, each part labelled beside it; a dashed line at the GPU's memory.
+
+    The axis reaches ``axis_top_gb`` when given (the same for every stop of the tokens slider, so the column
+    grows), else 0-200 GB grown to fit the column.
+    """
     data, annotations = [], []
     bottom = 0.0
     for part in parts:
@@ -284,7 +312,7 @@ def stacked_memory(parts: Sequence[BarPart], gpu_gb: float, gpu_label: str, axis
                 "x": [0],
                 "y": [part.gb],
                 "base": [bottom],
-                "width": 0.5,
+                "width": 2 * COLUMN_HALF_WIDTH,
                 "name": part.label,
                 "marker": {
                     "color": part.colour,
@@ -296,35 +324,25 @@ def stacked_memory(parts: Sequence[BarPart], gpu_gb: float, gpu_label: str, axis
             }
         )
         annotations.append(
-            {
-                "x": 0.3,
-                "y": bottom + part.gb / 2,
-                "text": part.label,
-                "showarrow": False,
-                "xanchor": "left",
-                "font": {"size": 12},
-            }
+            {"x": PART_LABEL_X, "y": bottom + part.gb / 2, "text": part.label, "showarrow": False, "xanchor": "left"}
         )
         bottom += part.gb
-    top = max(200.0, math.ceil(bottom * 1.1 / 50) * 50)
-    annotations.append(
-        {
-            "x": 1.9,
-            "y": gpu_gb,
-            "text": gpu_label,
-            "showarrow": False,
-            "yshift": 10,
-            "xanchor": "right",
-            "font": {"size": 12},
-        }
-    )
+    top = axis_top_gb if axis_top_gb is not None else max(200.0, math.ceil(bottom * 1.1 / 50) * 50)
+    line = {
+        **_hline(gpu_gb),
+        "xref": "x",
+        "x0": COLUMN_X_RANGE[0],
+        "x1": GPU_LINE_END_X,
+        "name": gpu_label,
+        "showlegend": True,
+    }
     layout = _layout(
-        440,
+        COLUMN_HEIGHT_PX,
         lang,
         barmode="overlay",
-        shapes=[_hline(gpu_gb)],
+        shapes=[line],
         annotations=annotations,
-        xaxis={"range": [-0.3, 1.9], "visible": False, "fixedrange": True},
+        xaxis={"range": list(COLUMN_X_RANGE), "visible": False, "fixedrange": True},
         yaxis={"range": [0, top], "title": {"text": axis_title}, "fixedrange": True, "separatethousands": True},
     )
     rows = [(part.label, i18n.number(part.gb, lang, 1)) for part in parts]
@@ -336,71 +354,98 @@ def stacked_memory(parts: Sequence[BarPart], gpu_gb: float, gpu_label: str, axis
 
 # --- steps 2, 3 -------------------------------------------------------------------
 
-HIST_LO, HIST_HI = -12, 8
-BINS_PER_DECADE = 4
+# Room above the tallest bar for the marks' labels: the counts axis reaches this many times the tallest count.
+MARK_HEADROOM = 1.6
+MARK_ROW = 0.12  # the second row of mark labels, this far (paper) below the first
+MARK_FLIP_AT = 0.6  # a mark past this share of the axis has its label on its left
+HISTOGRAM_HEIGHT_PX = 300
 
 
 def _stacked_counts_layout(
-    marks: Sequence[tuple[float, str]], axis_title: str, ticks: Spec, count_title: str, lang: str, **counts_axis: object
+    marks: Sequence[tuple[float, str]],
+    axis_title: str,
+    ticks: Spec,
+    count_title: str,
+    lang: str,
+    count_top: float | None = None,
+    **counts_axis: object,
 ) -> Spec:
-    """The layout of counts stacked by category on a log10 axis (``ticks``), the format's limits marked."""
-    shapes, annotations = _log_marks(marks)
+    """The layout of counts stacked by category on a log10 axis (``ticks``), the format's limits marked; the counts
+    axis reaches ``count_top`` when given (the same for every stop of a slider), else follows the bars."""
+    lo, hi = ticks["range"]
+    shapes, annotations = _log_marks(marks, lo, hi)
+    counts: Spec = {"title": {"text": count_title}, "fixedrange": True, "rangemode": "tozero", **counts_axis}
+    if count_top is not None:
+        counts["range"] = [0, count_top]
     return _layout(
-        360,
+        HISTOGRAM_HEIGHT_PX,
         lang,
         barmode="stack",
         shapes=shapes,
         annotations=annotations,
         xaxis={"title": {"text": axis_title}, **ticks, "fixedrange": True},
-        yaxis={"title": {"text": count_title}, "fixedrange": True, "rangemode": "tozero", **counts_axis},
+        yaxis=counts,
     )
 
 
+ALIGNED_LEFT_MARGIN_PX = 84  # room for "gradients" and its ticks, or for a format's name: both charts line up
+
+
+def _fix_left_margin(layout: Spec, px: int) -> None:
+    layout["margin"] = {**layout.get("margin", {}), "l": px}
+    layout["yaxis"] = {**layout.get("yaxis", {}), "automargin": False}
+
+
+def count_axis_top(histograms: Sequence[LogHistogram]) -> float:
+    """One counts axis for every histogram of a slider's stops: the tallest bar of any, with room for the marks'
+    labels above it (at least 1)."""
+    return max([1, *(h.tallest for h in histograms)]) * MARK_HEADROOM
+
+
 def category_histogram(
-    values: np.ndarray,
-    categories: np.ndarray,
+    hist: LogHistogram,
     labels: dict[str, str],
     marks: Sequence[tuple[float, str]],
     axis_title: str,
     count_title: str,
     hover: str,
     lang: str,
+    count_top: float | None = None,
+    left_margin: int | None = None,
 ) -> go.Figure:
-    """Stacked counts per quarter-decade bin, coloured by what the format does to each value.
+    """Stacked counts per quarter-decade bin (a :class:`lensa.lessons.common.LogHistogram`), coloured by what the
+    format does to each value.
 
-    ``hover`` is a template with {lo}, {hi}, {n}, {category}. Values outside
-    the axis are counted in its first or last bin.
+    Every category has its trace, an empty one too, so the legend names all four at every stop. ``hover`` is a
+    template with {lo}, {hi}, {n}, {category}; ``count_top`` fixes the counts axis (:func:`count_axis_top`);
+    ``left_margin`` (px) fixes the room left of the plot, so a chart under it on the same axis lines up.
     """
-    edges = np.linspace(HIST_LO, HIST_HI, (HIST_HI - HIST_LO) * BINS_PER_DECADE + 1)
-    logs = np.clip(np.log10(np.asarray(values, dtype=np.float64)), HIST_LO, HIST_HI - 1e-9)
-    index = np.digitize(logs, edges) - 1
-    centres = (edges[:-1] + edges[1:]) / 2
+    centres, edges = hist.centres, hist.edges
     bounds = [i18n.sci(10**e, lang) for e in edges]
     data, columns = [], {}
     for cat in CATEGORY_COLOURS:
-        counts = np.bincount(index[categories == cat], minlength=len(centres))
-        used = np.flatnonzero(counts)
-        if not used.size:
-            continue
-        columns[cat] = counts
-        hovertext = [hover.format(lo=bounds[i], hi=bounds[i + 1], n=int(counts[i]), category=labels[cat]) for i in used]
-        data.append(
-            _category_bars(
-                cat, labels[cat], _floats(centres[used]), [int(counts[i]) for i in used], 1 / BINS_PER_DECADE, hovertext
-            )
-        )
-    layout = _stacked_counts_layout(marks, axis_title, decade_ticks(HIST_LO, HIST_HI), count_title, lang)
-    occupied = [i for i in range(len(centres)) if any(c[i] for c in columns.values())]
+        counts = hist.counts[cat]
+        used = [i for i, n in enumerate(counts) if n]
+        if used:
+            columns[cat] = counts
+        hovertext = [hover.format(lo=bounds[i], hi=bounds[i + 1], n=counts[i], category=labels[cat]) for i in used]
+        if used:
+            xs, ys = [centres[i] for i in used], [counts[i] for i in used]
+        else:  # plotly leaves an empty trace out of the legend: a bar of no height, left of the axis, keeps it in
+            xs, ys = [edges[0] - 1.0], [0]
+        data.append(_category_bars(cat, labels[cat], xs, ys, hist.width, hovertext))
+    ticks = decade_ticks(round(edges[0]), round(edges[-1]))
+    layout = _stacked_counts_layout(marks, axis_title, ticks, count_title, lang, count_top)
+    if left_margin is not None:
+        _fix_left_margin(layout, left_margin)
+    occupied = hist.occupied()
     table = _table(
         lang,
         (axis_title, *(labels[c] for c in columns)),
-        [(f"{bounds[i]} … {bounds[i + 1]}", *(int(c[i]) for c in columns.values())) for i in occupied],
+        [(f"{bounds[i]} … {bounds[i + 1]}", *(c[i] for c in columns.values())) for i in occupied],
     )
-    total = max(len(categories), 1)
-    shares = ", ".join(
-        f"{labels[c]} {i18n.percent(float(np.count_nonzero(categories == c)) / total, lang)}" for c in CATEGORY_COLOURS
-    )
-    alt = _words(lang, "alt_histogram", n=i18n.number(len(categories), lang), axis=axis_title, shares=shares)
+    shares = ", ".join(f"{labels[c]} {i18n.percent(hist.share(c), lang)}" for c in CATEGORY_COLOURS)
+    alt = _words(lang, "alt_histogram", n=i18n.number(hist.total, lang), axis=axis_title, shares=shares)
     return _figure(data, layout, table=table, alt=alt)
 
 
@@ -994,10 +1039,14 @@ def step_time_bars(
     patterns: Sequence[str],
     hovers: Sequence[str],
     lang: str,
+    axis_top_s: float | None = None,
 ) -> go.Figure:
-    """Seconds a training step takes in each mode, a bar each (:func:`labelled_bars`, sized to its rows)."""
+    """Seconds a training step takes in each mode, a bar each (:func:`labelled_bars`, sized to its rows); the axis
+    reaches ``axis_top_s`` when given (the same for every stop of the tokens slider, so the bars grow)."""
     height = TIME_BARS_FRAME_PX + BAR_ROW_PX * len(names)
-    return labelled_bars(names, times_s, colours, texts, axis_title, patterns, hovers, height=height, lang=lang)
+    return labelled_bars(
+        names, times_s, colours, texts, axis_title, patterns, hovers, x_max=axis_top_s, height=height, lang=lang
+    )
 
 
 def memory_total_bars(
@@ -1010,10 +1059,12 @@ def memory_total_bars(
     hovers: Sequence[str],
     gpu_line: tuple[float, str],
     lang: str,
+    axis_top_gb: float | None = None,
 ) -> go.Figure:
     """Training memory in each mode in decimal GB, a bar each, with the GPU's memory (GB, label) as a line.
 
-    The axis reaches at least :data:`MEMORY_AXIS_MIN_GB`, and past the longest bar.
+    The axis reaches ``axis_top_gb`` when given (the same for every stop of a slider), else at least
+    :data:`MEMORY_AXIS_MIN_GB` and past the longest bar.
     """
     gbs = [t / BYTES_PER_GB for t in totals_bytes]
     return labelled_bars(
@@ -1025,7 +1076,7 @@ def memory_total_bars(
         patterns,
         hovers,
         line=gpu_line,
-        x_max=max(MEMORY_AXIS_MIN_GB, max(gbs) * MEMORY_AXIS_HEADROOM),
+        x_max=axis_top_gb if axis_top_gb is not None else max(MEMORY_AXIS_MIN_GB, max(gbs) * MEMORY_AXIS_HEADROOM),
         height=MEMORY_BARS_FRAME_PX + BAR_ROW_PX * len(names),
         lang=lang,
     )
@@ -1034,22 +1085,30 @@ def memory_total_bars(
 # --- step 5 -------------------------------------------------------------------------
 
 RANGE_LO, RANGE_HI = -46, 40
+FormatRange = FormatLimits  # a format's smallest subnormal, smallest normal and largest finite, as drawn
+RANGE_ROW_PX = 44  # a row of the range chart
+SUBNORMAL_ALPHA = 0.4  # a format's subnormal range is its colour, lighter (in the bars and the legend's swatch)
 
 
-@dataclass(frozen=True)
-class FormatRange:
-    key: str  # "fp32", "bf16", "fp16"
-    label: str
-    smallest_subnormal: float
-    smallest_normal: float
-    max: float
+def _translucent(hex_colour: str, alpha: float) -> str:
+    """``#RRGGBB`` as ``rgba(r,g,b,alpha)`` (itself at alpha 1)."""
+    if alpha >= 1:
+        return hex_colour
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
 
 
-def _range_bars(ranges: Sequence[FormatRange], labels: dict[str, str], lang: str) -> list[Spec]:
-    """One bar trace per kind (subnormal, normal) with a bar per format, on a log10 axis: fewer traces to draw."""
+RANGE_FRAME_PX = 120  # the range chart's axis, legend and margins
+
+
+def _range_bars(ranges: Sequence[FormatRange], labels: dict[str, str], lang: str, first_row: int) -> list[Spec]:
+    """One bar trace per kind (subnormal, normal) with a bar per format, on a log10 axis: fewer traces to draw.
+
+    The two traces are named in the legend (``labels["legend_subnormal"]``, ``labels["legend_normal"]``): the
+    lighter part of each bar is its subnormal range."""
     data: list[Spec] = []
-    for kind, low, high, opacity in (
-        ("subnormal", "smallest_subnormal", "smallest_normal", 0.4),
+    for kind, low, high, alpha in (
+        ("subnormal", "smallest_subnormal", "smallest_normal", SUBNORMAL_ALPHA),
         ("normal", "smallest_normal", "max", 1.0),
     ):
         names = [labels[kind].format(fmt=r.label) for r in ranges]
@@ -1058,13 +1117,14 @@ def _range_bars(ranges: Sequence[FormatRange], labels: dict[str, str], lang: str
         data.append(
             {
                 "type": "bar",
-                "y": list(range(1, len(ranges) + 1)),
+                "y": list(range(first_row, first_row + len(ranges))),
                 "x": [math.log10(h) - math.log10(lo) for lo, h in zip(lows, highs, strict=True)],
                 "base": [math.log10(lo) for lo in lows],
                 "orientation": "h",
                 "width": 0.6,
-                "marker": {"color": [FORMAT_COLOURS[r.key] for r in ranges], "opacity": opacity},
-                "showlegend": False,
+                "name": labels.get(f"legend_{kind}", kind),
+                "marker": {"color": [_translucent(FORMAT_COLOURS[r.key], alpha) for r in ranges]},
+                "showlegend": f"legend_{kind}" in labels,
                 "hovertext": [
                     labels["hover"].format(fmt=n, lo=i18n.sci(lo, lang), hi=i18n.sci(h, lang))
                     for n, lo, h in zip(names, lows, highs, strict=True)
@@ -1075,55 +1135,70 @@ def _range_bars(ranges: Sequence[FormatRange], labels: dict[str, str], lang: str
     return data
 
 
-def _sample_strip(sample: np.ndarray, name: str) -> Spec:
-    """The gradient sample as a strip of dots on the log10 axis, jittered (with a fixed seed) around row 0."""
-    jitter = np.random.default_rng(0).uniform(-0.25, 0.25, len(sample))
+def _extent_bar(extent: tuple[float, float], name: str, lang: str) -> Spec:
+    """The gradients' extent, smallest to largest, as one grey bar in row 0 of the range chart."""
+    lo, hi = (math.log10(v) for v in extent)
     return {
-        "type": "scatter",
-        "x": _floats(np.log10(sample)),
-        "y": _floats(jitter),
-        "mode": "markers",
+        "type": "bar",
+        "y": [0],
+        "x": [hi - lo],
+        "base": [lo],
+        "orientation": "h",
+        "width": 0.45,
         "name": name,
-        "marker": {"size": 4, "color": NEUTRAL},
-        # plotly formats the 400 hover values in the browser (with the layout's decimal mark)
-        "customdata": _floats(sample),
-        "hovertemplate": "%{customdata:.3~e}" + HIDE_TRACE_NAME,
+        "marker": {"color": NEUTRAL, "line": {"color": OUTLINE, "width": 1}},
         "showlegend": False,
+        "hovertext": [f"{name}: {i18n.sci(extent[0], lang)} … {i18n.sci(extent[1], lang)}"],
+        "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
     }
 
 
 def format_ranges(
     ranges: Sequence[FormatRange],
-    sample: np.ndarray,
+    extent: tuple[float, float] | None,
     labels: dict[str, str],
     lang: str,
+    lo: int = RANGE_LO,
+    hi: int = RANGE_HI,
+    every: int = 10,
+    left_margin: int | None = None,
 ) -> go.Figure:
-    """Each format's subnormal and normal range on one log axis, with the gradient sample as a strip."""
-    sample = np.asarray(sample, dtype=np.float64)
-    data = [*_range_bars(ranges, labels, lang), _sample_strip(sample, labels["gradients"])]
+    """Each format's subnormal and normal range on one log axis (``lo`` to ``hi`` decades, a tick every ``every``);
+    above them, when ``extent`` is given, the gradients' (smallest, largest) as a bar of their own.
+
+    A range reaching past the axis is cut at its edge; the table gives its true ends.
+    """
+    first = 0 if extent is None else 1
+    data = _range_bars(ranges, labels, lang, first)
+    ticktext = [r.label for r in ranges]
+    if extent is not None:
+        data.append(_extent_bar(extent, labels["gradients"], lang))
+        ticktext = [labels["gradients"], *ticktext]
+    rows_drawn = len(ticktext)
     layout = _layout(
-        130 + 50 * len(ranges),
+        RANGE_FRAME_PX + RANGE_ROW_PX * rows_drawn,
         lang,
         barmode="overlay",
         yaxis={
-            "tickvals": list(range(len(ranges) + 1)),
-            "ticktext": [labels["gradients"]] + [r.label for r in ranges],
-            "range": [len(ranges) + 0.5, -0.5],
+            "tickvals": list(range(rows_drawn)),
+            "ticktext": ticktext,
+            "range": [rows_drawn - 0.5, -0.5],
             "fixedrange": True,
             "showgrid": False,
+            "automargin": True,
         },
-        xaxis={**decade_ticks(RANGE_LO, RANGE_HI, every=10), "fixedrange": True},
+        xaxis={**decade_ticks(lo, hi, every=every), "fixedrange": True},
     )
+    if left_margin is not None:
+        _fix_left_margin(layout, left_margin)
     rows = [
         (r.label, *(i18n.exact_or_sci(v, lang) for v in (r.smallest_subnormal, r.smallest_normal, r.max)))
         for r in ranges
     ]
     headers = (_words(lang, "col_format"), *(_words(lang, k) for k in ("col_subnormal", "col_normal", "col_max")))
     alt = _words(lang, "alt_ranges", ranges="; ".join(f"{r[0]}: {r[1]} … {r[3]}" for r in rows))
-    if len(sample):  # the strip's extent: its smallest value under "smallest", its largest under "largest"
-        rows.append(
-            (labels["gradients"], i18n.sci(float(sample.min()), lang), "—", i18n.sci(float(sample.max()), lang))
-        )
+    if extent is not None:  # the gradients' extent: its smallest value under "smallest", its largest under "largest"
+        rows.append((labels["gradients"], i18n.sci(extent[0], lang), "—", i18n.sci(extent[1], lang)))
     return _figure(data, layout, table=_table(lang, headers, rows), alt=alt)
 
 
@@ -1211,7 +1286,13 @@ def binade_zones(
     hi = math.ceil(max([data_hi, *mark_logs])) + 1
     every = 2 if hi - lo <= 24 else 4
     ticks = decade_ticks(lo, hi, every)
-    layout = _stacked_counts_layout(marks, axis_title, ticks, count_title, lang, separatethousands=True)
+    stacked = np.zeros(len(exps), np.int64)
+    for cat in CATEGORY_COLOURS:
+        c = np.asarray(counts.get(cat, ()), dtype=np.int64)
+        if c.size:
+            stacked += c
+    top = max(1, int(stacked.max()) if stacked.size else 1) * MARK_HEADROOM
+    layout = _stacked_counts_layout(marks, axis_title, ticks, count_title, lang, top, separatethousands=True)
     zones = [cat for cat in CATEGORY_COLOURS if np.asarray(counts.get(cat, ()), dtype=np.int64).any()]
     rows = [
         (
@@ -1457,6 +1538,15 @@ class BlockRow:
     hovers: Sequence[str]
 
 
+def _outcome_marker(outcome: str) -> Spec:
+    return {
+        "symbol": OUTCOME_SYMBOLS[outcome],
+        "size": 15,
+        "color": OUTCOME_COLOURS[outcome],
+        "line": {"color": OUTLINE, "width": 1},
+    }
+
+
 def _outcome_markers(rows: Sequence[BlockRow], outcome: str, name: str) -> Spec:
     """One trace of the cells, in every strip, where the recipe's outcome was ``outcome``."""
     xs, ys, hovers = [], [], []
@@ -1472,15 +1562,37 @@ def _outcome_markers(rows: Sequence[BlockRow], outcome: str, name: str) -> Spec:
         "x": xs,
         "y": ys,
         "name": name,
-        "marker": {
-            "symbol": OUTCOME_SYMBOLS[outcome],
-            "size": 15,
-            "color": OUTCOME_COLOURS[outcome],
-            "line": {"color": OUTLINE, "width": 1},
-        },
+        "marker": _outcome_marker(outcome),
         "hovertext": hovers,
         "hovertemplate": "%{hovertext}" + HIDE_TRACE_NAME,
     }
+
+
+def _templated_markers(
+    rows: Sequence[BlockRow], values: Sequence[str], outcome_names: Mapping[str, str], hover: str
+) -> list[Spec]:
+    """The cells as one trace per outcome, with one hover template each and each cell's recipe, value and stored
+    value as its data: a fraction of the bytes of a text per cell (which matters for a slider's 65 frames), and
+    four traces for Plotly to redraw at each stop, not one per recipe and outcome."""
+    data: list[Spec] = []
+    for outcome, name in outcome_names.items():
+        template = hover.format(
+            recipe="%{customdata[0]}", i="%{x}", x="%{customdata[1]}", stored="%{customdata[2]}", what=name
+        )
+        cells = [(r, i) for r, row in enumerate(rows) for i, o in enumerate(row.outcomes) if o == outcome]
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": name,
+                "marker": _outcome_marker(outcome),
+                "x": [i + 1 for _, i in cells],
+                "y": [r for r, _ in cells],
+                "customdata": [[rows[r].label, values[i], rows[r].stored[i]] for r, i in cells],
+                "hovertemplate": template + HIDE_TRACE_NAME,
+            }
+        )
+    return data
 
 
 def block_strips(
@@ -1489,13 +1601,19 @@ def block_strips(
     outcome_names: Mapping[str, str],
     axis_index: str,
     lang: str,
+    hover: str | None = None,
 ) -> go.Figure:
     """One strip of cells per recipe, a cell per value of the block, marked by what the recipe did to it.
 
     ``values`` are the block's values as written for the table; ``outcome_names`` the words for kept,
-    rounded, flushed and saturated. The data table lists every value with what each recipe stores.
+    rounded, flushed and saturated. The data table lists every value with what each recipe stores. With
+    ``hover`` (a template with {recipe}, {i}, {x}, {stored} and {what}) the cells' hover texts are made in the
+    browser from it (:func:`_templated_markers`); without it each row's ``hovers`` are used.
     """
-    data = [_outcome_markers(rows, outcome, name) for outcome, name in outcome_names.items()]
+    if hover is None:
+        data = [_outcome_markers(rows, outcome, name) for outcome, name in outcome_names.items()]
+    else:
+        data = _templated_markers(rows, values, outcome_names, hover)
     n = max((len(row.outcomes) for row in rows), default=0)
     layout = _layout(
         90 + 42 * len(rows),

@@ -45,11 +45,13 @@ def also_table(page: Page, values: np.ndarray, also: str) -> None:
     st.dataframe(format_rows(page, values, (*SIXTEEN_BIT_KEYS, *also_keys(also))), hide_index=True)
 
 
-def also_control(page: Page) -> str:
-    """Steps 2, 3 and 5's choice of format groups to show beside FP16 and BF16 (URL ``also``)."""
-    return widgets.choice(
-        page, "also", page.t("also.label"), lambda o: page.t(f"also.option_{o}"), help=page.t("also.help")
-    )
+def also_control(page: Page, compact: bool = False) -> str:
+    """Steps 2, 3 and 5's choice of format groups to show beside FP16 and BF16 (URL ``also``); ``compact``: a
+    drop-down, for the row of secondary choices under the picture."""
+    label, show, help_text = page.t("also.label"), lambda o: page.t(f"also.option_{o}"), page.t("also.help")
+    if compact:
+        return widgets.dropdown(page, "also", label, show, help=help_text)
+    return widgets.choice(page, "also", label, show, help=help_text)
 
 
 def format_rows(

@@ -61,6 +61,9 @@ class Page:
     def pct(self, share: float) -> str:
         return i18n.percent(share, self.lang)
 
+    def signed_pct(self, share: float) -> str:
+        return i18n.signed_percent(share, self.lang)
+
     def sci(self, x: float, digits: int = 2) -> str:
         return i18n.sci(x, self.lang, digits)
 

@@ -179,6 +179,12 @@ def percent(share: float, lang: str, digits: int = 2) -> str:
     return significant(share * 100, lang, digits) + "%"
 
 
+def signed_percent(share: float, lang: str, digits: int = 2) -> str:
+    """A share as a signed percentage, as a chart of gaps writes its bars: ``+4.3%``, ``−0.52%`` (a typographic
+    minus), ``+0%``."""
+    return ("+" if share >= 0 else "−") + percent(abs(share), lang, digits)
+
+
 def sci(x: float, lang: str, digits: int = 2) -> str:
     """e-notation as the lesson writes it: ``1.0e-6``, ``9.77e-4`` (3 digits), ``6.1e-5``.
 

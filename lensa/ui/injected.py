@@ -72,7 +72,7 @@ NARROW_PX = 767
 # under white text is 2:1); with reduced motion, the loss-scale run shows its final state, no animation.
 PAGE_STYLE = """<style>
 :is(a, button, input, select, textarea, summary, [role="slider"], [role="button"], [tabindex]):focus-visible,
-label:has(input:focus-visible), div:has(> input[type="range"]:focus-visible) {
+label:has(input:focus-visible), div:not(.lensa-slider):has(> input[type="range"]:focus-visible) {
     outline: 3px solid #3b82f6 !important; outline-offset: 2px !important;
 }
 [data-testid="stBaseButton-primary"], [data-testid="stBaseButton-primary"]:hover {
@@ -108,9 +108,49 @@ body.lensa-print-view [data-testid="stMainBlockContainer"] {{ max-width: 700px !
 </style>"""
 
 
-def page_extras(lang: str, print_open: tuple[str, ...] = ()) -> None:
+# A step's slider, chart, cards and "Try this" fit one screen (1280×900 and 390×844): the page starts right under
+# Streamlit's header bar instead of 6rem down, a phone's title and headline are a size smaller, and a row of metric
+# cards the server draws (st.columns) keeps two cards a row on a phone instead of one (scrub.css does the same for
+# the component's own cards).
+ONE_SCREEN_STYLE = """<style>
+[data-testid="stMainBlockContainer"] { padding-top: 3.75rem !important; }
+@media (max-width: 640px) {
+    [data-testid="stMainBlockContainer"] h1 {
+        font-size: 2rem !important; line-height: 1.2 !important; padding-bottom: 0.25rem !important;
+    }
+    [data-testid="stMainBlockContainer"] h4 { font-size: 1.1rem !important; padding: 0.25rem 0 !important; }
+    [data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] [data-testid="stMetric"]) {
+        flex-wrap: wrap !important; gap: 0.5rem !important;
+    }
+    [data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] [data-testid="stMetric"])
+        > [data-testid="stColumn"] {
+        flex: 1 1 calc(50% - 0.5rem) !important; min-width: calc(50% - 0.5rem) !important;
+        width: calc(50% - 0.5rem) !important;
+    }
+}
+</style>"""
+
+
+# Asks the browser for a module the page will import (the scrub component's Plotly.js) while the server is still
+# running the page's script: it is fetched and compiled before the component mounts, not after. Relative to the
+# page (a page's URL is one level under the app's), so it also holds under a base URL path.
+PRELOAD_SCRIPT = """<script>
+(() => {
+  const href = new URL("./%(path)s", document.baseURI).href;
+  if (document.querySelector(`link[rel="modulepreload"][href="${href}"]`)) return;
+  const link = document.createElement("link");
+  link.rel = "modulepreload";
+  link.href = href;
+  document.head.appendChild(link);
+})();
+</script>"""
+
+
+def page_extras(lang: str, print_open: tuple[str, ...] = (), preload: str | None = None) -> None:
     """The page script and styles: the document's language (``lang``), keyboard-reachable plot buttons, focus
-    rings, the sidebar that closes after a tap on a phone, the page on paper; ``print_open``: the labels of the
-    sections the print view opens (none outside it)."""
+    rings, one screen for a step (:data:`ONE_SCREEN_STYLE`), the sidebar that closes after a tap on a phone, the
+    page on paper; ``print_open``: the labels of the sections the print view opens (none outside it);
+    ``preload``: a module's path under the app's root to fetch and compile ahead (:data:`PRELOAD_SCRIPT`)."""
     script = PAGE_SCRIPT % {"lang": lang, "print_open": json.dumps(list(print_open)), "narrow": NARROW_PX}
-    st.html(PAGE_STYLE + PRINT_STYLE + script, unsafe_allow_javascript=True)
+    extra = "" if preload is None else PRELOAD_SCRIPT % {"path": preload.lstrip("/")}
+    st.html(PAGE_STYLE + ONE_SCREEN_STYLE + PRINT_STYLE + script + extra, unsafe_allow_javascript=True)

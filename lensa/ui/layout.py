@@ -11,6 +11,7 @@ import streamlit as st
 from lensa import inspector
 from lensa.formats import FORMATS
 from lensa.ui import glossary, quiz
+from lensa.ui.components import scrub
 from lensa.ui.frame import (
     PRINT_PARAM,
     Page,
@@ -49,7 +50,7 @@ def after_controls(page: Page) -> None:
             st.warning(text, icon=LINK_NOTICE_ICON)
 
 
-def lesson(page: Page, body: Callable[[], None]) -> None:
+def lesson(page: Page, body: Callable[[], None], *, scrubs: bool = True) -> None:
     """Draw ``body``, the part of a step that its controls change, as a fragment: a move reruns only that part.
 
     The title, the notes, the questions, the footer and the navigation are drawn by the page's full runs;
@@ -58,9 +59,10 @@ def lesson(page: Page, body: Callable[[], None]) -> None:
     every widget's state intact, so the controls read those states as the learner's latest moves. ``body``
     calls :func:`after_controls`, which fills the page's own navigation entry (its link carries the
     controls' values) in a slot kept for it; Streamlit redraws a fragment's writes to such an outside slot
-    in place. A control whose value shows outside ``body`` is drawn with ``whole_page=True``.
+    in place. A control whose value shows outside ``body`` is drawn with ``whole_page=True``. ``scrubs``: ``body``
+    draws a scrub component (:mod:`lensa.ui.components.scrub`).
     """
-    extras(page)
+    extras(page, scrubs=scrubs)
     slots = navigation_slots(page)
     page.own_link = slots[page.info.key]
     runs = 0
@@ -85,11 +87,14 @@ def step_header(page: Page) -> None:
     st.markdown(f"#### {page.t('headline')}")
 
 
-def extras(page: Page) -> None:
+def extras(page: Page, *, scrubs: bool = False) -> None:
     """The page's script and styles (:func:`lensa.ui.injected.page_extras`); the print view opens the charts'
-    data tables and the account of how a float is stored."""
-    opened = (page.t("figure.table"), page.t("glossary.primer_title"))
-    page_extras(page.lang, opened if page.printing else ())
+    data tables and the account of how a float is stored. A page that ``scrubs`` (draws a scrub component, which
+    imports Plotly.js) has the browser fetch Plotly.js while the page's script runs; the print view draws none."""
+    if page.printing:
+        page_extras(page.lang, (page.t("figure.table"), page.t("glossary.primer_title")))
+    else:
+        page_extras(page.lang, preload=scrub.PLOTLY_PATH if scrubs else None)
 
 
 def explain(page: Page, paragraph: str, try_this: str | None, *, links: bool = True) -> None:

@@ -34,6 +34,7 @@ what is here at start-up:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -412,3 +413,30 @@ def limit_incoming_websocket_messages() -> None:
 
 
 _WS_LIMITED: set[Callable[[], dict[str, Any]]] = set()  # the wrappers installed, so a second call adds none
+
+
+def tolerate_bad_json_widget_values() -> None:
+    """A widget state whose JSON a client wrote badly is read as no value, instead of failing the whole run.
+
+    Streamlit parses a ``json_value`` widget state (a component's state: the lesson's scrub sliders) with
+    ``json.loads`` before the script runs and lets the error end the run, so a hand-written client sending
+    ``"not json"`` would get a traceback on every rerun of its session. Read as None, the component's state is
+    its default and the page's controls keep their values (:mod:`lensa.ui.components.scrub` checks the rest).
+    """
+    from streamlit.runtime.state import session_state
+
+    original = getattr(session_state, "unpack_widget_state_value")  # noqa: B009  # not in the module's __all__
+    if original in _JSON_TOLERANT:
+        return
+
+    def unpack(widget_state: Any) -> Any:
+        try:
+            return original(widget_state)
+        except json.JSONDecodeError:
+            return None
+
+    _JSON_TOLERANT.add(unpack)
+    setattr(session_state, "unpack_widget_state_value", unpack)  # noqa: B010  # the name session_state calls
+
+
+_JSON_TOLERANT: set[Callable[[Any], Any]] = set()  # the wrappers installed, so a second call adds none

@@ -33,6 +33,11 @@ def is_right(question: str, letter: str) -> bool:
     return i18n.answers()[question] == letter
 
 
+def right_count(record: dict[str, str], asked: list[str]) -> int:
+    """How many of the questions ``asked`` that ``record`` answers it answers right."""
+    return sum(is_right(q, record[q]) for q in asked if q in record)
+
+
 def done(page_key: str) -> bool:
     """Whether every question of the page has an answer this session (False for a page without questions)."""
     ids = questions(page_key)

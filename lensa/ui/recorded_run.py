@@ -19,17 +19,17 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from lensa import measured
 from lensa.formats import FORMATS
 from lensa.runstats import MAX_FILE_BYTES, RunStats, RunStatsError, TensorStats, load
-from lensa.ui import format_table, layout, limits, widgets
+from lensa.ui import format_table, limits, widgets
 from lensa.ui.controls import ChoiceControl, NumberControl
 from lensa.ui.frame import Page, link_params, remembered
 from lensa.ui.site import DATA, PAGES, PAGES_BY_KEY, RECIPE
@@ -255,19 +255,25 @@ def _track(page: Page) -> dict[str, tuple[str, str | None]]:
     return track
 
 
-def data_controls(page: Page) -> Selection | None:
-    """Draw the data control (and, for measured data, what to look at); None means: show the illustration."""
+def data_choice(page: Page, compact: bool = False) -> str:
+    """The data source choice (URL ``data``); ``compact``: a drop-down, for the row of secondary choices under a
+    step's picture (its help stays a caption: a tooltip opens only on hover)."""
     # The data choice also travels in the links into the other steps (the footer's too): a change redraws it all.
-    data = widgets.choice(
-        page,
-        "data",
-        page.t("data.data"),
-        lambda v: page.t(f"data.source_{v}"),
-        help=page.t("data.data_help"),
-        whole_page=True,
-    )
-    track = _track(page)
+    label, show, help_text = page.t("data.data"), lambda v: page.t(f"data.source_{v}"), page.t("data.data_help")
+    if compact:
+        data = widgets.dropdown(page, "data", label, show, help=help_text, whole_page=True)
+    else:
+        data = widgets.choice(page, "data", label, show, help=help_text, whole_page=True)
     _share_choice(page, data)
+    return data
+
+
+def data_controls(page: Page, data: str | None = None) -> Selection | None:
+    """Draw the data control (unless its value ``data`` was read already: :func:`data_choice`) and, for measured
+    data, what to look at; None means: show the illustration."""
+    if data is None:
+        data = data_choice(page)
+    track = _track(page)
     if data == "illustration":
         return None
     source = _source(page, data)
@@ -308,6 +314,19 @@ def data_controls(page: Page) -> Selection | None:
         with st.expander(page.t("data.recipe_title"), icon=":material/receipt_long:"):
             st.markdown(recipe_markdown(source.recipe))
     return Selection(source, kind, layer, step, measured.tensor_stats(run, kind, layer, step))
+
+
+def secondary_choices(page: Page, also: bool = True) -> tuple[str, str]:
+    """A step's secondary choices in one compact row, out of the picture's way: the data source and, where the step
+    has it, "also show" ("none" where it has not). Returns (data, also)."""
+    columns = st.columns(2 if also else 1, gap="small")
+    with columns[0]:
+        data = data_choice(page, compact=True)
+    if not also:
+        return data, "none"
+    with columns[1]:
+        shown = format_table.also_control(page, compact=True)
+    return data, shown
 
 
 def _share_choice(page: Page, data: str) -> None:
@@ -519,30 +538,22 @@ def recipe_section(page: Page, sel: Selection) -> None:
 
 def illustration_or_run(
     page: Page,
-    illustration_controls: Callable[[], T],
-    illustration: Callable[[T, str], None],
+    illustration: Callable[[DeltaGenerator, str], None],
     show_measured: Callable[[Selection, str], None],
+    also: bool = True,
 ) -> None:
-    """A lesson that a recorded run can replace: the data source, the illustration's own controls (drawn only
-    without a run), the "also show" choice, then the illustration or the recorded run."""
-    selection = data_controls(page)
-    draw: Callable[[str], None]
-    draw = partial(illustration, illustration_controls()) if selection is None else partial(show_measured, selection)
-    also = format_table.also_control(page)
-    layout.after_controls(page)
-    draw(also)
-
-
-def gradient_lesson(
-    page: Page, illustration: Callable[[float, str], None], show_measured: Callable[[Selection, str], None]
-) -> None:
-    """Steps 2 and 5: :func:`illustration_or_run` with the typical size of a gradient as the illustration's control."""
-    illustration_or_run(
-        page,
-        lambda: widgets.slider(page, "grad", page.t("grad"), page.sci, help=page.t("grad_help")),
-        illustration,
-        show_measured,
-    )
+    """A lesson that a recorded run can replace. Under a place kept for the picture, the secondary choices in a row
+    (data source, "also show"); then either the illustration, which draws its sliders, chart, cards and "Try this"
+    in the picture's place (and calls :func:`lensa.ui.layout.after_controls` once its sliders are read) and its
+    paragraph and tables here, or a recorded run, whose own controls and charts follow the row (``show_measured``
+    reads any control of its own, then calls :func:`lensa.ui.layout.after_controls`)."""
+    picture = st.container()
+    data, shown = secondary_choices(page, also)
+    selection = data_controls(page, data)
+    if selection is None:
+        illustration(picture, shown)
+        return
+    show_measured(selection, shown)
 
 
 def measured_also(page: Page, sel: Selection, also: str, fp8_note: str | None = None) -> None:

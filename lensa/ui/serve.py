@@ -40,9 +40,10 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lensa.ui import limits
+from lensa.ui.components import scrub
 
 if TYPE_CHECKING:  # for annotations only: starlette is imported when the server starts
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -72,6 +73,7 @@ THIRD_PARTY = (
     "streamlit.emojis",
     "streamlit.material_icon_names",
     "streamlit.components.v2.manifest_scanner",
+    "streamlit.components.v2.get_bidi_component_manager",
     # zipfile decodes member names without the UTF-8 flag as cp437: the first np.load of a recorded run (.npz)
     "encodings.cp437",
 )
@@ -148,6 +150,33 @@ class HealthMiddleware:
         await self.app(scope, receive, send)
 
 
+# The scrub component's Plotly.js (lensa.ui.components.scrub): its file name carries its version, so a browser may
+# keep it for a year without asking again; Streamlit serves component assets as "public" with no lifetime, which a
+# browser revalidates, and without a validator downloads again, on every page load (1.2 MB, 0.4 MB gzipped).
+IMMUTABLE_ASSET = f"{scrub.ASSET_URL_PREFIX}{scrub.PLOTLY_FILE}"
+IMMUTABLE_CACHE_CONTROL = b"public, max-age=31536000, immutable"
+
+
+class AssetCacheMiddleware:
+    """ASGI middleware: the versioned Plotly.js asset answers with a year's ``Cache-Control: immutable``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].endswith(IMMUTABLE_ASSET):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_cached(message: Any) -> None:
+            if message["type"] == "http.response.start" and message.get("status") == 200:
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"cache-control"]
+                message = {**message, "headers": [*headers, (b"cache-control", IMMUTABLE_CACHE_CONTROL)]}
+            await send(message)
+
+        await self.app(scope, receive, send_cached)
+
+
 def _collect_periodically(stop: threading.Event, every_s: float) -> None:
     while not stop.wait(every_s):
         gc.collect()
@@ -220,7 +249,11 @@ def build_app() -> App:
 
     return App(
         str(ENTRY),
-        middleware=[Middleware(HealthMiddleware), Middleware(limits.UploadGuardMiddleware, guard=UPLOADS)],
+        middleware=[
+            Middleware(HealthMiddleware),
+            Middleware(AssetCacheMiddleware),
+            Middleware(limits.UploadGuardMiddleware, guard=UPLOADS),
+        ],
         on_script_error=HEALTH.on_script_error,
     )
 
@@ -228,10 +261,11 @@ def build_app() -> App:
 def install_limits() -> None:
     """The bounds of :mod:`lensa.ui.limits` that are not middleware.
 
-    A client's websocket frames are capped as they arrive, and the browser is told in its page's language
-    when uploads are refused as busy.
+    A client's websocket frames are capped as they arrive, a widget state of bad JSON is read as no value, and
+    the browser is told in its page's language when uploads are refused as busy.
     """
     limits.limit_incoming_websocket_messages()
+    limits.tolerate_bad_json_widget_values()
     limits.patch_file_url_requests(UPLOADS)
 
 

@@ -41,6 +41,10 @@ class PageInfo:
 
 
 TOKENS_STOPS = power_of_two_stops(512, 32768)
+# Step 3's k in S = 2**k. To 2^32, not the seed's 2^24: past 2^25 the largest of the illustration's gradients
+# (1.6e-3) overflow FP16, so the slider shows what too large a scale costs. GradScaler's scale is a float32 that
+# keeps doubling while the steps are clean; nothing caps it at 2^24.
+LOSS_SCALE_EXPONENTS = tuple(range(33))
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 # Steps 2, 3 and 5 can also show the narrower format groups of lensa.formats: FP8, and FP6 with FP4 (OCP MX's
 # element formats); none by default, so the lesson reads as the seed's.
@@ -100,7 +104,7 @@ PAGES: tuple[PageInfo, ...] = (
         "loss_scaling",
         "pages/loss_scaling.py",
         3,
-        (NumberControl("scale", tuple(range(25)), 0, integer=True), ALSO, *measured_controls(), RECIPE),
+        (NumberControl("scale", LOSS_SCALE_EXPONENTS, 0, integer=True), ALSO, *measured_controls(), RECIPE),
     ),
     PageInfo(
         "master_weights",

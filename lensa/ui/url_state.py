@@ -117,15 +117,20 @@ def value_from_url(
     show: Callable[[Any], str],
     to_widget: Callable[[object], object] = lambda v: v,
     from_widget: Callable[[object], object] = lambda v: v,
+    key: str | None = None,
+    fill_widget: bool = True,
 ) -> object:
     """The control's value for this run, from the source :data:`RULES` picks; it also fills the widget's state.
 
     ``show`` writes a value for people (in a notice about a bad URL value); ``to_widget`` and ``from_widget``
     convert between the control's values and what its widget holds (a toggle's bool, a count's text).
+    ``key`` is the session-state key of the widget that holds the control (its own :func:`widget_key` unless
+    given); ``fill_widget=False`` leaves that state alone, for a widget that is told its value another way (a
+    component, through its data).
     """
     raw = st.query_params.get(control.name)
     slot = (page.info.key, control.name)
-    key = widget_key(page, control.name)
+    key = key or widget_key(page, control.name)
     kept = values()
     record = kept.get(slot, MISSING)
     state = from_widget(st.session_state.get(key))
@@ -151,7 +156,8 @@ def value_from_url(
         value = _read_url(page, control, label, show, raw)
     kept[slot] = value
     seen_urls()[slot] = raw
-    st.session_state[key] = to_widget(value)
+    if fill_widget:
+        st.session_state[key] = to_widget(value)
     return value
 
 

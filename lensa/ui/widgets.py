@@ -121,7 +121,7 @@ def dropdown(
     control: ChoiceControl | None = None,
     whole_page: bool = False,
 ) -> str:
-    """A URL-bound choice drawn as a drop-down, for controls with many options."""
+    """A URL-bound choice drawn as a drop-down, for controls with many options (or a compact row of choices)."""
     control = control or declared(page, name, ChoiceControl)
     options = control.options
     return _bound(

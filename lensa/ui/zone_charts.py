@@ -3,9 +3,10 @@ with FP16's limits marked: for the illustration's sample and for a recorded run'
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Sequence
 
-from lensa.formats import FORMATS, classify
+from lensa.formats import FORMATS
+from lensa.lessons.common import HIST_HI, HIST_LO, FormatLimits, LogHistogram
 from lensa.measured import ZoneHistogram
 from lensa.ui import figures
 from lensa.ui.frame import Page
@@ -29,18 +30,40 @@ def _fp16_marks(page: Page) -> list[tuple[float, str]]:
     ]
 
 
-def fp16_histogram(page: Page, values: np.ndarray) -> object:
-    """The gradient sample on a log axis, coloured by what FP16 does to each value, with FP16's limits marked."""
+def fp16_histogram(page: Page, hist: LogHistogram, count_top: float | None = None, aligned: bool = False) -> object:
+    """The gradient sample per quarter decade on a log axis, coloured by what FP16 does to each value, with FP16's
+    limits marked; ``count_top`` fixes the counts axis (the same at every stop of a slider); ``aligned``: its
+    plot lines up with a :func:`format_strip` under it."""
     return figures.category_histogram(
-        values,
-        classify(values, FORMATS["fp16"]),
+        hist,
         _zone_labels(page),
         _fp16_marks(page),
         page.t("fp16_range.axis"),
         page.t("fp16_range.count"),
         page.t("fp16_range.hover"),
         page.lang,
+        count_top,
+        figures.ALIGNED_LEFT_MARGIN_PX if aligned else None,
     )
+
+
+def range_labels(page: Page) -> dict[str, str]:
+    """The words of a range chart (:func:`lensa.ui.figures.format_ranges`), from step 5's section."""
+    return {
+        "gradients": page.t("bf16.range_gradients"),
+        "subnormal": page.t("bf16.range_subnormal"),
+        "normal": page.t("bf16.range_normal"),
+        "hover": page.t("bf16.range_hover"),
+        "legend_subnormal": page.t("views.legend_subnormal"),
+        "legend_normal": page.t("views.legend_normal"),
+    }
+
+
+def format_strip(page: Page, formats: Sequence[FormatLimits]) -> object:
+    """The ranges of FP16 and the formats "also show" adds, on the histogram's own axis, to sit right under it."""
+    labels = range_labels(page)
+    margin = figures.ALIGNED_LEFT_MARGIN_PX
+    return figures.format_ranges(formats, None, labels, page.lang, HIST_LO, HIST_HI, every=2, left_margin=margin)
 
 
 def fp16_binades(page: Page, hist: ZoneHistogram) -> object:

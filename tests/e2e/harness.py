@@ -54,8 +54,13 @@ class Server:
     """The app (``python -m lensa.ui.serve``, or another script with ``streamlit run``) on 127.0.0.1:port."""
 
     def __init__(
-        self, port: int | None = None, extra_env: dict[str, str] | None = None, app: str | None = None
+        self,
+        port: int | None = None,
+        extra_env: dict[str, str] | None = None,
+        app: str | None = None,
+        root: Path | None = None,
     ) -> None:
+        """``root``: the checkout to serve (this one unless given: a bench compares with an older one)."""
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, **(extra_env or {})}
@@ -70,7 +75,7 @@ class Server:
                 "--server.port", str(self.port), "--server.address", "127.0.0.1",
                 "--server.headless", "true", "--browser.gatherUsageStats", "false",
             ],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, text=True,
+            cwd=root or ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         self.started = time.perf_counter()
 

@@ -13,8 +13,11 @@ from tests.e2e.harness import Server, wait_for_app
 
 pytestmark = pytest.mark.e2e
 
-SLIDER = '[data-testid="stSlider"] input[type="range"]'
-METRIC = '[data-testid="stMetricValue"]'
+# A lesson step's own slider is its scrub component's (lensa.ui.components.scrub); its cards come before
+# Streamlit's own metric cards on the page.
+SLIDER = ".lensa-slider-input"
+SLIDER_VALUE = ".lensa-slider-value"
+METRIC = '.lensa-card-value, [data-testid="stMetricValue"]'
 
 
 def url_of(server, key: str, **params: str) -> str:
@@ -101,7 +104,8 @@ def test_a_move_reruns_the_lesson_alone_and_every_link_stays_true(server, page):
     assert page.locator("h1").first.get_attribute("data-lensa-mark") == "kept"
     assert "grad" not in link_query(page, "stMain", "Loss scaling →")
     # the data choice: a full run, after which the footer's link into step 3 carries it
-    page.locator('[data-testid="stMain"] button', has_text="Reference run").first.click()
+    page.get_by_role("combobox", name=i18n.text("en", "data.data")).click()
+    page.get_by_role("option", name="Reference run").click()
     wait_until(page, lambda: query(page).get("data") == "reference")
     wait_until(page, lambda: link_query(page, "stMain", "Loss scaling →").get("data") == "reference")
     assert link_query(page, "stSidebar", "BF16").get("data") == "reference"
@@ -128,7 +132,7 @@ def test_deep_link_as_the_first_request_to_a_fresh_server(page):
         assert page.locator('[data-testid="stSidebarNav"]').count() == 0
         labels = nav_labels(page)
         assert labels[0] == "Overview" and labels[4].endswith("FP32 master weights")
-        texts = page.locator('[data-testid="stSliderThumbValue"]').all_inner_texts()
+        texts = page.locator(SLIDER_VALUE).all_inner_texts()
         assert texts == ["1.00e-3", "10"]
         assert page.locator(METRIC).nth(0).inner_text() == "7.81e-3"  # FP16 spacing at 10
 
@@ -163,7 +167,7 @@ def test_language_switch_changes_the_text_and_keeps_the_page(server, page):
     wait_for_app(page)
     assert page.locator("h4").first.inner_text() == i18n.text("en", "bf16.headline")
     assert urlparse(page.url).path == "/bf16" and query(page)["grad"] == "1e-6"
-    assert page.locator('[data-testid="stSliderThumbValue"]').first.inner_text() == "1.0e-6"
+    assert page.locator(SLIDER_VALUE).first.inner_text() == "1.0e-6"
     # and the language stays when moving to another page
     page.locator('[data-testid="stSidebar"] a', has_text="Loss scaling").click()
     wait_until(page, lambda: urlparse(page.url).path == "/loss_scaling")
@@ -187,7 +191,7 @@ def test_back_returns_to_the_previous_page_and_its_state(server, page):
     wait_until(page, lambda: urlparse(page.url).path == "/memory")
     wait_for_app(page)
     wait_until(page, lambda: metric_values(page)[2] == "13.7 GB")
-    assert page.locator('[data-testid="stSliderThumbValue"]').first.inner_text() == "3,072"
+    assert page.locator(SLIDER_VALUE).first.inner_text() == "3,072"
     assert page.locator("h1").first.inner_text() == "Memory per parameter"
 
 

@@ -1,0 +1,439 @@
+// Lensa's scrub component (lensa/ui/components/scrub.py): a step's sliders, charts and cards.
+//
+// The server sends every stop's frame (one whole, the others as differences from it). While a slider is dragged
+// or moved by keys, each `input` event shows that stop's frame here, with Plotly.react and no server round trip;
+// when the gesture ends the component sets its state once and the server reruns the lesson once. The JavaScript
+// draws nothing itself: the charts are the plotly JSON the server built, the cards and tables its text.
+
+const MOUNTS = new WeakMap();
+const KEY_COMMIT_MS = 300; // a key let go with no other key within this time ends the gesture
+const LIVE_MS = 700; // the cards are read out this long after the last move (a screen reader's live region)
+const PENDING_MS = 4000; // how long a sent value outranks an older one the server is still answering with
+const COMPACT_PX = 560; // narrower than this, a chart takes its phone height
+const STEP_KEYS = new Set(["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown", "PageUp", "PageDown", "Home", "End"]);
+// The axes are fixed (the server's figures say fixedrange): no zoom, pan or double-click to set up at every stop.
+const PLOTLY_CONFIG = { displayModeBar: false, responsive: true, scrollZoom: false, doubleClick: false, showTips: false };
+let plotly = null;
+
+function loadPlotly(file) {
+  if (!plotly) plotly = import(new URL(`./${file}`, import.meta.url)).then(() => window.Plotly);
+  return plotly;
+}
+
+// The browser's half of scrub.py's delta/patch.
+export function patch(base, d) {
+  if (d === null || d === undefined) return base;
+  if ("=" in d) return d["="];
+  if ("$" in d) {
+    const out = { ...base };
+    for (const [k, sub] of Object.entries(d.$)) out[k] = patch(base ? base[k] : undefined, sub);
+    for (const k of d["-"] || []) delete out[k];
+    return out;
+  }
+  const items = base.slice();
+  for (const [i, sub] of Object.entries(d["@"])) items[Number(i)] = patch(items[Number(i)], sub);
+  return items;
+}
+
+function el(tag, className, attrs = {}) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  return node;
+}
+
+// Captions, titles and "Try this" are the catalogue's text: **bold**, *italic*, `code` and a glossary link
+// [words](glossary?lang=..&term=..) are written as such (it opens beside the page, as the page's own links do; any
+// other link reads as its words), nothing else is markup (and nothing is ever parsed as HTML).
+const LINK = /^\[([^\]]+)\]\(([^)]*)\)$/;
+const GLOSSARY_HREF = /^glossary\?lang=[a-z]+&term=[a-z0-9_]+$/;
+function setRich(node, text) {
+  node.replaceChildren();
+  for (const piece of String(text || "").split(/(\[[^\]]+\]\([^)]*\)|\*\*[^*]+\*\*|\*[^*]+\*|`[^`]+`)/)) {
+    if (!piece) continue;
+    const link = LINK.exec(piece);
+    if (link && GLOSSARY_HREF.test(link[2])) {
+      const a = node.appendChild(el("a", "lensa-term", { href: link[2], target: "_blank", rel: "noopener" }));
+      a.textContent = link[1];
+    } else if (link) {
+      node.appendChild(document.createTextNode(link[1]));
+    } else if (piece.startsWith("**") && piece.endsWith("**") && piece.length > 4) {
+      node.appendChild(el("strong")).textContent = piece.slice(2, -2);
+    } else if (piece.startsWith("*") && piece.endsWith("*") && piece.length > 2) {
+      node.appendChild(el("em")).textContent = piece.slice(1, -1);
+    } else if (piece.startsWith("`") && piece.endsWith("`") && piece.length > 2) {
+      node.appendChild(el("code")).textContent = piece.slice(1, -1);
+    } else {
+      node.appendChild(document.createTextNode(piece));
+    }
+  }
+}
+
+// The server's phone layout for a chart, over its own: objects merge key by key, anything else replaces.
+function merge(base, over) {
+  const out = { ...base };
+  for (const [k, v] of Object.entries(over)) {
+    const b = base[k];
+    out[k] = v && typeof v === "object" && !Array.isArray(v) && b && typeof b === "object" && !Array.isArray(b)
+      ? merge(b, v) : v;
+  }
+  return out;
+}
+
+function same(a, b) {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+
+class Scrub {
+  constructor(parent) {
+    this.root = el("div", "lensa-scrub");
+    this.root.dataset.testid = "lensaScrub";
+    this.sliderBox = el("div", "lensa-sliders");
+    this.blockBox = el("div", "lensa-blocks");
+    this.live = el("div", "lensa-live", { "aria-live": "polite", role: "status" });
+    this.root.append(this.sliderBox, this.blockBox, this.live);
+    parent.appendChild(this.root);
+    this.texts = [];
+    this.parts = [];
+    this.at = [];
+    this.sent = null; // {at, time}: the last values this component sent, until the server answers with them
+    this.pointer = false;
+    this.keyTimer = null;
+    this.liveTimer = null;
+    this.drawn = null;
+    this.frameCache = new Map();
+    this.compact = null;
+    this.template = null;
+    this.frameRequest = null;
+    this.pendingDraw = 0;
+    this.gestures = 0;
+    this.token = Math.random().toString(36).slice(2, 10);
+    this.resize = new ResizeObserver(() => this.onResize());
+    this.resize.observe(this.root);
+    this.onPointerEnd = () => this.pointerEnd();
+    window.addEventListener("pointerup", this.onPointerEnd, true);
+    window.addEventListener("pointercancel", this.onPointerEnd, true);
+  }
+
+  // When Streamlit unmounts the component (another page): nothing of it stays behind.
+  destroy() {
+    this.resize.disconnect();
+    window.removeEventListener("pointerup", this.onPointerEnd, true);
+    window.removeEventListener("pointercancel", this.onPointerEnd, true);
+    for (const timer of [this.keyTimer, this.liveTimer]) if (timer !== null) clearTimeout(timer);
+    if (this.frameRequest !== null) cancelAnimationFrame(this.frameRequest);
+    if (window.Plotly) for (const view of this.blocks || []) if (view.plot) window.Plotly.purge(view.plot);
+    this.root.remove();
+  }
+
+  update(data, setStateValue) {
+    this.setStateValue = setStateValue;
+    this.plotlyFile = data.plotly;
+    this.lang = data.lang;
+    const texts = data.parts;
+    const changed = !same(texts, this.texts);
+    if (changed) {
+      this.parts = texts.map((t, i) => (this.texts[i] === t && this.parts[i] ? this.parts[i] : JSON.parse(t)));
+      this.texts = texts.slice();
+      this.frameCache.clear();
+    }
+    const structure = this.parts.map((p) => `${p.name}:${p.stops.length}`).join("|")
+      + "#" + this.parts[0].base.map((b) => b.k).join(",");
+    if (structure !== this.structure) this.build(structure);
+    const now = performance.now();
+    const waiting = this.sent && !same(data.at, this.sent.at) && now - this.sent.time < PENDING_MS;
+    this.serverAt = data.at.slice();
+    if (!this.busy() && !waiting) {
+      this.at = data.at.slice();
+      this.sent = null;
+    }
+    this.syncInputs();
+    this.template = this.theme(); // read once per update: getComputedStyle on every stop would force a restyle
+    this.compact = this.root.clientWidth < COMPACT_PX;
+    this.draw(0, true);
+  }
+
+  busy() {
+    return this.pointer || this.keyTimer !== null;
+  }
+
+  build(structure) {
+    this.structure = structure;
+    this.sliderBox.replaceChildren();
+    this.inputs = this.parts.map((part, s) => {
+      const box = el("div", "lensa-slider");
+      const id = `lensa-scrub-${this.token}-${part.name}`;
+      const label = el("label", "lensa-slider-label", { for: id });
+      const name = el("span", "lensa-slider-name");
+      name.textContent = part.label;
+      const value = el("output", "lensa-slider-value", { for: id });
+      label.append(name, value);
+      const input = el("input", "lensa-slider-input", {
+        type: "range", id, min: "0", max: String(part.stops.length - 1), step: "1",
+      });
+      input.dataset.name = part.name;
+      box.append(label, input);
+      if (part.help) {
+        const help = el("div", "lensa-slider-help", { id: `${id}-help` });
+        help.textContent = part.help;
+        input.setAttribute("aria-describedby", help.id);
+        // On a phone the help folds away behind a button beside the label, to keep the picture on the screen.
+        const more = el("button", "lensa-slider-more", {
+          type: "button", "aria-expanded": "false", "aria-controls": help.id, "aria-label": part.about || part.label,
+        });
+        more.textContent = "?";
+        more.addEventListener("click", () => {
+          const open = box.classList.toggle("lensa-help-open");
+          more.setAttribute("aria-expanded", String(open));
+        });
+        label.insertBefore(more, value);
+        box.appendChild(help);
+      }
+      input.addEventListener("input", () => this.onInput(s));
+      input.addEventListener("pointerdown", () => { this.pointer = true; });
+      input.addEventListener("change", () => { if (!this.pointer && this.keyTimer === null) this.commit(); });
+      input.addEventListener("keydown", (e) => { if (STEP_KEYS.has(e.key)) this.keyDown(); });
+      input.addEventListener("keyup", (e) => { if (STEP_KEYS.has(e.key)) this.keyUp(); });
+      input.addEventListener("blur", () => { if (this.keyTimer !== null) this.flushKeys(); });
+      this.sliderBox.appendChild(box);
+      return { input, value };
+    });
+    this.blockBox.replaceChildren();
+    this.blocks = this.parts[0].base.map((block) => {
+      if (block.k === "cards") return this.buildCards();
+      if (block.k === "note") return this.buildNote();
+      return this.buildChart();
+    });
+  }
+
+  buildCards() {
+    const node = el("div", "lensa-cards");
+    this.blockBox.appendChild(node);
+    return { kind: "cards", node, cards: [] };
+  }
+
+  buildNote() {
+    const node = el("div", "lensa-note", { role: "note" });
+    this.blockBox.appendChild(node);
+    return { kind: "note", node, text: null };
+  }
+
+  fillNote(view, block) {
+    const text = `${block.label}\u0000${block.text}`;
+    if (view.text === text) return;
+    view.text = text;
+    const label = el("strong", "lensa-note-label");
+    label.textContent = block.label;
+    const body = el("span");
+    setRich(body, block.text);
+    view.node.replaceChildren(label, document.createTextNode(" "), body);
+  }
+
+  buildChart() {
+    const node = el("figure", "lensa-chart");
+    const title = el("div", "lensa-chart-title");
+    const plot = el("div", "lensa-plot", { role: "img" });
+    const caption = el("figcaption", "lensa-chart-caption");
+    node.append(title, plot, caption);
+    this.blockBox.appendChild(node);
+    return { kind: "chart", node, title, plot, caption };
+  }
+
+  syncInputs() {
+    this.inputs.forEach(({ input, value }, s) => {
+      const i = this.at[s];
+      if (input.valueAsNumber !== i) input.value = String(i);
+      const text = this.parts[s].stops[i];
+      input.setAttribute("aria-valuetext", text);
+      value.textContent = text;
+    });
+  }
+
+  frame(s, i) {
+    const key = `${s}:${i}`;
+    let frame = this.frameCache.get(key);
+    if (!frame) {
+      frame = patch(this.parts[s].base, this.parts[s].frames[i]);
+      this.frameCache.set(key, frame);
+    }
+    return frame;
+  }
+
+  onInput(s) {
+    const i = this.inputs[s].input.valueAsNumber;
+    if (Number.isNaN(i)) return;
+    this.at[s] = i;
+    this.syncInputs();
+    // One draw a frame, of the latest stop: a hand moves faster than a chart redraws, and a queue of stale
+    // stops would only make the picture lag behind it.
+    this.pendingDraw = s;
+    if (this.frameRequest === null) {
+      this.frameRequest = requestAnimationFrame(() => {
+        this.frameRequest = null;
+        this.draw(this.pendingDraw, false);
+      });
+    }
+    this.announceLater();
+  }
+
+  keyDown() {
+    if (this.keyTimer !== null) clearTimeout(this.keyTimer);
+    this.keyTimer = setTimeout(() => this.flushKeys(), KEY_COMMIT_MS * 10); // a key held down
+  }
+
+  keyUp() {
+    if (this.keyTimer !== null) clearTimeout(this.keyTimer);
+    this.keyTimer = setTimeout(() => this.flushKeys(), KEY_COMMIT_MS);
+  }
+
+  flushKeys() {
+    if (this.keyTimer !== null) clearTimeout(this.keyTimer);
+    this.keyTimer = null;
+    this.commit();
+  }
+
+  pointerEnd() {
+    if (!this.pointer) return;
+    this.pointer = false;
+    this.commit();
+  }
+
+  commit() {
+    const last = this.sent ? this.sent.at : this.serverAt;
+    if (last && same(last, this.at)) return;
+    this.gestures += 1;
+    const v = {};
+    this.parts.forEach((part, s) => { v[part.name] = this.at[s]; });
+    this.sent = { at: this.at.slice(), time: performance.now() };
+    this.setStateValue("value", { g: `${this.token}-${this.gestures}`, v });
+  }
+
+  announceLater() {
+    if (this.liveTimer !== null) clearTimeout(this.liveTimer);
+    this.liveTimer = setTimeout(() => {
+      this.liveTimer = null;
+      if (!this.root.contains(document.activeElement)) return;
+      const cards = this.blocks.find((b) => b.kind === "cards");
+      if (!cards) return;
+      this.live.textContent = cards.cards.map(([l, v]) => `${l}: ${v}`).join("; ");
+    }, LIVE_MS);
+  }
+
+  onResize() {
+    const compact = this.root.clientWidth < COMPACT_PX;
+    if (compact === this.compact || !this.drawn) return;
+    this.compact = compact;
+    this.draw(this.drawn.s, true);
+  }
+
+  theme() {
+    const css = getComputedStyle(this.root);
+    const text = css.getPropertyValue("--st-text-color").trim() || css.color;
+    const font = css.getPropertyValue("--st-font").trim() || css.fontFamily;
+    const grid = "rgba(128,128,128,0.22)";
+    const axis = { gridcolor: grid, zerolinecolor: "rgba(128,128,128,0.45)", linecolor: grid, automargin: true };
+    return {
+      layout: {
+        font: { family: font, color: text },
+        paper_bgcolor: "rgba(0,0,0,0)",
+        plot_bgcolor: "rgba(0,0,0,0)",
+        xaxis: axis,
+        yaxis: axis,
+        yaxis2: axis,
+        legend: { bgcolor: "rgba(0,0,0,0)" },
+        hoverlabel: { font: { family: font } },
+        dragmode: false,
+      },
+    };
+  }
+
+  draw(s, force) {
+    const i = this.at[s];
+    if (!force && this.drawn && this.drawn.s === s && this.drawn.i === i) return;
+    const frame = this.frame(s, i);
+    this.drawn = { s, i };
+    const template = this.template || this.theme();
+    frame.forEach((block, b) => {
+      const view = this.blocks[b];
+      if (!view) return;
+      if (view.kind === "cards") this.fillCards(view, block.cards);
+      else if (view.kind === "note") this.fillNote(view, block);
+      else this.fillChart(view, block, template);
+    });
+    this.root.dataset.at = this.at.join(",");
+  }
+
+  drawLatest() {
+    if (this.drawn) this.draw(this.drawn.s, true);
+  }
+
+  fillCards(view, cards) {
+    if (view.node.childElementCount !== cards.length) {
+      view.node.replaceChildren();
+      for (let c = 0; c < cards.length; c += 1) {
+        const card = el("div", "lensa-card");
+        card.append(el("div", "lensa-card-label"), el("div", "lensa-card-value"));
+        view.node.appendChild(card);
+      }
+    }
+    cards.forEach(([label, value], c) => {
+      const card = view.node.children[c];
+      if (card.firstChild.textContent !== label) card.firstChild.textContent = label;
+      if (card.lastChild.textContent !== value) card.lastChild.textContent = value;
+    });
+    view.cards = cards;
+  }
+
+  fillChart(view, block, template) {
+    if (view.titleText !== block.title) {
+      view.titleText = block.title;
+      setRich(view.title, block.title);
+      view.title.hidden = !block.title;
+    }
+    if (view.captionText !== block.caption) {
+      view.captionText = block.caption;
+      setRich(view.caption, block.caption);
+      view.caption.hidden = !block.caption;
+    }
+    if (view.plot.getAttribute("aria-label") !== block.alt) view.plot.setAttribute("aria-label", block.alt);
+    let layout = { ...block.fig.layout, template };
+    if (this.compact && block.compact) {
+      layout = merge(layout, block.compact.layout || {});
+      if (block.compact.height) layout.height = block.compact.height;
+    }
+    const height = `${layout.height || 360}px`;
+    if (view.plot.style.height !== height) view.plot.style.height = height;
+    view.spec = block.fig; // what the server built, for the tests: the browser adds only the theme and height
+    // Synchronously once Plotly.js is there, so a stop's chart and cards change in the same frame; "lensa-drawn"
+    // tells a watcher (the tests, bench/scrub.py) which stop is now drawn.
+    if (!window.Plotly) {
+      loadPlotly(this.plotlyFile).then(() => this.drawLatest());
+      return;
+    }
+    const at = this.at.join(",");
+    window.Plotly.react(view.plot, block.fig.data, layout, PLOTLY_CONFIG).then(() => {
+      this.root.dispatchEvent(new CustomEvent("lensa-drawn", { detail: { at }, bubbles: true }));
+    });
+  }
+
+}
+
+export default function (args) {
+  const { data, parentElement, setStateValue } = args;
+  if (!data || !Array.isArray(data.parts) || !data.parts.length) return undefined;
+  let scrub = MOUNTS.get(parentElement);
+  if (!scrub) {
+    scrub = new Scrub(parentElement);
+    MOUNTS.set(parentElement, scrub);
+  }
+  scrub.update(data, setStateValue);
+  // Streamlit keeps the cleanup of the latest call and runs it when the component unmounts; an older call's
+  // cleanup can still run late (a rerun's data arriving while the last was loading): only the latest counts.
+  scrub.generation = (scrub.generation || 0) + 1;
+  const generation = scrub.generation;
+  return () => {
+    if (scrub.generation !== generation) return;
+    MOUNTS.delete(parentElement);
+    scrub.destroy();
+  };
+}

@@ -1,0 +1,286 @@
+"""The scrub component's server side (lensa.ui.components.scrub): its frames are what the page computes at each
+stop, sent compactly and shared by every visitor; what a client sends back moves a control only when it is a new,
+valid gesture, and never breaks the page."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from lensa.lessons.fp16_range import fp16_range_view
+from lensa.lessons.speed import Hardware, speed_view
+from lensa.speed import DEFAULT_GPU, DEFAULT_MFU
+from lensa.ui import i18n, limits
+from lensa.ui.components import scrub
+from lensa.ui.site import PAGES_BY_KEY
+from tests.pagetools import (
+    metrics,
+    move_scrub,
+    notices,
+    open_page,
+    page_keys,
+    scrub_data,
+    scrub_elements,
+    scrub_frame,
+    scrub_value,
+    send_scrub_state,
+    slider_stops,
+)
+
+pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
+
+SCRUB_PAGES = (*page_keys(steps=True), "blocks")
+GRAD = PAGES_BY_KEY["fp16_range"].control("grad").stops
+
+
+# --- frames as differences ------------------------------------------------------------------------------------
+
+
+def _random_json(rng: random.Random, depth: int = 0):
+    kind = rng.randrange(6 if depth < 3 else 3)
+    if kind == 0:
+        return rng.choice([None, True, False, 0, 1.5, -2, "x", "="])
+    if kind == 1:
+        return rng.random()
+    if kind == 2:
+        return rng.choice(["a", "b", "$", "@", "-"])
+    if kind == 3:
+        return [_random_json(rng, depth + 1) for _ in range(rng.randrange(4))]
+    keys = rng.sample(["a", "b", "c", "=", "$", "@", "-", "data", "layout"], rng.randrange(5))
+    return {k: _random_json(rng, depth + 1) for k in keys}
+
+
+def _mutated(rng: random.Random, x):
+    if isinstance(x, dict) and x and rng.random() < 0.8:
+        out = dict(x)
+        for k in rng.sample(list(out), rng.randrange(len(out) + 1)):
+            if rng.random() < 0.3:
+                del out[k]
+            else:
+                out[k] = _mutated(rng, out[k])
+        if rng.random() < 0.3:
+            out[rng.choice(["new", "a", "="])] = _random_json(rng)
+        return out
+    if isinstance(x, list) and x and rng.random() < 0.8:
+        return [_mutated(rng, v) if rng.random() < 0.5 else v for v in x]
+    return _random_json(rng)
+
+
+def test_patch_undoes_delta_on_any_json():
+    rng = random.Random(30)
+    for _ in range(3000):
+        base = _random_json(rng)
+        new = _mutated(rng, base)
+        d = scrub.delta(base, new)
+        assert scrub.patch(base, d) == new
+        assert (d is None) == (base == new)
+        # what the browser gets is JSON: the delta survives the trip
+        assert scrub.patch(base, json.loads(json.dumps(d))) == new
+
+
+@pytest.mark.parametrize("key", SCRUB_PAGES)
+def test_every_stop_of_every_slider_is_sent_and_a_stop_is_what_the_page_shows_there(key):
+    """Each part holds a frame per stop; the stop the server is at is the frame of a page opened there."""
+    at = open_page(key, lang="en")
+    (element,) = scrub_elements(at)
+    data = scrub_data(element)
+    for part, index in zip(data["parts"], data["at"], strict=True):
+        stops = slider_stops(at, part["name"])
+        assert len(part["frames"]) == len(part["stops"]) == len(stops)
+        assert part["frames"][index] is None or part["frames"][index] == scrub.delta(part["base"], part["base"])
+        # the other ends of the slider: a page opened there shows the frame this page sent for them
+        for end in (0, len(stops) - 1):
+            control = PAGES_BY_KEY[key].control(part["name"])
+            there = open_page(key, lang="en", **{part["name"]: control.to_url(stops[end])})
+            assert scrub_frame(there) == scrub.frame_at(part, end), f"{part['name']} at {stops[end]}"
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_step2_cards_at_every_stop_are_the_lesson_view_in_the_pages_language(lang):
+    at = open_page("fp16_range", lang=lang)
+    part = scrub_data(scrub_elements(at)[0])["parts"][0]
+    for i, grad in enumerate(GRAD):
+        view = fp16_range_view(grad)
+        (cards,) = [b["cards"] for b in scrub.frame_at(part, i) if b["k"] == "cards"]
+        values = [value for _, value in cards]
+        expected = [i18n.percent(view.shares[z], lang) for z in ("zero", "subnormal", "normal")]
+        assert values == [*expected, i18n.sci(view.largest, lang)]
+        assert part["stops"][i] == i18n.sci(grad, lang)  # what a screen reader announces, in the page's language
+
+
+def test_step6_bars_grow_with_the_tokens_on_one_axis():
+    at = open_page("speed", lang="en")
+    part = scrub_data(scrub_elements(at)[0])["parts"][0]
+    tokens = slider_stops(at, "tokens")
+    hardware = Hardware(DEFAULT_GPU, DEFAULT_MFU, 2e12, 1024)
+    ranges = set()
+    for i, t in enumerate(tokens):
+        chart = scrub.frame_at(part, i)[0]["fig"]
+        ranges.add(tuple(chart["layout"]["xaxis"]["range"]))
+        assert [bar["x"][0] for bar in chart["data"]] == pytest.approx(
+            list(speed_view(hardware, int(t)).timing.seconds)
+        )
+    assert len(ranges) == 1, "one time axis for every stop: the bars move, the axis does not"
+
+
+def test_a_stops_frames_are_built_once_and_shared_by_every_session():
+    scrub.PAYLOADS.clear()
+    before = scrub.PAYLOADS.misses
+    one = open_page("bf16", lang="id")
+    two = open_page("bf16", lang="id")
+    assert scrub.PAYLOADS.misses == before + 1
+    assert scrub_elements(one)[0].proto.json == scrub_elements(two)[0].proto.json
+    open_page("bf16", lang="en", also="fp8")  # another language and another "also show": another build
+    assert scrub.PAYLOADS.misses == before + 2
+
+
+def test_the_cache_is_bounded():
+    cache = scrub.BoundedCache(3)
+    for i in range(10):
+        cache.get(i, lambda i=i: str(i))
+    assert len(cache) == 3 and cache.get(9, lambda: "again") == "9" and cache.get(0, lambda: "new") == "new"
+
+
+# --- what a client sends back ---------------------------------------------------------------------------------
+
+
+def test_a_gesture_moves_the_control_once_and_the_url_follows():
+    at = open_page("fp16_range", lang="en")
+    move_scrub(at, "grad", GRAD.index(1e-2))
+    assert scrub_value(at, "grad") == 1e-2 and at.query_params["grad"] in ("0.01", ["0.01"])
+    assert metrics(at)["Rounded to 0"] == "0%"
+    assert not at.exception
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        -1,
+        len(GRAD),
+        10**12,
+        1.5,
+        "3",
+        True,
+        None,
+        [3],
+        {"i": 3},
+    ],
+)
+def test_an_index_a_client_should_not_send_leaves_the_control_where_it_was(junk):
+    at = open_page("fp16_range", lang="en", grad="1e-7")
+    move_scrub(at, "grad", junk)
+    assert not at.exception
+    assert scrub_value(at, "grad") == 1e-7 and at.query_params["grad"] in ("1e-7", ["1e-7"])
+    assert notices(at) == []
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        "not json at all",
+        "[]",
+        "42",
+        {"value": "x"},
+        {"value": {"v": {"grad": 3}}},  # no gesture id
+        {"value": {"g": 7, "v": {"grad": 3}}},  # an id that is not text
+        {"value": {"g": "x" * 65, "v": {"grad": 3}}},  # an id longer than any the component makes
+        {"value": {"g": "a", "v": [3]}},
+        {"value": {"g": "a", "v": {"other": 3}}},
+    ],
+)
+def test_a_state_no_component_sends_is_ignored(state):
+    limits.tolerate_bad_json_widget_values()  # as the server installs it (lensa.ui.serve.install_limits)
+    at = open_page("fp16_range", lang="en", grad="1e-7")
+    send_scrub_state(at, state)
+    assert not at.exception, [e.value for e in at.exception]
+    assert scrub_value(at, "grad") == 1e-7
+
+
+def test_the_server_reads_bad_json_as_no_value():
+    from streamlit.runtime.state import session_state
+
+    from lensa.ui import serve
+
+    serve.install_limits()
+    assert session_state.unpack_widget_state_value in limits._JSON_TOLERANT
+
+
+def test_keys_a_component_does_not_send_are_ignored_beside_a_valid_gesture():
+    at = open_page("fp16_range", lang="en", grad="1e-7")
+    send_scrub_state(at, {"value": {"g": "a", "v": {"grad": 3, "other": 9}, "x": "y" * 10_000}, "more": 1})
+    assert not at.exception and scrub_value(at, "grad") == GRAD[3]
+
+
+def test_a_gesture_sent_again_is_not_a_new_move():
+    at = open_page("fp16_range", lang="en")
+    move_scrub(at, "grad", GRAD.index(1e-3), gesture="same")
+    assert scrub_value(at, "grad") == 1e-3
+    at.query_params["grad"] = "1e-8"  # a link, or Back
+    at.run()
+    move_scrub(at, "grad", GRAD.index(1e-3), gesture="same")  # the old state, replayed
+    assert scrub_value(at, "grad") == 1e-8
+    move_scrub(at, "grad", GRAD.index(1e-3), gesture="next")  # a new gesture to the same stop moves it
+    assert scrub_value(at, "grad") == 1e-3
+
+
+def test_two_sliders_in_one_component_move_independently():
+    at = open_page("master_weights", lang="en")
+    move_scrub(at, "w", slider_stops(at, "w").index(10.0))
+    assert scrub_value(at, "w") == 10 and scrub_value(at, "update") == 1e-6
+    move_scrub(at, "update", slider_stops(at, "update").index(1e-3))
+    assert scrub_value(at, "w") == 10 and scrub_value(at, "update") == 1e-3
+    assert metrics(at)["FP16 spacing at w"] == "7.81e-3"  # FP16's spacing at 10 is 2^-7
+    params = dict(at.query_params)
+    assert params["w"] in ("10", ["10"]) and params["update"] in ("1e-3", ["1e-3"], "0.001", ["0.001"])
+
+
+def test_the_components_assets_reach_the_images():
+    """The Dockerfile copies the checkout (COPY . .) less what .dockerignore names: none of the assets."""
+    import fnmatch
+
+    from tests.pagetools import ROOT
+
+    patterns = [
+        line.strip().lstrip("/")
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith(("#", "!"))
+    ]
+    assets = [str(p.relative_to(ROOT)) for p in scrub.ASSETS.iterdir()]
+    assert {scrub.PLOTLY_FILE, "scrub.js", "scrub.css", "plotly-LICENSE.txt"} <= {p.rsplit("/", 1)[-1] for p in assets}
+    for asset in assets:
+        parents = [asset.rsplit("/", n)[0] for n in range(asset.count("/") + 1)]
+        for pattern in patterns:
+            assert not any(fnmatch.fnmatch(p, pattern) or fnmatch.fnmatch(p, f"**/{pattern}") for p in parents), (
+                asset,
+                pattern,
+            )
+
+
+@pytest.mark.parametrize("key", SCRUB_PAGES)
+def test_the_print_view_draws_the_stop_as_streamlits_own_charts_and_cards(key):
+    """On paper nothing moves: no component, the link's stop written out, its charts (each with its data table) and
+    cards as Streamlit draws them, the same frame the component would show there, and no "Try this"."""
+    screen = open_page(key, lang="id")
+    shown = scrub_frame(screen)
+    at = open_page(key, lang="id", print="1")
+    assert not at.exception, [e.value for e in at.exception]
+    assert scrub_elements(at) == []
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    drawn = [b["fig"] for b in shown if b["k"] == "chart"]
+    assert len(specs) >= len(drawn) and [s["data"] for s in specs[: len(drawn)]] == [f["data"] for f in drawn]
+    cards = {label: value for b in shown if b["k"] == "cards" for label, value in b["cards"]}
+    assert cards.items() <= metrics(at).items()
+    tables = [e for e in at.expander if e.label == i18n.text("id", "figure.table")]
+    assert len(tables) >= len(drawn)
+    texts = " ".join(m.value for m in at.markdown)
+    part = scrub_data(scrub_elements(screen)[0])["parts"][0]
+    assert f"**{part['label']}:** {part['stops'][scrub_data(scrub_elements(screen)[0])['at'][0]]}" in texts
+    assert not any(i18n.text("id", "common.try_this") in m.value for m in (*at.markdown, *at.info))
+
+
+def test_a_glossary_link_in_a_cards_text_reads_as_its_words():
+    assert scrub.words("[subnormal](glossary?lang=id&term=subnormal) naik") == "subnormal naik"
+    cards = scrub.frame_json((scrub.Cards((("[ZeRO](glossary?lang=en&term=zero) stage", "3"),)),))
+    assert cards == [{"k": "cards", "cards": [["ZeRO stage", "3"]]}]
