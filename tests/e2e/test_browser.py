@@ -87,6 +87,21 @@ def link_query(page, where: str, text) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(urlparse(href).query).items()}
 
 
+def choose(page, box: str, name: str) -> None:
+    """Pick ``name`` in the drop-down labelled ``box``. A click while the page still redraws (the rerun after a
+    slider's release, an expander opening) can leave the list closed, so it is opened again until it shows."""
+    combobox = page.get_by_role("combobox", name=box)
+    option = page.get_by_role("option", name=name)
+    for _ in range(10):
+        combobox.scroll_into_view_if_needed()
+        combobox.click()
+        page.wait_for_timeout(300)
+        if option.is_visible():
+            break
+        page.keyboard.press("Escape")
+    option.click()
+
+
 def test_a_move_reruns_the_lesson_alone_and_every_link_stays_true(server, page):
     """A slider move redraws only the step's lesson fragment: the page's own link follows it, the rest stays.
 
@@ -104,8 +119,7 @@ def test_a_move_reruns_the_lesson_alone_and_every_link_stays_true(server, page):
     assert page.locator("h1").first.get_attribute("data-lensa-mark") == "kept"
     assert "grad" not in link_query(page, "stMain", "Loss scaling →")
     # the data choice: a full run, after which the footer's link into step 3 carries it
-    page.get_by_role("combobox", name=i18n.text("en", "data.data")).click()
-    page.get_by_role("option", name="Reference run").click()
+    choose(page, i18n.text("en", "data.data"), "Reference run")
     wait_until(page, lambda: query(page).get("data") == "reference")
     wait_until(page, lambda: link_query(page, "stMain", "Loss scaling →").get("data") == "reference")
     assert link_query(page, "stSidebar", "BF16").get("data") == "reference"
@@ -113,13 +127,7 @@ def test_a_move_reruns_the_lesson_alone_and_every_link_stays_true(server, page):
     page.goto(url_of(server, "speed", lang="en"))
     wait_for_app(page)
     page.locator('[data-testid="stExpander"] summary', has_text="Other GPUs").first.click()
-    option = page.get_by_role("option", name="NVIDIA V100 SXM2 32GB")
-    for _ in range(5):  # a click while the expander still opens can leave the list closed: open it again
-        page.get_by_role("combobox", name="GPU").click()
-        page.wait_for_timeout(300)
-        if option.is_visible():
-            break
-    option.click()
+    choose(page, "GPU", "NVIDIA V100 SXM2 32GB")
     wait_until(page, lambda: query(page).get("gpu") == "v100")
     page.locator('[data-testid="stExpander"] summary', has_text="Notes").first.click()
     wait_until(page, lambda: page.get_by_text(re.compile("^NVIDIA V100 SXM2 32GB: ")).count() == 1)
