@@ -139,6 +139,22 @@ def how_a_float_is_stored(page: Page) -> None:
                 emin=f"−{page.num(-fmt.emin)}",  # written with the typographic minus, as 2^−14
             )
         )
+        st.markdown(_primer_table(page))
+        st.page_link(
+            PAGES_BY_KEY["formats"].file,
+            label=page.t("glossary.primer_inspector"),
+            icon=":material/search:",
+            query_params={**link_params("formats", page.lang), "x": PRIMER_EXAMPLES[2]},
+        )
+
+
+_PRIMER_TABLES: dict[str, str] = {}  # by language: the same for every visitor, made once
+
+
+def _primer_table(page: Page) -> str:
+    """The few values of :data:`PRIMER_EXAMPLES` bit by bit, as a markdown table in the page's language."""
+    if page.lang not in _PRIMER_TABLES:
+        fmt = FORMATS[PRIMER_FORMAT]
         rows = []
         for text in PRIMER_EXAMPLES:
             r = inspector.inspect(text, fmt)
@@ -154,13 +170,8 @@ def how_a_float_is_stored(page: Page) -> None:
             )
         headers = [page.t(f"glossary.primer_col_{c}") for c in ("value", "sign", "exponent", "significand", "what")]
         headers.append(page.t("glossary.primer_col_stored"))
-        st.markdown(_table(headers, rows))
-        st.page_link(
-            PAGES_BY_KEY["formats"].file,
-            label=page.t("glossary.primer_inspector"),
-            icon=":material/search:",
-            query_params={**link_params("formats", page.lang), "x": PRIMER_EXAMPLES[2]},
-        )
+        _PRIMER_TABLES[page.lang] = _table(headers, rows)
+    return _PRIMER_TABLES[page.lang]
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

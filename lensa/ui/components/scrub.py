@@ -228,11 +228,11 @@ class BoundedCache:
 
     def __init__(self, max_entries: int) -> None:
         self.max_entries = max_entries
-        self._items: OrderedDict[Hashable, str] = OrderedDict()
+        self._items: OrderedDict[Hashable, Any] = OrderedDict()
         self._lock = threading.Lock()
         self.misses = 0
 
-    def get(self, key: Hashable, make: Callable[[], str]) -> str:
+    def get(self, key: Hashable, make: Callable[[], Any]) -> Any:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -256,6 +256,9 @@ class BoundedCache:
 
 # A step's payload for one slider is 10 to 200 kB of JSON: 96 of them are at most ~20 MB.
 PAYLOADS = BoundedCache(96)
+# The current stop's frame, whose data tables a rerun draws: the same pure function of the same key, kept so a
+# gesture's rerun does not build its charts again (every learner of a class at the same stops shares it).
+FRAMES = BoundedCache(512)
 
 
 def with_note(frame: list[Spec], note: Spec | None) -> list[Spec]:
@@ -409,7 +412,8 @@ def scrub(
     _component()(key=component_key(page), data=data, default={"value": None}, on_value_change=_ignore)
     for slider in sliders:
         value_to_url(page, slider.control, values[slider.name])
-    data_tables(build([values])[0])
+    frame_key = (page.info.key, page.lang, depends, tuple(sorted(values.items())))
+    data_tables(FRAMES.get(frame_key, lambda: build([values])[0]))
     return values
 
 
