@@ -59,7 +59,8 @@ test: lint
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
 ## The tests that compute with torch's or numpy's CPU kernels (marked torch_kernels, numpy_kernels) again, under
-## ATEN_CPU_CAPABILITY=default, =avx2 and =avx512 (each only where this CPU has it) and with numpy at its baseline
+## ATEN_CPU_CAPABILITY=default, =avx2 and =avx512 (each only where this CPU has it and torch would not pick it by
+## itself: make test ran that one) and with numpy at its baseline
 ## (NPY_DISABLE_CPU_FEATURES): what another CPU would run. scripts/test_kernels.py says what it runs and skips.
 test-kernels: $(VENV)/.dev-installed
 	$(BIN)/python scripts/test_kernels.py $(PYTEST_ARGS)

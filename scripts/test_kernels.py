@@ -20,6 +20,8 @@ Three sets, the first the least any x86-64 CPU has:
 2. ``torch avx2``, the tests marked ``torch_kernels``, where the CPU has AVX2 and FMA;
 3. ``torch avx512``, the same, where the CPU has what ATen's AVX512 kernels need.
 
+Sets 2 and 3 are skipped where torch picks that set by itself (``make test`` ran every test under it already).
+
 tests/test_kernel_markers.py checks that every test file computing with those kernels carries its mark. Before each
 set a fresh interpreter checks that it took effect (torch.backends.cpu.get_cpu_capability(), numpy's dispatched
 targets, numba's CPU name), and the set fails if it did not. It prints what it runs, what it skips and why, and each
@@ -94,6 +96,13 @@ NUMPY_PROBE = (
 NUMBA_PROBE = "import numba; print(numba.config.CPU_NAME)"
 
 
+def torch_native() -> str:
+    """The kernel set torch picks on this CPU when nothing asks for another ("AVX512", "AVX2", "DEFAULT")."""
+    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    out = subprocess.run([sys.executable, "-c", code], env=clean_env({}), capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
 def configs() -> list[Config]:
     flags = cpu_flags()
     first = Config(
@@ -111,8 +120,12 @@ def configs() -> list[Config]:
     else:
         first.why += f"; numpy as it is (its targets named here are x86-64's, this is {platform.machine()})"
     out = [first]
+    native = torch_native()
     for cap in ("avx2", "avx512"):
         lacking = [f for f in TORCH_NEEDS[cap] if f not in flags]
+        skip = f"this CPU lacks {', '.join(lacking)}" if lacking else ""
+        if not skip and native == cap.upper():
+            skip = "torch's own choice on this CPU: make test ran every test under these kernels"
         out.append(
             Config(
                 name=f"torch {cap}",
@@ -120,7 +133,7 @@ def configs() -> list[Config]:
                 marker="torch_kernels",
                 expect={"torch": cap.upper()},
                 why=f"torch's {cap.upper()} kernels",
-                skip=f"this CPU lacks {', '.join(lacking)}" if lacking else "",
+                skip=skip,
             )
         )
     return out

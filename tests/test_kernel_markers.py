@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -190,6 +191,7 @@ def test_the_kernel_sets_asked_for_are_the_ones_this_cpu_has(monkeypatch, flags,
     script = _script()
     monkeypatch.setattr(script, "cpu_flags", lambda: flags)
     monkeypatch.setattr(script.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(script, "torch_native", lambda: "DEFAULT")  # the flags alone decide here
     configs = {c.name: c for c in script.configs()}
     assert list(configs) == ["torch default + numpy baseline", "torch avx2", "torch avx512"]
     assert {n for n, c in configs.items() if c.skip} == skipped
@@ -200,6 +202,26 @@ def test_the_kernel_sets_asked_for_are_the_ones_this_cpu_has(monkeypatch, flags,
     assert first.env["NPY_DISABLE_CPU_FEATURES"].split() == script.numpy_dispatch_targets()
     assert first.marker == "torch_kernels or numpy_kernels"
     assert configs["torch avx2"].env == {"ATEN_CPU_CAPABILITY": "avx2"}
+
+
+@pytest.mark.parametrize(("native", "skipped"), [("AVX512", {"torch avx512"}), ("AVX2", {"torch avx2"})])
+def test_the_set_torch_picks_by_itself_is_not_run_twice(monkeypatch, native, skipped):
+    # make test already ran every test under torch's own choice; its rerun would only repeat it
+    script = _script()
+    monkeypatch.setattr(script, "cpu_flags", lambda: {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"})
+    monkeypatch.setattr(script.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(script, "torch_native", lambda: native)
+    configs = {c.name: c for c in script.configs()}
+    assert {n for n, c in configs.items() if c.skip} == skipped
+    assert all("own choice" in configs[n].skip for n in skipped)
+    assert not configs["torch default + numpy baseline"].skip
+
+
+def test_torch_native_is_what_torch_reports():
+    torch = pytest.importorskip("torch")
+    if os.environ.get("ATEN_CPU_CAPABILITY"):
+        pytest.skip("this process runs under a kernel set asked for; torch_native asks a clean one")
+    assert _script().torch_native() == torch.backends.cpu.get_cpu_capability()
 
 
 def test_the_first_set_takes_effect_in_both_libraries():
