@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 
 import pytest
 
@@ -33,6 +34,7 @@ pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
 
 SCRUB_PAGES = (*page_keys(steps=True), "blocks")
 GRAD = PAGES_BY_KEY["fp16_range"].control("grad").stops
+WEIGHTS = PAGES_BY_KEY["master_weights"].control("w").stops
 
 
 # --- frames as differences ------------------------------------------------------------------------------------
@@ -141,6 +143,66 @@ def test_the_cache_is_bounded():
     for i in range(10):
         cache.get(i, lambda i=i: str(i))
     assert len(cache) == 3 and cache.get(9, lambda: "again") == "9" and cache.get(0, lambda: "new") == "new"
+
+
+def test_the_cache_is_bounded_by_bytes_and_keeps_the_most_recent():
+    cache = scrub.BoundedCache(100, max_bytes=10)
+    for key, text in (("a", "xxxx"), ("b", "xxxx"), ("c", "xx")):
+        cache.get(key, lambda text=text: text)
+    assert cache.bytes == 10 and len(cache) == 3
+    cache.get("a", lambda: "rebuilt")  # a hit: "a" becomes the most recent, "b" the oldest
+    cache.get("d", lambda: "xxx")
+    assert cache.bytes == 9 and cache.get("a", lambda: "no") == "xxxx" and cache.get("b", lambda: "gone") == "gone"
+    big = cache.get("e", lambda: "x" * 50)  # larger than the budget: kept alone, the newest
+    assert big == "x" * 50 and len(cache) == 1 and cache.bytes == 50 and cache.misses == 6
+
+
+def test_sessions_that_miss_together_wait_for_one_build():
+    cache = scrub.BoundedCache(8)
+    started, release, builds = threading.Event(), threading.Event(), []
+
+    def slow() -> str:
+        builds.append(1)
+        started.set()
+        release.wait(5)
+        return "frames"
+
+    results: list[str] = []
+    first = threading.Thread(target=lambda: results.append(cache.get("step", slow)))
+    first.start()
+    started.wait(5)
+    others = [threading.Thread(target=lambda: results.append(cache.get("step", slow))) for _ in range(4)]
+    for thread in others:
+        thread.start()
+    assert cache.get("another", lambda: "quick") == "quick"  # a slow build holds up no other key
+    release.set()
+    for thread in (first, *others):
+        thread.join(5)
+    assert results == ["frames"] * 5 and len(builds) == 1 and cache.misses == 2
+
+
+def test_a_failed_build_is_not_kept_and_the_next_session_builds_again():
+    cache = scrub.BoundedCache(8)
+
+    def broken() -> str:
+        raise RuntimeError("no frames")
+
+    with pytest.raises(RuntimeError):
+        cache.get("step", broken)
+    assert cache.get("step", lambda: "frames") == "frames" and len(cache) == 1
+
+
+def test_every_payload_of_a_class_fits_the_budget():
+    """What 100 learners make (every step's defaults, step 4's every pair of stops, both languages) stays cached."""
+    scrub.PAYLOADS.clear()
+    for lang in ("id", "en"):
+        for key in ("memory", "fp16_range", "loss_scaling", "bf16", "speed"):
+            open_page(key, lang=lang)
+        for w in WEIGHTS:
+            open_page("master_weights", lang=lang, w=str(w))
+    # per language: a part for each single-slider step; the update slider's for each w; w's for the default update
+    assert len(scrub.PAYLOADS) == 2 * (5 + len(WEIGHTS) + 1)
+    assert scrub.PAYLOADS.bytes < scrub.PAYLOADS.max_bytes / 8
 
 
 # --- what a client sends back ---------------------------------------------------------------------------------
@@ -278,6 +340,11 @@ def test_the_print_view_draws_the_stop_as_streamlits_own_charts_and_cards(key):
     part = scrub_data(scrub_elements(screen)[0])["parts"][0]
     assert f"**{part['label']}:** {part['stops'][scrub_data(scrub_elements(screen)[0])['at'][0]]}" in texts
     assert not any(i18n.text("id", "common.try_this") in m.value for m in (*at.markdown, *at.info))
+    # every other control of the step is written out too: paper has nothing to set
+    drawn_widgets = [*at.selectbox, *at.select_slider, *at.slider, *at.text_input, *at.toggle, *at.radio]
+    assert [w.label for w in drawn_widgets] == [], "widgets on paper"
+    data_line = f"**{i18n.text('id', 'data.data')}:** {i18n.text('id', 'data.source_illustration')}"
+    assert (data_line in texts) == any(c.name == "data" for c in PAGES_BY_KEY[key].controls)
 
 
 def test_a_glossary_link_in_a_cards_text_reads_as_its_words():

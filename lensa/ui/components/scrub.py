@@ -224,38 +224,66 @@ Build = Callable[[Sequence[State]], Sequence[Frame]]  # the frames of the states
 
 
 class BoundedCache:
-    """A thread-safe LRU cache of at most ``max_entries`` values, shared by every session of the process."""
+    """A thread-safe LRU cache shared by every session of the process: at most ``max_entries`` values and, when
+    ``max_bytes`` is given, at most that many bytes of them (``size`` says a value's: ``len`` unless told)."""
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, max_bytes: int | None = None, size: Callable[[Any], int] = len) -> None:
         self.max_entries = max_entries
-        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self.max_bytes = max_bytes
+        self._size = size
+        self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
+        self._building: dict[Hashable, threading.Lock] = {}  # a key being made: its builder holds the lock
         self.misses = 0
 
     def get(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """The value of ``key``, made by ``make()`` on a miss. Sessions that miss the same key together wait for
+        one build (a class opening a step in the same second would otherwise build its frames once each); a
+        slow build holds up no other key."""
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
-                return self._items[key]
-        value = make()  # outside the lock: a slow build must not hold up other sessions' hits
-        with self._lock:
-            self.misses += 1
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.max_entries:
-                self._items.popitem(last=False)
+                return self._items[key][0]
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            with self._lock:
+                if key in self._items:  # built while this session waited
+                    self._items.move_to_end(key)
+                    return self._items[key][0]
+            value = make()
+            size = self._size(value) if self.max_bytes is not None else 0
+            with self._lock:
+                self.misses += 1
+                self._items[key] = (value, size)
+                self._bytes += size
+                while len(self._items) > self.max_entries or (
+                    self.max_bytes is not None and self._bytes > self.max_bytes and len(self._items) > 1
+                ):
+                    self._bytes -= self._items.popitem(last=False)[1][1]
+                if self._building.get(key) is building:
+                    del self._building[key]
         return value
+
+    @property
+    def bytes(self) -> int:
+        """The sizes of the values held (0 without ``max_bytes``)."""
+        return self._bytes
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._bytes = 0
 
     def __len__(self) -> int:
         return len(self._items)
 
 
-# A step's payload for one slider is 10 to 200 kB of JSON: 96 of them are at most ~20 MB.
-PAYLOADS = BoundedCache(96)
+# A step's payload for one slider is 10 to 500 kB of JSON. A class moves every slider of every step in both
+# languages: the steps' defaults make 16 payloads (1.5 MB), step 4's two sliders 2 x (8 + 37), one for each stop
+# of the other (1.9 MB), and /blocks one per block size and gradient (196, 94 MB). The budget is bytes, so the
+# many small ones are not pushed out by a count, and the large ones only by the most recently used.
+PAYLOADS = BoundedCache(4096, max_bytes=64 * 2**20)
 # The current stop's frame, whose data tables a rerun draws: the same pure function of the same key, kept so a
 # gesture's rerun does not build its charts again (every learner of a class at the same stops shares it).
 FRAMES = BoundedCache(512)
