@@ -1,8 +1,10 @@
 """The URL-bound controls a page draws: slider, choice, dropdown, text, count and toggle.
 
 Each reads its value from the source :mod:`lensa.ui.url_state` picks (the widget, the URL, our record or
-the default), draws its widget, and writes the value back to the URL. After the lesson, :func:`current`
-gives a control's value; :func:`url_moved` and :func:`forget` serve controls whose options come from data.
+the default), draws its widget, and writes the value back to the URL. In the print view (``page.printing``)
+nothing can be set: a control is its label and its value, written out (:func:`on_paper`). After the lesson,
+:func:`current` gives a control's value; :func:`url_moved` and :func:`forget` serve controls whose options come
+from data.
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ def _help(help: str | None) -> None:
         st.caption(help)
 
 
+def on_paper(label: str, text: str) -> None:
+    """A control in the print view: what it is set to, as a line of text (paper has nothing to click)."""
+    st.markdown(f"**{label}:** {text}")
+
+
 def _bound(
     page: Page,
     name: str,
@@ -54,7 +61,11 @@ def _bound(
     """
     control = control or page.info.control(name)
     before = values().get((page.info.key, control.name), MISSING)
-    value_from_url(page, control, label, show)
+    read = value_from_url(page, control, label, show)
+    if page.printing:
+        on_paper(label, show(read))
+        value_to_url(page, control, read)
+        return cast(T, read)
     value = draw(widget_key(page, name))
     _help(help)
     value_to_url(page, control, value)
@@ -195,6 +206,10 @@ def count(page: Page, name: str, label: str, show: Callable[[object], str], help
         return float(cast(float, got.value)) if got.problem != "not_a_number" else None  # a count: always a float
 
     value = value_from_url(page, control, label, show, to_widget=show, from_widget=from_widget)
+    if page.printing:
+        on_paper(label, show(value))
+        value_to_url(page, control, value)
+        return float(cast(float, value))
     st.text_input(label, key=key, max_chars=MAX_URL_VALUE_CHARS)
     _help(help)
     if reading is not None and reading.problem is not None:
@@ -209,7 +224,7 @@ def toggle(page: Page, name: str, label: str, help: str | None = None) -> bool:
     """A URL-bound on/off switch for a control with the options ("off", "on")."""
     control = page.info.control(name)
     assert isinstance(control, ChoiceControl) and control.options == ("off", "on")
-    value_from_url(
+    read = value_from_url(
         page,
         control,
         label,
@@ -217,6 +232,10 @@ def toggle(page: Page, name: str, label: str, help: str | None = None) -> bool:
         to_widget=lambda v: v == "on",
         from_widget=lambda b: ("on" if b else "off") if isinstance(b, bool) else None,
     )
+    if page.printing:
+        on_paper(label, page.t(f"common.{read}"))
+        value_to_url(page, control, read)
+        return read == "on"
     on = st.toggle(label, key=widget_key(page, name))
     _help(help)
     value_to_url(page, control, "on" if on else "off")

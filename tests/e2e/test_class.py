@@ -69,6 +69,12 @@ def test_the_print_view_shows_the_figures_with_their_data_and_nothing_to_click(s
     grad = i18n.text("id", "fp16_range.grad")
     assert page.locator('[data-testid="stMarkdownContainer"]', has_text=f"{grad}: 1,0e-8").count() == 1
     assert page.locator('input[type="range"], [data-testid="stSlider"]').count() == 0
+    # nor the secondary choices: each is its label and its value, written out
+    main = page.locator('[data-testid="stMain"]')
+    assert main.locator('[data-testid="stSelectbox"], [data-testid="stButtonGroup"]').count() == 0
+    for control, value in (("data.data", "data.source_illustration"), ("also.label", "also.option_none")):
+        line = f"{i18n.text('id', control)}: {i18n.text('id', value)}"
+        assert page.locator('[data-testid="stMarkdownContainer"]', has_text=line).count() == 1, line
     page.set_viewport_size({"width": 794, "height": 1123})  # an A4 sheet at 96 dpi
     page.emulate_media(media="print")
     page.wait_for_timeout(500)
