@@ -3,7 +3,7 @@
 import streamlit as st
 
 from lensa.ui import i18n, layout
-from lensa.ui.frame import link_params, page_label, setup
+from lensa.ui.frame import link_params, page_label, page_link, setup
 from lensa.ui.site import STEP_COUNT, STEPS
 
 page = setup("overview")
@@ -12,7 +12,7 @@ st.title(page.t("title"))
 st.markdown(f"#### {page.t('headline')}")
 st.markdown(page.t("intro_1"))
 st.markdown(page.t("intro_2"))
-st.page_link(
+page_link(
     STEPS[0].file,
     label=f"{page.t('start')} →",
     icon=":material/school:",
@@ -30,7 +30,7 @@ for step in STEPS:
     text_column, link_column = st.columns([5, 2], vertical_alignment="center")
     text_column.markdown(page.t(f"idea_{step.key}"))
     with link_column:
-        st.page_link(step.file, label=page_label(page, step), query_params=link_params(step.key, page.lang))
+        page_link(step.file, label=page_label(page, step), query_params=link_params(step.key, page.lang))
 
 st.subheader(page.t("faq_title"))
 for i in range(1, 7):

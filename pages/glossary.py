@@ -3,7 +3,7 @@
 import streamlit as st
 
 from lensa.ui import glossary, layout, widgets
-from lensa.ui.frame import link_params, page_label, setup
+from lensa.ui.frame import link_params, page_label, page_link, setup
 from lensa.ui.site import PAGES_BY_KEY
 
 page = setup("glossary")
@@ -23,7 +23,7 @@ def entry(key: str) -> None:
     """A term: its name, its definition, and a link to the page that first uses it."""
     first = PAGES_BY_KEY[glossary.first_page(key)]
     st.markdown(f"**{name(key)}**  \n{page.t(f'def_{key}')}")
-    st.page_link(
+    page_link(
         first.file,
         label=page.t("first_used", page=page_label(page, first)),
         icon=":material/subdirectory_arrow_left:",

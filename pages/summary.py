@@ -3,7 +3,7 @@
 import streamlit as st
 
 from lensa.ui import i18n, layout, progress
-from lensa.ui.frame import link_params, setup
+from lensa.ui.frame import link_params, page_link, setup
 from lensa.ui.site import STEP_COUNT, STEPS
 
 page = setup("summary")
@@ -55,7 +55,7 @@ for step in STEPS:
         st.markdown(page.t(f"overview.idea_{step.key}"))
         for question in progress.questions(step.key):
             st.markdown(answer_lines(question))
-        st.page_link(
+        page_link(
             step.file,
             label=page.t("open_step", n=step.step) + f" · {page.t(f'nav.{step.key}')}",
             icon=":material/arrow_forward:",

@@ -3,17 +3,20 @@
 Any page can be the first one a visitor opens (a shared link), so each page
 calls :func:`setup` before anything else. Streamlit's own pages-directory
 navigation is hidden (``client.showSidebarNavigation = false``); ours is drawn
-with ``st.page_link`` so its titles follow the language and every link carries
-the language and the target page's last control values in its URL.
+with ``st.page_link`` (through :func:`page_link`) so its titles follow the
+language and every link carries the language and the target page's last
+control values in its URL.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from lensa.ui import i18n, progress
 from lensa.ui.injected import METRIC_STYLE
@@ -148,6 +151,30 @@ def link_params(page_key: str, lang: str) -> dict[str, str]:
     return {"lang": lang, **remembered(page_key)}
 
 
+_PAGE_OBJECTS: dict[tuple[str, str], Any] = {}  # (the entry script, a page's file): its st.Page, made once
+_PAGE_OBJECTS_LOCK = threading.Lock()
+
+
+def page_link(file: str, **kwargs: Any) -> None:
+    """``st.page_link`` to one of the app's pages (``file`` as in :data:`lensa.ui.site.PAGES`), through an
+    ``st.Page`` made once per process and entry script.
+
+    Given a path, Streamlit resolves it on disk at every call (``os.path.realpath``: a system call per part of
+    it), and a page draws a dozen links at every rerun; a ``Page`` carries its resolved path and the hash the
+    navigation registered for it (the pages directory's pages, the entry script the default one).
+    """
+    ctx = get_script_run_ctx()
+    key = (ctx.main_script_path if ctx else "", file)
+    target = _PAGE_OBJECTS.get(key)
+    if target is None:
+        with _PAGE_OBJECTS_LOCK:
+            target = _PAGE_OBJECTS.get(key)
+            if target is None:
+                target = st.Page(file, default=file == PAGES_BY_KEY["overview"].file)
+                _PAGE_OBJECTS[key] = target
+    st.page_link(target, **kwargs)
+
+
 def page_label(page: Page, target: PageInfo) -> str:
     title = page.t(f"nav.{target.key}")
     return f"{target.step} · {title}" if target.step else title
@@ -158,7 +185,7 @@ def _nav_link(page: Page, target: PageInfo) -> None:
     label = page_label(page, target)
     if progress.done(target.key):
         label = f"{label} {DONE_MARK}"
-    st.page_link(
+    page_link(
         target.file,
         label=f"**{label}**" if current else label,
         icon=":material/arrow_right:" if current else None,
@@ -185,16 +212,21 @@ def _progress_line(page: Page) -> None:
 
 
 def navigation_slots(page: Page) -> dict[str, DeltaGenerator]:
-    """The navigation's frame, with an empty slot per page, for a page whose controls live in a fragment.
+    """The navigation's frame for a page whose controls live in a fragment: a slot for the page's own entry
+    between a container for the entries before it and one for those after it.
 
     The fragment fills its own page's slot (:func:`draw_own_link`) and the line of progress on every run of
-    it, so that link follows the learner's moves and answers; :func:`fill_navigation` fills the others once
-    the fragment has run.
+    it, so that link follows the learner's moves and answers; :func:`fill_navigation` fills the containers
+    once the fragment has run (a choice shared by the steps, such as the data, goes into their links). Three
+    slots and not one per page: each is a message to the browser at every full run, and a class's first
+    loads are mostly messages.
     """
     assert page.nav_area is not None, "setup() makes the navigation's container"
+    keys = [target.key for target in NAVIGATION]
+    assert page.info.key in keys, f"{page.info.key} is not in the navigation"
     with page.nav_area:
         st.markdown(f"### {page.t('app.name')}")
-        slots = {target.key: st.empty() for target in NAVIGATION}
+        slots = {"before": st.container(), page.info.key: st.empty(), "after": st.container()}
         page.progress_slot = st.empty()
         st.caption(page.t("app.sidebar_note"))
     return slots
@@ -211,11 +243,15 @@ def draw_own_link(page: Page) -> None:
 
 
 def fill_navigation(page: Page, slots: dict[str, DeltaGenerator]) -> None:
-    """Every other page's navigation entry: they change only in a full run (see ``whole_page`` controls)."""
-    for target in NAVIGATION:
-        if target.key != page.info.key:
-            with slots[target.key]:
-                _nav_link(page, target)
+    """Every other page's navigation entry, before and after the page's own: they change only in a full run
+    (see ``whole_page`` controls)."""
+    at = [target.key for target in NAVIGATION].index(page.info.key)
+    with slots["before"]:
+        for target in NAVIGATION[:at]:
+            _nav_link(page, target)
+    with slots["after"]:
+        for target in NAVIGATION[at + 1 :]:
+            _nav_link(page, target)
 
 
 def setup(page_key: str) -> Page:
@@ -258,7 +294,7 @@ def _print_bar(page: Page) -> None:
         with st.container(horizontal=True, gap="medium", vertical_alignment="center"):
             st.html(_PRINT_BUTTON.format(label=page.t("common.print_button")), unsafe_allow_javascript=True)
             back = {k: v for k, v in st.query_params.items() if k != PRINT_PARAM}
-            st.page_link(page.info.file, label=f"← {page.t('common.print_back')}", query_params=back)
+            page_link(page.info.file, label=f"← {page.t('common.print_back')}", query_params=back)
 
 
 def _translate_legacy_params(info: PageInfo) -> None:

@@ -21,6 +21,7 @@ from lensa.ui.frame import (
     link_params,
     navigation_slots,
     page_label,
+    page_link,
     step_of,
 )
 from lensa.ui.injected import page_extras
@@ -140,7 +141,7 @@ def how_a_float_is_stored(page: Page) -> None:
             )
         )
         st.markdown(_primer_table(page))
-        st.page_link(
+        page_link(
             PAGES_BY_KEY["formats"].file,
             label=page.t("glossary.primer_inspector"),
             icon=":material/search:",
@@ -187,13 +188,13 @@ def step_links(page: Page) -> None:
     if page.printing:
         return
     with st.container(horizontal=True, key="lensa-tools", gap="medium", vertical_alignment="center"):
-        st.page_link(
+        page_link(
             PAGES_BY_KEY["glossary"].file,
             label=page.t("common.link_glossary"),
             icon=":material/dictionary:",
             query_params=link_params("glossary", page.lang),
         )
-        st.page_link(
+        page_link(
             PAGES_BY_KEY["formats"].file,
             label=page.t("nav.formats"),
             icon=":material/search:",
@@ -230,14 +231,14 @@ def step_footer(page: Page) -> None:
         left, right = st.columns(2)
         if before is not None:
             with left:
-                st.page_link(
+                page_link(
                     before.file,
                     label=f"← {page_label(page, before)}",
                     query_params=link_params(before.key, page.lang),
                 )
         if after is not None:
             with right, st.container(horizontal=True, horizontal_alignment="right"):
-                st.page_link(
+                page_link(
                     after.file,
                     label=f"{page_label(page, after)} →",
                     query_params=link_params(after.key, page.lang),

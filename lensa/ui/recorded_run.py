@@ -31,7 +31,7 @@ from lensa.formats import FORMATS
 from lensa.runstats import MAX_FILE_BYTES, RunStats, RunStatsError, TensorStats, load
 from lensa.ui import format_table, limits, widgets
 from lensa.ui.controls import ChoiceControl, NumberControl
-from lensa.ui.frame import Page, link_params, remembered
+from lensa.ui.frame import Page, link_params, page_link, remembered
 from lensa.ui.site import DATA, PAGES, PAGES_BY_KEY, RECIPE
 
 LOG = logging.getLogger(__name__)
@@ -224,7 +224,7 @@ def _source(page: Page, data: str) -> Source | None:
         lab = lab_run()
         if lab is None:
             st.info(page.t("data.no_lab"), icon=":material/science:")
-            st.page_link("pages/lab.py", label=page.t("data.lab_link"), icon=":material/arrow_forward:")
+            page_link("pages/lab.py", label=page.t("data.lab_link"), icon=":material/arrow_forward:")
             return None
         return Source("lab", lab[0], lab[1])
     return _upload(page)
