@@ -41,11 +41,12 @@ def test_a_fresh_server_survives_a_crowd_arriving_at_once():
     """Twenty fresh servers, each met by eight sessions on eight pages at once: no page fails, health stays ok.
 
     Before the start-up imports moved into lensa/ui/serve.py, about one such start in eight broke numpy for
-    the whole process ("partially initialized module numpy._core._multiarray_umath").
+    the whole process ("partially initialized module numpy._core._multiarray_umath"). The server's own warm-up
+    is off (``LENSA_WARM=0``): the crowd is the first to open a page.
     """
     failures = []
     for attempt in range(COLD_STARTS):
-        with Server() as server:
+        with Server(extra_env={"LENSA_WARM": "0"}) as server:
             errors = asyncio.run(_arrive_together(server.url))
             with urllib.request.urlopen(f"{server.url}/_stcore/health", timeout=10) as response:
                 health = response.read().decode()

@@ -1,7 +1,7 @@
 """The server: ``python -m lensa.ui.serve [--server.port 8501 ...]`` (what ``make run`` and the image run).
 
-Three things a plain ``streamlit run app.py`` does not do, each for a whole
-class arriving at once:
+What a plain ``streamlit run app.py`` does not do, each for a whole class
+arriving at once:
 
 - **Every module a page needs is imported here, once, before the server
   accepts a connection.** Streamlit runs each session's script in a thread of
@@ -19,6 +19,9 @@ class arriving at once:
 - **What one visitor may make it hold is bounded** (:mod:`lensa.ui.limits`): uploads are capped in size,
   one at a time per session, and in total; a client's websocket frames are capped as they arrive; and
   ``/_stcore/health`` answers 503 once the process is over its memory budget (``LENSA_MEMORY_BUDGET_MB``).
+- **A fresh server shows itself the lesson before it says it is healthy** (:mod:`lensa.ui.warm`): each
+  step's page once in each language, so the frames every visitor of a page shares are built before a class
+  arrives; ``/_stcore/health`` answers 503 "warming up" meanwhile (a few seconds, at most a minute).
 - **No forced full garbage collection after every script run.** Streamlit
   calls ``gc.collect(2)`` after each run by default (``runner.postScriptGC``,
   turned off in ``.streamlit/config.toml``); under a class that was most of
@@ -42,7 +45,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lensa.ui import limits
+from lensa.ui import limits, warm
 from lensa.ui.components import scrub
 
 if TYPE_CHECKING:  # for annotations only: starlette is imported when the server starts
@@ -100,10 +103,15 @@ def lensa_modules() -> list[str]:
 
 
 def preload() -> list[str]:
-    """Import what every page needs, in this (the main) thread; returns the module names imported."""
+    """Import what every page needs, in this (the main) thread, and read the shipped reference run (the lesson's
+    "run" data, read once per process): a class arriving together would otherwise read it once per session
+    that came before the first read ended. Returns the module names imported."""
     names = [*THIRD_PARTY, *lensa_modules()]
     for name in names:
         importlib.import_module(name)
+    from lensa.reference import load_reference
+
+    load_reference()
     return names
 
 
@@ -140,7 +148,7 @@ class HealthMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].endswith("/_stcore/health"):
-            reason = HEALTH.broken or limits.over_memory_budget(LIMITS)
+            reason = HEALTH.broken or limits.over_memory_budget(LIMITS) or (None if warm.WARMTH.done else "warming up")
             if reason:
                 from starlette.responses import PlainTextResponse
 
@@ -277,7 +285,18 @@ def main(argv: list[str] | None = None) -> None:
     gc.freeze()  # what start-up built lives as long as the process: no collection needs to walk it again
     start_collector()
     install_limits()
+    start_warmup(options)
     build_app().run(config=options)
+
+
+def start_warmup(options: dict[str, object]) -> None:
+    """Visit the lesson's pages once (:mod:`lensa.ui.warm`) as soon as the server listens where ``options`` say."""
+    from streamlit import config
+
+    def option(name: str) -> object:
+        return options[name] if name in options else config.get_option(name)
+
+    warm.start(str(option("server.address") or ""), int(option("server.port")), str(option("server.baseUrlPath") or ""))  # type: ignore[call-overload]  # a port option is an int
 
 
 if __name__ == "__main__":
