@@ -80,6 +80,16 @@ function merge(base, over) {
   return out;
 }
 
+// ``layout`` with the margins fixed at ``margins`` and no axis fitting them to its labels (see fillChart).
+const AXIS = /^[xy]axis\d*$/;
+function frozen(layout, margins) {
+  const out = { ...layout, margin: margins };
+  for (const k of new Set([...Object.keys(layout), ...Object.keys(layout.template.layout)])) {
+    if (AXIS.test(k)) out[k] = { ...(layout[k] || {}), automargin: false };
+  }
+  return out;
+}
+
 function same(a, b) {
   return a.length === b.length && a.every((x, i) => x === b[i]);
 }
@@ -289,12 +299,14 @@ class Scrub {
   flushKeys() {
     if (this.keyTimer !== null) clearTimeout(this.keyTimer);
     this.keyTimer = null;
+    this.drawLatest();
     this.commit();
   }
 
   pointerEnd() {
     if (!this.pointer) return;
     this.pointer = false;
+    this.drawLatest(); // at rest: margins fitted again
     this.commit();
   }
 
@@ -411,7 +423,16 @@ class Scrub {
       return;
     }
     const at = this.at.join(",");
+    // While the hand moves, the margins stay those of the last draw at rest: measuring the tick labels for them
+    // at every stop (automargin) is a fifth of a redraw, and a margin that changed would make Plotly draw the
+    // chart a second time. The gesture's end draws its stop at rest again, with margins fitted to its labels.
+    const moving = this.busy() && view.margins;
+    if (moving) layout = frozen(layout, view.margins);
     window.Plotly.react(view.plot, block.fig.data, layout, PLOTLY_CONFIG).then(() => {
+      if (!moving && view.plot._fullLayout && view.plot._fullLayout._size) {
+        const { l, r, t, b, p } = view.plot._fullLayout._size;
+        view.margins = { l, r, t, b, pad: p, autoexpand: false };
+      }
       this.root.dispatchEvent(new CustomEvent("lensa-drawn", { detail: { at }, bubbles: true }));
     });
   }
