@@ -11,7 +11,7 @@ from lensa.ui.components import scrub
 from lensa.ui.controls import NumberControl
 from lensa.ui.frame import setup
 
-COMPACT_STRIPS_PX = 280
+COMPACT_STRIPS_PX = 215
 
 
 def scale_text(on_block: RecipeOnBlock) -> str:
@@ -68,6 +68,9 @@ def frame(view: BlocksView) -> scrub.Frame:
         page.t("figure_title", n=view.n),
         page.t("caption", i=view.outlier_position),
         compact_height=COMPACT_STRIPS_PX,
+        # on a phone the caption under the strips says what each mark means: the legend's two lines go, so the
+        # cards and "Try this" stay on the screen with the slider
+        compact_layout={"showlegend": False, "margin": {"t": 8}},
     )
     lost = {k: r.lost for k, r in view.recipes.items()}
     cards = scrub.Cards(
