@@ -261,3 +261,18 @@ def test_the_balancers_take_a_run_file_upload_and_nothing_larger():
     assert re.search(rf"^\s*client_max_body_size {allowed};", NGINX_CONF.read_text(), re.M)
     annotations = kube("Ingress")["metadata"]["annotations"]
     assert annotations["nginx.ingress.kubernetes.io/proxy-body-size"] == allowed
+
+
+def test_the_orchestrators_wait_longer_than_the_warm_up_can_take():
+    """Health answers 503 "warming up" for at most lensa.ui.warm.WARM_TIMEOUT_S after the server listens: the start-up
+    probe and the compose start period must outlast it, with the imports before it, or a slow node restarts the
+    replica in a loop."""
+    from lensa.ui.warm import WARM_TIMEOUT_S
+
+    (container,) = kube("Deployment")["spec"]["template"]["spec"]["containers"]
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 1.5 * WARM_TIMEOUT_S
+    start_period = compose()["services"]["app"]["healthcheck"]["start_period"]
+    assert int(start_period.removesuffix("s")) >= WARM_TIMEOUT_S
+    docker = re.search(r"--start-period=(\d+)s", (ROOT / "Dockerfile").read_text())
+    assert docker is not None and int(docker.group(1)) >= WARM_TIMEOUT_S

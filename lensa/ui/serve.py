@@ -21,7 +21,7 @@ arriving at once:
   ``/_stcore/health`` answers 503 once the process is over its memory budget (``LENSA_MEMORY_BUDGET_MB``).
 - **A fresh server shows itself the lesson before it says it is healthy** (:mod:`lensa.ui.warm`): each
   step's page once in each language, so the frames every visitor of a page shares are built before a class
-  arrives; ``/_stcore/health`` answers 503 "warming up" meanwhile (a few seconds, at most a minute).
+  arrives; ``/_stcore/health`` answers 503 "warming up" meanwhile (a few seconds, at most 30).
 - **No forced full garbage collection after every script run.** Streamlit
   calls ``gc.collect(2)`` after each run by default (``runner.postScriptGC``,
   turned off in ``.streamlit/config.toml``); under a class that was most of

@@ -28,7 +28,7 @@ from pathlib import Path
 from lensa.ui.i18n import LANGUAGES
 from lensa.ui.site import PAGES_BY_KEY, STEPS
 
-WARM_TIMEOUT_S = 60.0  # after this the server says healthy whatever the visits have reached
+WARM_TIMEOUT_S = 30.0  # after this the server says healthy whatever the visits have reached (the probes allow 60 s)
 PAGE_TIMEOUT_S = 20.0  # one page's first run
 SUBPROTOCOLS = ["streamlit", "PLACEHOLDER_AUTH_TOKEN"]  # what Streamlit's own frontend offers
 # The pages with scrub components (the lesson's steps and the block page): the lab is left out (its visit would
