@@ -88,15 +88,11 @@ def visit(ws_url: str, key: str, lang: str, timeout_s: float = PAGE_TIMEOUT_S) -
     from streamlit.proto.BackMsg_pb2 import BackMsg
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
     from websockets.sync.client import connect
+    from websockets.typing import Subprotocol
 
     deadline = time.monotonic() + timeout_s
-    with connect(
-        ws_url,
-        subprotocols=SUBPROTOCOLS,
-        max_size=None,
-        open_timeout=timeout_s,
-        close_timeout=1,  # type: ignore[arg-type]  # websockets types the subprotocols as its own str subtype
-    ) as ws:
+    subprotocols = [Subprotocol(p) for p in SUBPROTOCOLS]
+    with connect(ws_url, subprotocols=subprotocols, max_size=None, open_timeout=timeout_s, close_timeout=1) as ws:
         back = BackMsg()
         back.rerun_script.query_string = f"lang={lang}"
         back.rerun_script.page_name = _page_name(key)
