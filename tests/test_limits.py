@@ -12,8 +12,6 @@ import contextlib
 import random
 import time
 import tomllib
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -32,14 +30,6 @@ CONFIG = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())["serve
 
 def _rss_mb(server: Server) -> float:
     return read_proc(server.proc.pid)[1]
-
-
-def _health(server: Server) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"{server.url}/_stcore/health", timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 def test_the_upload_limit_is_the_largest_file_the_app_reads():
@@ -105,7 +95,7 @@ def test_past_the_servers_upload_budget_a_new_upload_is_told_to_wait_in_the_page
         rerun.rerun_script.query_string = "lang=id&data=upload"
         third.ws.send(rerun.SerializeToString())
         finished = third.read_until_finished()
-        health = _health(server)
+        health = server.health()
         for s in (first, second, third):
             s.close()
     assert status == "503"
@@ -134,7 +124,7 @@ def test_health_answers_503_once_the_process_is_over_its_memory_budget():
         status = (0, "")
         while time.monotonic() < deadline and server.proc.poll() is None:
             with contextlib.suppress(OSError):
-                status = _health(server)
+                status = server.health()
                 break
             time.sleep(0.1)
     finally:
@@ -192,7 +182,7 @@ def test_every_pages_own_traffic_passes_the_websocket_limits_and_a_forged_50_mb_
         # the server goes on serving: a fresh session runs its page
         after = hostile.Session(server.url, cookie, page="fp16_range", query="lang=en")
         after.close()
-        health = _health(server)
+        health = server.health()
     sent = max(s for s, _ in sizes.values())
     received = max(r for _, r in sizes.values())
     assert sent > 0 and 10 * sent < incoming, sizes  # a tenth of the limit at most: room for wider pages

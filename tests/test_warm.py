@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
 from lensa.ui import warm
 from lensa.ui.i18n import LANGUAGES
 from tests.e2e.harness import Server, free_port
-
-
-def _health(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
 
 
 def test_a_fresh_server_says_warming_up_until_every_step_was_opened_in_both_languages():
@@ -28,7 +18,7 @@ def test_a_fresh_server_says_warming_up_until_every_step_was_opened_in_both_lang
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             try:
-                answers.append(_health(server.url))
+                answers.append(server.health())
             except OSError:  # not listening yet
                 time.sleep(0.05)
                 continue
@@ -46,7 +36,7 @@ def test_a_fresh_server_says_warming_up_until_every_step_was_opened_in_both_lang
 
 def test_lensa_warm_0_turns_it_off():
     with Server(extra_env={"LENSA_WARM": "0"}) as server:
-        assert _health(server.url) == (200, "ok")
+        assert server.health() == (200, "ok")
         assert "Lensa warm-up" not in server.output()
 
 

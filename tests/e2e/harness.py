@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,14 +84,23 @@ class Server:
         """What the server has printed so far."""
         return Path(self.log.name).read_text(errors="replace")
 
+    def health(self, timeout: float = 10.0) -> tuple[int, str]:
+        """What ``/_stcore/health`` answers now: its status and body (503 with the reason included); raises
+        ``OSError`` while nothing listens."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=timeout) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
     def wait_healthy(self, timeout: float = 60.0) -> float:
         """Seconds from process start until /_stcore/health answers ok."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"streamlit exited early:\n{self.output()}")
-            with contextlib.suppress(OSError), urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2) as r:
-                if r.read().strip() == b"ok":
+            with contextlib.suppress(OSError):
+                if self.health(timeout=2) == (200, "ok"):
                     return time.perf_counter() - self.started
             time.sleep(0.1)
         raise TimeoutError("the app did not become healthy in time")

@@ -318,8 +318,13 @@ def test_reduced_motion_draws_each_stop_at_once(server, chromium):
         slider = page.locator(".lensa-slider-input").first
         slider.focus()
         page.keyboard.press("End")
-        view = page.evaluate(VIEW)
         part = payload("bf16", "en")["parts"][0]
+        # the key's stop is drawn in the next animation frame: read the page once it is there
+        page.wait_for_function(
+            "(i) => document.querySelector('.lensa-scrub').dataset.at.split(',')[0] == String(i)",
+            arg=len(part["stops"]) - 1,
+        )
+        view = page.evaluate(VIEW)
         last = scrub.frame_at(part, len(part["stops"]) - 1)
         assert differences(view, last, at_rest=False) == []  # drawn at the key press, with no transition
     finally:

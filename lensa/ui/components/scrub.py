@@ -40,6 +40,7 @@ from lensa.ui import display
 from lensa.ui.controls import NumberControl
 from lensa.ui.frame import Page
 from lensa.ui.url_state import value_from_url, value_to_url
+from lensa.ui.widgets import on_paper
 
 PROJECT = "lensa"
 COMPONENT = "scrub"
@@ -456,7 +457,8 @@ def frame_at(payload_part: str | Mapping[str, Any], index: int) -> list[Spec]:
 def printed(page: Page, sliders: Sequence[Slider], values: State, frame: Frame) -> None:
     """The print view of a scrub: each slider's value written out, and the current stop's frame as Streamlit's own
     charts (each with its caption and data table) and metric cards, with nothing to drag and no "Try this"."""
-    st.markdown("  \n".join(f"**{s.label}:** {s.show(values[s.name])}" for s in sliders))
+    for slider in sliders:
+        on_paper(slider.label, slider.show(values[slider.name]))
     for block in frame:
         if isinstance(block, Cards):
             display.metric_row(block.items)
