@@ -45,6 +45,9 @@ VIEW = """() => {
         data: plots.map((p) => plain(p.data || null)),
         layout: plots.map((p) => plain(p.layout || null)),
         alts: plots.map((p) => p.getAttribute('aria-label')),
+        // the points Plotly drew, trace by trace (a trace with none draws no group)
+        points: plots.map((p) => [...p.querySelectorAll('.trace')]
+            .map((t) => t.querySelectorAll('.point').length).filter((n) => n > 0)),
         titles: [...root.querySelectorAll('.lensa-chart-title')].map((t) => t.textContent),
         cards: [...root.querySelectorAll('.lensa-cards')].map((row) =>
             [...row.querySelectorAll('.lensa-card')].map((c) => [c.firstChild.textContent, c.lastChild.textContent])),
@@ -95,6 +98,9 @@ def differences(view: dict[str, Any], frame: list[dict[str, Any]], at_rest: bool
     ):
         if data != chart["fig"]["data"]:
             problems.append(f"chart {n}: the traces differ from the server's")
+        points = [len(t.get("x") or []) for t in chart["fig"]["data"] if t.get("x")]
+        if view["points"][n] != points:
+            problems.append(f"chart {n}: {view['points'][n]} points drawn, the traces have {points}")
         server_layout = {k: v for k, v in chart["fig"]["layout"].items() if k not in BROWSER_ONLY}
         if not at_rest:
             server_layout = _moving(server_layout)

@@ -1,7 +1,7 @@
 // Lensa's scrub component (lensa/ui/components/scrub.py): a step's sliders, charts and cards.
 //
 // The server sends every stop's frame (one whole, the others as differences from it). While a slider is dragged
-// or moved by keys, each `input` event shows that stop's frame here, with Plotly.react and no server round trip;
+// or moved by keys, each `input` event shows that stop's frame here, with Plotly and no server round trip;
 // when the gesture ends the component sets its state once and the server reruns the lesson once. The JavaScript
 // draws nothing itself: the charts are the plotly JSON the server built, the cards and tables its text.
 
@@ -13,6 +13,13 @@ const COMPACT_PX = 560; // narrower than this, a chart takes its phone height
 const STEP_KEYS = new Set(["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown", "PageUp", "PageDown", "Home", "End"]);
 // The axes are fixed (the server's figures say fixedrange): no zoom, pan or double-click to set up at every stop.
 const PLOTLY_CONFIG = { displayModeBar: false, responsive: true, scrollZoom: false, doubleClick: false, showTips: false };
+// While the hand moves, a stop whose chart differs from the last drawn one only in its traces' data goes through
+// Plotly.animate with no redraw and no transition: Plotly recomputes those traces and moves their points, and keeps
+// the axes, shapes, annotations and legend it drew (react draws them all again at every stop). "immediate": a
+// newer stop replaces one still waiting for its frame. The gesture's end draws its stop with react, at rest.
+const ANIMATE_NOW = { mode: "immediate", transition: { duration: 0 }, frame: { duration: 0, redraw: false } };
+const DATA_KEYS = new Set(["x", "y", "text", "hovertext", "customdata"]);
+const ANIMATED_TYPES = new Set(["bar", "scatter", undefined]);
 let plotly = null;
 
 function loadPlotly(file) {
@@ -92,6 +99,26 @@ function frozen(layout, margins) {
 
 function same(a, b) {
   return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+
+// Traces of Plotly's own: it keeps the ones it is given as the chart's and writes a stop's data into them in place
+// (Plotly.animate), where they would change the frames they came from.
+function own(data) {
+  return data.map((trace) => ({ ...trace }));
+}
+
+// Whether traces ``after`` differ from ``before`` only in their data arrays (the frames share what did not change).
+function onlyData(before, after) {
+  if (!before || before.length !== after.length) return false;
+  return after.every((trace, t) => {
+    const old = before[t];
+    if (!ANIMATED_TYPES.has(trace.type) || old.type !== trace.type) return false;
+    const keys = Object.keys(trace);
+    if (keys.length !== Object.keys(old).length) return false;
+    // A trace that empties or fills again is drawn anew (Plotly's animation leaves an emptied trace's points).
+    if (!(trace.x || []).length !== !(old.x || []).length) return false;
+    return keys.every((k) => trace[k] === old[k] || (DATA_KEYS.has(k) && k in old));
+  });
 }
 
 class Scrub {
@@ -277,13 +304,32 @@ class Scrub {
     // One draw a frame, of the latest stop: a hand moves faster than a chart redraws, and a queue of stale
     // stops would only make the picture lag behind it.
     this.pendingDraw = s;
-    if (this.frameRequest === null) {
+    if (this.quick(s, i)) {
+      if (this.frameRequest !== null) cancelAnimationFrame(this.frameRequest);
+      this.frameRequest = null;
+      this.draw(s, false, true); // its charts drawn by Plotly.animate, before the coming frame is painted
+    } else if (this.frameRequest === null) {
       this.frameRequest = requestAnimationFrame(() => {
         this.frameRequest = null;
         this.draw(this.pendingDraw, false);
       });
     }
     this.announceLater();
+  }
+
+  // Whether stop ``i`` of slider ``s`` can be drawn by the quick path on every chart (see ANIMATE_NOW).
+  quick(s, i) {
+    if (!window.Plotly || !this.busy()) return false;
+    const frame = this.frame(s, i);
+    return frame.every((block, b) => {
+      const view = this.blocks[b];
+      return !view || view.kind !== "chart" || this.animatable(view, block);
+    });
+  }
+
+  animatable(view, block) {
+    return Boolean(view.margins) && !view.reacting && view.layoutFrom === block.fig.layout
+      && view.compactDrawn === this.compact && onlyData(view.data, block.fig.data);
   }
 
   keyDown() {
@@ -359,20 +405,34 @@ class Scrub {
     };
   }
 
-  draw(s, force) {
+  draw(s, force, quick = false) {
     const i = this.at[s];
     if (!force && this.drawn && this.drawn.s === s && this.drawn.i === i) return;
     const frame = this.frame(s, i);
     this.drawn = { s, i };
     const template = this.template || this.theme();
-    frame.forEach((block, b) => {
+    const at = this.at.join(",");
+    // On the quick path (see quick) the cards and notes are written when Plotly has drawn the charts, in the same
+    // turn, so that no state of the page mixes two stops.
+    const texts = () => frame.forEach((block, b) => {
       const view = this.blocks[b];
       if (!view) return;
       if (view.kind === "cards") this.fillCards(view, block.cards);
       else if (view.kind === "note") this.fillNote(view, block);
-      else this.fillChart(view, block, template);
     });
-    this.root.dataset.at = this.at.join(",");
+    if (!quick) texts();
+    const charts = frame.map((block, b) => {
+      const view = this.blocks[b];
+      return view && view.kind === "chart" ? this.fillChart(view, block, template, quick) : true;
+    });
+    // "lensa-drawn" tells a watcher (the tests, bench/scrub.py) that a stop's charts and cards are drawn.
+    const done = (drawn) => {
+      if (!drawn.every(Boolean)) return; // replaced by a newer stop before its frame
+      if (quick) texts();
+      this.root.dataset.at = at; // the stop the page shows
+      this.root.dispatchEvent(new CustomEvent("lensa-drawn", { detail: { at }, bubbles: true }));
+    };
+    Promise.all(charts).then(done);
   }
 
   drawLatest() {
@@ -396,7 +456,8 @@ class Scrub {
     view.cards = cards;
   }
 
-  fillChart(view, block, template) {
+  // Draws one chart; a promise of whether it was drawn (false: a newer stop took its place first).
+  fillChart(view, block, template, quick) {
     if (view.titleText !== block.title) {
       view.titleText = block.title;
       setRich(view.title, block.title);
@@ -408,6 +469,37 @@ class Scrub {
       view.caption.hidden = !block.caption;
     }
     if (view.plot.getAttribute("aria-label") !== block.alt) view.plot.setAttribute("aria-label", block.alt);
+    view.spec = block.fig; // what the server built, for the tests: the browser adds only the theme and height
+    if (!window.Plotly) {
+      loadPlotly(this.plotlyFile).then(() => this.drawLatest());
+      return false;
+    }
+    if (quick) {
+      const data = block.fig.data;
+      view.data = data;
+      const traces = data.map((_, t) => t);
+      const animation = window.Plotly.animate(view.plot, { data: own(data), traces }, ANIMATE_NOW);
+      const settled = animation.then(() => true, () => false); // drawn, or replaced by a newer stop
+      view.animation = settled;
+      settled.then(() => { if (view.animation === settled) view.animation = null; });
+      // Plotly draws the traces in the promises that follow this call, or in its own callback of the coming frame
+      // when an animation of its own is still under way, and says it is done only a frame later. Its first change
+      // to the chart is seen here in the same turn, so that the cards are written with it and no frame on the
+      // screen, and no state of the page, mixes two stops.
+      const shown = () => view.plot.data.every((trace, t) => trace.x === data[t].x && trace.y === data[t].y);
+      return new Promise((resolve) => {
+        let settled = false;
+        const finish = (drawn) => {
+          if (settled) return;
+          settled = true;
+          observer.disconnect();
+          resolve(drawn);
+        };
+        const observer = new MutationObserver(() => { if (shown()) finish(true); });
+        observer.observe(view.plot, { subtree: true, childList: true, attributes: true });
+        requestAnimationFrame(() => { if (shown()) finish(true); else settled.then(finish); });
+      });
+    }
     let layout = { ...block.fig.layout, template };
     if (this.compact && block.compact) {
       layout = merge(layout, block.compact.layout || {});
@@ -415,26 +507,34 @@ class Scrub {
     }
     const height = `${layout.height || 360}px`;
     if (view.plot.style.height !== height) view.plot.style.height = height;
-    view.spec = block.fig; // what the server built, for the tests: the browser adds only the theme and height
-    // Synchronously once Plotly.js is there, so a stop's chart and cards change in the same frame; "lensa-drawn"
-    // tells a watcher (the tests, bench/scrub.py) which stop is now drawn.
-    if (!window.Plotly) {
-      loadPlotly(this.plotlyFile).then(() => this.drawLatest());
-      return;
-    }
-    const at = this.at.join(",");
     // While the hand moves, the margins stay those of the last draw at rest: measuring the tick labels for them
     // at every stop (automargin) is a fifth of a redraw, and a margin that changed would make Plotly draw the
     // chart a second time. The gesture's end draws its stop at rest again, with margins fitted to its labels.
     const moving = this.busy() && view.margins;
     if (moving) layout = frozen(layout, view.margins);
-    window.Plotly.react(view.plot, block.fig.data, layout, PLOTLY_CONFIG).then(() => {
-      if (!moving && view.plot._fullLayout && view.plot._fullLayout._size) {
-        const { l, r, t, b, p } = view.plot._fullLayout._size;
-        view.margins = { l, r, t, b, pad: p, autoexpand: false };
-      }
-      this.root.dispatchEvent(new CustomEvent("lensa-drawn", { detail: { at }, bubbles: true }));
-    });
+    view.data = block.fig.data;
+    view.layoutFrom = block.fig.layout;
+    view.compactDrawn = this.compact;
+    const ticket = (view.ticket || 0) + 1;
+    view.ticket = ticket;
+    const react = () => {
+      if (view.ticket !== ticket) return false; // a newer stop's react came while this one waited
+      view.reacting = false;
+      return window.Plotly.react(view.plot, own(block.fig.data), layout, PLOTLY_CONFIG).then(() => {
+        if (!moving && view.plot._fullLayout && view.plot._fullLayout._size) {
+          const { l, r, t, b, p } = view.plot._fullLayout._size;
+          view.margins = { l, r, t, b, pad: p, autoexpand: false };
+        }
+        return true;
+      });
+    };
+    // A stop Plotly.animate has yet to draw would land over this one: react once it has (or was replaced), and
+    // until then no stop takes the quick path (it would start from a chart that is not yet this one).
+    const waiting = view.animation;
+    view.animation = null;
+    if (!waiting) return react();
+    view.reacting = true;
+    return waiting.then(react);
   }
 
 }
