@@ -48,6 +48,9 @@ VIEW = """() => {
         // the points Plotly drew, trace by trace (a trace with none draws no group)
         points: plots.map((p) => [...p.querySelectorAll('.trace')]
             .map((t) => t.querySelectorAll('.point').length).filter((n) => n > 0)),
+        // bars Plotly drew without their trace's colour (Plotly.animate adds its new bars unstyled)
+        unstyled: plots.map((p) => [...p.querySelectorAll('.trace.bars .point path')]
+            .filter((e) => !e.style.fill).length),
         titles: [...root.querySelectorAll('.lensa-chart-title')].map((t) => t.textContent),
         cards: [...root.querySelectorAll('.lensa-cards')].map((row) =>
             [...row.querySelectorAll('.lensa-card')].map((c) => [c.firstChild.textContent, c.lastChild.textContent])),
@@ -99,6 +102,8 @@ def differences(view: dict[str, Any], frame: list[dict[str, Any]], at_rest: bool
         if data != chart["fig"]["data"]:
             problems.append(f"chart {n}: the traces differ from the server's")
         points = [len(t.get("x") or []) for t in chart["fig"]["data"] if t.get("x")]
+        if view["unstyled"][n]:
+            problems.append(f"chart {n}: {view['unstyled'][n]} bars drawn without their colour")
         if view["points"][n] != points:
             problems.append(f"chart {n}: {view['points'][n]} points drawn, the traces have {points}")
         server_layout = {k: v for k, v in chart["fig"]["layout"].items() if k not in BROWSER_ONLY}

@@ -412,8 +412,8 @@ class Scrub {
     this.drawn = { s, i };
     const template = this.template || this.theme();
     const at = this.at.join(",");
-    // On the quick path (see quick) the cards and notes are written when Plotly has drawn the charts, in the same
-    // turn, so that no state of the page mixes two stops.
+    // On the quick path (see quick) the cards and notes are written when Plotly first changes a chart, in the same
+    // turn, so that no frame on the screen mixes two stops.
     const texts = () => frame.forEach((block, b) => {
       const view = this.blocks[b];
       if (!view) return;
@@ -423,12 +423,11 @@ class Scrub {
     if (!quick) texts();
     const charts = frame.map((block, b) => {
       const view = this.blocks[b];
-      return view && view.kind === "chart" ? this.fillChart(view, block, template, quick) : true;
+      return view && view.kind === "chart" ? this.fillChart(view, block, template, quick, texts) : true;
     });
     // "lensa-drawn" tells a watcher (the tests, bench/scrub.py) that a stop's charts and cards are drawn.
     const done = (drawn) => {
       if (!drawn.every(Boolean)) return; // replaced by a newer stop before its frame
-      if (quick) texts();
       this.root.dataset.at = at; // the stop the page shows
       this.root.dispatchEvent(new CustomEvent("lensa-drawn", { detail: { at }, bubbles: true }));
     };
@@ -456,8 +455,22 @@ class Scrub {
     view.cards = cards;
   }
 
+  // Plotly.animate leaves the bars it adds unstyled (black): they take their trace's colours from a style-only
+  // restyle to the colours they have, before the frame is painted.
+  restyleBars(view, data) {
+    const traces = [];
+    const colors = [];
+    data.forEach((trace, t) => {
+      if (trace.type === "bar" && trace.marker && trace.marker.color !== undefined) {
+        traces.push(t);
+        colors.push(trace.marker.color);
+      }
+    });
+    if (traces.length) window.Plotly.restyle(view.plot, { "marker.color": colors }, traces);
+  }
+
   // Draws one chart; a promise of whether it was drawn (false: a newer stop took its place first).
-  fillChart(view, block, template, quick) {
+  fillChart(view, block, template, quick, onShown) {
     if (view.titleText !== block.title) {
       view.titleText = block.title;
       setRich(view.title, block.title);
@@ -487,15 +500,23 @@ class Scrub {
       // to the chart is seen here in the same turn, so that the cards are written with it and no frame on the
       // screen, and no state of the page, mixes two stops.
       const shown = () => view.plot.data.every((trace, t) => trace.x === data[t].x && trace.y === data[t].y);
+      // The cards are written with the chart's first change (onShown, the same turn); the drawn stop is told
+      // in the coming frame's callback, once its new bars have their colours.
+      let told = false;
+      const tell = () => { if (!told) { told = true; onShown(); } };
       return new Promise((resolve) => {
-        let settled = false;
+        let ended = false;
         const finish = (drawn) => {
-          if (settled) return;
-          settled = true;
+          if (ended) return;
+          ended = true;
           observer.disconnect();
+          if (drawn) {
+            tell();
+            this.restyleBars(view, data);
+          }
           resolve(drawn);
         };
-        const observer = new MutationObserver(() => { if (shown()) finish(true); });
+        const observer = new MutationObserver(() => { if (shown()) tell(); });
         observer.observe(view.plot, { subtree: true, childList: true, attributes: true });
         requestAnimationFrame(() => { if (shown()) finish(true); else settled.then(finish); });
       });
