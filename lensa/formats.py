@@ -411,6 +411,20 @@ def cast(x: ArrayLike, fmt: str | FloatFormat, workers: int = 1) -> NDArray[Any]
     return out
 
 
+def stored_float32(x: ArrayLike, fmt: str | FloatFormat) -> NDArray[np.float32]:
+    """``cast(x, fmt).astype(np.float32)`` for float32 ``x``: each value as ``fmt`` stores it, as a float32 (every
+    such value is one), bit for bit the same (a NaN stays NaN). Where the format is on the float32 grid (FP16,
+    FP8, FP6, FP4) it is rounded in float32 arithmetic (:func:`_grid_quantize`), several times faster than the
+    library's cast and back (ml_dtypes takes about 7 ns a value each way for FP8)."""
+    f = get_format(fmt)
+    a = _as_float_array(x)
+    if a.dtype == np.float32 and f.float32_grid:
+        out = np.empty(a.shape, np.float32)
+        _in_chunks(a, out, lambda src, d: _grid_quantize(src, d, f))
+        return out
+    return cast(a, f).astype(np.float32)
+
+
 def round_float32(
     x: NDArray[np.float32], fmt: str | FloatFormat, limit: float | None = None, inplace: bool = False
 ) -> NDArray[np.float32]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from lensa.formats import cast
+from lensa.formats import stored_float32
 from lensa.runstats.binning import (
     ABS_MASK,
     EXP_SPECIAL,
@@ -40,6 +40,7 @@ from lensa.runstats.binning import (
     INF_BITS,
     LOG_FINE,
     LOW_BITS,
+    LOW_MASK,
     N_SUBNORMAL_BINADES,
     NORMAL_BIN_OFFSET,
     SMALLEST_NORMAL_BITS,
@@ -58,6 +59,7 @@ _WINDOW = 1 << 24  # values per packed accumulator, then it is unpacked
 # A bin of c values whose low 12 bits sum to s holds c * (P + (key << 12)) + s: below 2**61 for c <= 2**24.
 _PACK = packing(_WINDOW)
 _CHUNK = 1 << 16  # values per np.add.at: small enough for the chunk and its scratch (1.5 MB) to stay in cache
+_SMALL = 1 << 16  # values at most, for the sorting path of a small array (:func:`_summarize_small`)
 _MIN_PART = 1 << 20  # values per thread at least: smaller arrays are counted on one
 _N_EXPONENTS = EXP_SPECIAL + 1  # rows of the running totals: one per float32 exponent field
 
@@ -260,6 +262,8 @@ def summarize(x: ArrayLike, workers: int = 1, recipes: bool = False) -> TensorSt
 
 def _summarize(x: ArrayLike, workers: int) -> TensorStats:
     bits = _as_float32(x).view(np.uint32)
+    if bits.size <= _SMALL:
+        return _summarize_small(bits)
     acc = _count(bits, workers)
 
     # The fine bins of the finite non-zero values, on the grid of binades -149 ... 127 (2**11 bins each):
@@ -287,6 +291,47 @@ def _summarize(x: ArrayLike, workers: int) -> TensorStats:
         fine_count=fine_count,
         fine_low_sum=fine_low_sum,
         exact_at=np.concatenate([acc.sub_exact_at, acc.exact_at[:, 1:EXP_SPECIAL]], axis=1),
+    )
+
+
+def _summarize_small(bits: NDArray[np.uint32]) -> TensorStats:
+    """:func:`_summarize` of a small array (at most :data:`_SMALL` values): the same record, from the same fine
+    bins, found by sorting the values' keys instead of adding into the 2,048 bins of every binade they reach (whose
+    zeroed rows, unpacking and compaction cost a small tensor more than its values do: 0.7 ms for 4,096 values)."""
+    mag = bits & _ABS
+    zeros = int(np.count_nonzero(mag == 0))
+    infs = int(np.count_nonzero(mag == np.uint32(INF_BITS)))
+    nan = int(np.count_nonzero(mag > np.uint32(INF_BITS)))
+    normal = np.sort(mag[(mag >= np.uint32(SMALLEST_NORMAL_BITS)) & (mag < np.uint32(INF_BITS))])
+    key = normal >> np.uint32(LOW_BITS)  # sorted too: the values of a fine bin are one run
+    if key.size:
+        run = np.empty(key.size, bool)
+        run[0] = True
+        np.not_equal(key[1:], key[:-1], out=run[1:])
+        starts = np.flatnonzero(run)
+        count = np.diff(np.append(starts, key.size))
+        low_sum = np.add.reduceat((normal & np.uint32(LOW_MASK)).astype(np.int64), starts).astype(np.float64)
+        keys = key[starts].astype(np.int64)
+    else:
+        keys, count, low_sum = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    exact = count_exact(normal & np.uint32(FRAC_MASK), normal >> np.uint32(FRAC_BITS), _N_EXPONENTS)
+    sub = mag[(mag < np.uint32(SMALLEST_NORMAL_BITS)) & (mag != 0)]
+    if sub.size:
+        sub_count, sub_low_sum, sub_exact = bin_subnormals(sub)
+        sub_bins = np.flatnonzero(sub_count)
+        sub_count, sub_low_sum = sub_count[sub_bins], sub_low_sum[sub_bins]
+    else:
+        sub_bins, sub_count, sub_low_sum = np.zeros(0, np.intp), np.zeros(0, np.int64), np.zeros(0)
+        sub_exact = np.zeros((len(exact_fractions()), N_SUBNORMAL_BINADES), np.int64)
+    return from_histograms(
+        size=int(bits.size),
+        exact_zero=zeros,
+        inf=infs,
+        nan=nan,
+        bins=np.concatenate([sub_bins.astype(np.int64), keys + NORMAL_BIN_OFFSET]),
+        fine_count=np.concatenate([sub_count, count.astype(np.int64)]),
+        fine_low_sum=np.concatenate([sub_low_sum, low_sum]),
+        exact_at=np.concatenate([sub_exact, exact[:, 1:EXP_SPECIAL]], axis=1),
     )
 
 
@@ -334,8 +379,8 @@ def _update_stats(
         moved = update != 0
         lost = []
         for name in SUMMARY_FORMATS:
-            stored = cast(wb, name).astype(np.float32)  # exact: every stored value is a float32
-            again = cast(stored + update, name).astype(np.float32)
+            stored = stored_float32(wb, name)  # the library's cast, as float32 (exact: each stored value is one)
+            again = stored_float32(stored + update, name)
             lost.append(int(np.count_nonzero(moved & (again == stored))))
         lost_fp32 = int(np.count_nonzero(moved & ((wb + update) == wb))) if intended else None
     return replace(
