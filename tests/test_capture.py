@@ -563,6 +563,67 @@ def test_summary_process_gives_the_records_summarising_in_the_step_gives(capacit
     assert shipped._summary_sink._proc.poll() == 0  # close() ended the process
 
 
+def _in_place_run(background: bool, changes_from: int, steps: int = 4):
+    """A small MLP whose first layer's output is halved in place (``h.mul_(0.5)``, outside any module) from step
+    ``changes_from`` on, every step recorded; the Recorder and the warnings it gave."""
+    import torch
+
+    from lensa.live.capture import Recorder
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(6, 16), torch.nn.Linear(16, 3)
+            self.step = 1
+
+        def forward(self, x):
+            h = self.fc1(x)
+            if self.step >= changes_from:
+                h.mul_(0.5)  # after fc1's hook has handed its output over
+            return self.fc2(torch.relu(h))
+
+    torch.manual_seed(0)
+    model = Net()
+    x, y = torch.randn(32, 6), torch.randint(0, 3, (32,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as told:
+        warnings.simplefilter("always")
+        rec = Recorder(model, opt, steps=range(1, steps + 1), background=background)
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            rec.step(loss=loss)
+            model.step += 1
+        run = rec.stats()
+        rec.close()
+    return rec, run, [str(w.message) for w in told if "lensa" in str(w.message)]
+
+
+def test_an_output_changed_in_place_after_its_hook_is_recorded_as_the_hook_saw_it():
+    """The outputs and their gradients are copied by a thread once a first recorded step has shown they do not
+    change in place; one that does (here in every step) is copied in the hook from then on: every record equals the
+    one made inside the step, bit for bit, and nothing is left out or warned of."""
+    _, inline, _ = _in_place_run(background=False, changes_from=1)
+    rec, shipped, told = _in_place_run(background=True, changes_from=1)
+    assert ("activation", "fc1") in rec._in_place and ("activation", "fc2") not in rec._in_place
+    assert rec._summary_sink._jobs_done > 0  # the others were copied by the thread
+    assert shipped == inline and not told
+
+
+def test_an_output_that_starts_changing_in_place_is_left_out_once_with_a_warning():
+    """An output copied by the thread that changed before its copy was checked (here from step 3 on): that record
+    is left out, a warning names it, and from the next step it is copied in the hook (recorded again, as inside the
+    step); every other record equals the one made inside the step."""
+    _, inline, _ = _in_place_run(background=False, changes_from=3)
+    _, shipped, told = _in_place_run(background=True, changes_from=3)
+    expected = [(label, stats) for label, stats in inline.items() if label != ("activation", "fc1", 3)]
+    assert shipped.items() == expected
+    assert len(told) == 1 and "'fc1' changed in place during step 3" in told[0], told
+    assert ("activation", "fc1", 4) in dict(shipped.items())
+
+
 def test_summary_process_that_dies_is_reported_not_hung():
     import torch
 
@@ -726,6 +787,7 @@ INJECTED = {
     "the step's loss": ("Recorder._end_step", set(R.KINDS)),
     "a summary": ("summaries.ProcessSummaries.tensor", {"weight", "weight_grad", "update"}),
     "the summary process's queue": ("summaries.ProcessSummaries.flush", set()),
+    "the check of the copies made later": ("summaries.ProcessSummaries.check", set()),
 }
 
 

@@ -84,10 +84,13 @@ interleaved runs of 55 steps, where ``abs().amax()`` per tensor cost 25%). At re
 (``background=True``), a hook only copies its tensor as float32 into a ring of shared memory (128 MiB, made when the
 recorder is), and a process of numpy (:mod:`lensa.live.summaries`) summarises the copies beside the training loop,
 on another core; the records come back when the run is read (:meth:`Recorder.stats`, :meth:`Recorder.save`,
-:meth:`Recorder.close`).
+:meth:`Recorder.close`). The module outputs and their gradients (most of the bytes) are copied by a thread of the
+training process rather than in the hook, once a first recorded step has shown that the step does not change them
+in place; each copy is checked against the tensor's version counter before the step ends, and a tensor that did
+change is copied in the hook from then on (its record at that step left out, with a warning).
 On the small reference model (:mod:`lensa.live.reference`, 120 tensors, 5.1 M values a recorded step) a
-recorded step then costs the training thread about 1.2 times a bare one on a quiet machine (``bench.recorder_cost``
-measures it, and a GPT-2 built from a config, background and inline; docs/performance.md); summarised inside the step
+recorded step then costs 1.36 to 1.47 times a bare one on a quiet machine, wall time, and a GPT-2 built from a config
+1.50 to 1.63 times (``bench.recorder_cost``, background and inline; docs/performance.md); summarised inside the step
 (``background=False``), about 5 times: about 1 to 2 ns per value of torch integer work plus 100 to 300
 microseconds per tensor (``make bench``, docs/performance.md). With ``recipes=True`` the summary process also
 computes what every block recipe loses: compiled where numba is installed (:mod:`lensa.blockscale_jit`, about
@@ -595,6 +598,11 @@ class Recorder:
         self._weights_read = False  # this step's weights have been read (or their amax kept)
         self._hooks_ran = False  # a module's hook ran in this step
         self._seen: set[str] = set()  # modules whose output this step has been read (or hooked for its grad)
+        # (kind, module) of the outputs and output gradients recorded once (watched): copied later from then on,
+        # but for those a step changed in place, which are copied in the hook (see lensa.live.summaries)
+        self._watched: set[tuple[str, str]] = set()
+        self._grad_hooks: dict[str, Callable[..., None]] = {}  # module -> its output gradient's hook
+        self._in_place: set[tuple[str, str]] = set()
         self._grads_seen: set[str] = set()  # modules whose output gradient this step has been read
         self._grads_read = False
         self._stepped = False
@@ -698,7 +706,8 @@ class Recorder:
 
     @property
     def waited_seconds(self) -> float:
-        """Seconds the training loop waited for the summary process to free room for its copies (0 inline)."""
+        """Seconds the training loop waited for the summary process to free room for its copies, or for its copying
+        thread to finish the step's copies (0 inline)."""
         return 0.0 if self._summary_sink is None else self._summary_sink.waited
 
     @property
@@ -726,8 +735,33 @@ class Recorder:
             whole.append(t)
         return whole if self._lead else None
 
-    def _add(self, kind: str, name: str, values: torch.Tensor) -> None:
-        self._summaries.tensor(kind, name, self.current_step, values, amax=kind in self._amax_kinds)
+    def _add(self, kind: str, name: str, values: torch.Tensor, scale: float | None = None) -> None:
+        """Summarise a module's output or its gradient: copied later where this one has been watched once and did
+        not change in place, else copied now (and watched, the first time)."""
+        key = (kind, name)
+        later = key in self._watched and key not in self._in_place
+        watch = key not in self._watched
+        self._watched.add(key)
+        amax = kind in self._amax_kinds
+        self._summaries.tensor(kind, name, self.current_step, values, scale, amax, later=later, watch=watch)
+
+    def _check_copies(self, wait: bool = False) -> None:
+        """The outputs and gradients copied so far that changed in place before they were checked: copied in the
+        hook from now on; a record copied later is left out, and a warning says so."""
+        sink = self._summaries
+        sink.check(wait)
+        if not sink.changes:
+            return
+        changes, sink.changes = sink.changes, []
+        for kind, name, step, left_out in changes:
+            self._in_place.add((kind, name))
+            if left_out:
+                what = {"activation": "output", "activation_grad": "output gradient"}.get(kind, kind)
+                _warn_once(
+                    f"in-place-{self._id}-{kind}-{name}",
+                    f"lensa Recorder: the {what} of {name!r} changed in place during step {step} before its copy "
+                    "was checked, so that record is left out; from now on it is copied in the hook, at once.",
+                )
 
     def _keep_amax(self, kind: str, name: str, t: torch.Tensor, scale: float | None = None) -> None:
         """Queue the amax of ``t`` (divided by ``scale``) for this step; read at :meth:`step`, all at once. (Only
@@ -810,31 +844,32 @@ class Recorder:
                 return
             out = _local(out)  # a DTensor output (tensor parallel): this rank's part, combined over ranks
             if self._want("activation"):
+                self._safely("summaries", self._check_copies)
                 self._safely("activation", self._add, "activation", name, out)
             else:
                 self._safely("amax", self._keep_amax, "activation", name, out)
             if not out.requires_grad:
                 return
             if self._want("activation_grad") or ("activation_grad" in self._amax_kinds and not self._recording):
-                hook = self._hook("activation_grad", self._grad_hook(name))
-                self._safely("activation_grad", out.register_hook, hook)
+                hook = self._grad_hooks.get(name)
+                if hook is None:  # made once a module (wrapping a hook costs more than the rest of this one)
+                    hook = self._grad_hooks[name] = self._hook("activation_grad", self._grad_hook(name))
+                self._safely("activation_grad", out.register_hook, functools.partial(hook, self.current_step))
 
         return hook
 
-    def _grad_hook(self, name: str) -> Callable[[torch.Tensor], None]:
-        step = self.current_step
+    def _grad_hook(self, name: str) -> Callable[[int, torch.Tensor], None]:
+        """The hook on the output gradient of module ``name``: given the step its output was hooked at."""
 
-        def hook(grad: torch.Tensor) -> None:
+        def hook(step: int, grad: torch.Tensor) -> None:
             if step != self.current_step or name in self._grads_seen:
                 return
             self._grads_seen.add(name)
             scaled = self._scaler is not None and self._scaler.is_enabled()
             scale = self._scale if scaled else None
             if self._want("activation_grad"):
-                amax = "activation_grad" in self._amax_kinds
-                self._safely(
-                    "activation_grad", self._summaries.tensor, "activation_grad", name, step, grad, scale, amax
-                )
+                self._safely("summaries", self._check_copies)
+                self._safely("activation_grad", self._add, "activation_grad", name, grad, scale)
             else:
                 self._safely("amax", self._keep_amax, "activation_grad", name, grad, scale)
 
@@ -862,6 +897,8 @@ class Recorder:
     def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not (self._recording or "weight_grad" in self._amax_kinds):
             return
+        if self._recording and self._summary_sink is not None:  # the backward pass is done: its last copies are made
+            self._safely("summaries", self._summary_sink.hand)  # while the optimizer steps
         if self._recording and not self._weights_read:  # no forward hook ran (see _read_weights): read them now
             self._safely("weight", self._read_weights, always=True)
         closure = any(callable(a) for a in args) or kwargs.get("closure") is not None  # args: (optimizer, ...)
@@ -962,6 +999,7 @@ class Recorder:
             self._safely("amax", self._flush_amax)
             self._safely("step", self._end_step, loss)
             if self._recording and self._summary_sink is not None and "summaries" not in self._off:
+                self._safely("summaries", self._check_copies, True)  # every copy made later, done and checked
                 self._safely("summaries", self._summary_sink.flush)  # the step's copies go to the summary process
             if self._recording and not self._hooks_ran and not self._started and self._weights_read:
                 wanted = {"activation", "activation_grad"} & set(self._kinds)
@@ -1018,6 +1056,7 @@ class Recorder:
         out, and a :class:`RecorderWarning` says which kind was switched off.
         """
         if wait and self._summary_sink is not None and "summaries" not in self._off:
+            self._safely("summaries", self._check_copies, True)  # a record left out is told of here, not lost quietly
             try:
                 errors = self._summary_sink.drain()
             except Exception as e:

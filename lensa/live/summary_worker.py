@@ -190,9 +190,13 @@ def main() -> None:
     recipes = len(sys.argv) > 3 and sys.argv[3] == "1"  # what every block recipe loses, too (Recorder(recipes=True))
     # Training comes first: where the cores are busy, the summaries wait (the ring keeps their copies), not the
     # steps. The summaries run at full speed whenever a core is free (between steps, and once training ends); the
-    # parent raises this process again while it waits for a drain, where the system lets it.
+    # parent raises this process again while it waits for a drain, where the system lets it. Linux's SCHED_IDLE
+    # besides: a core running only this counts as free, so the recorder's copying thread wakes there, not on the
+    # training thread's core (lensa.live.summaries).
     with contextlib.suppress(OSError, AttributeError):
         os.nice(19)
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     warm_up(recipes)
     write_message(sys.stdout.buffer, {"ready": True})
     serve(int(sys.argv[1]), int(sys.argv[2]), sys.stdin.buffer, sys.stdout.buffer, recipes)
