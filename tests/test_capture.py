@@ -377,19 +377,12 @@ def test_close_removes_every_hook_and_memory_stays_summaries(tmp_path):
 
 
 def _edge_arrays() -> dict[str, np.ndarray]:
-    from tests.test_runstats import boundary_values, random_bits
+    from tests.test_runstats import edge_arrays, random_bits
 
-    tiny = np.float32(2.0**-149)
     with np.errstate(invalid="ignore"):
         rand = random_bits(200_000, seed=7)
     return {
-        "empty": np.zeros(0, np.float32),
-        "zeros": np.array([0.0, -0.0, 0.0], np.float32),
-        "specials": np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1.0, -2.0], np.float32),
-        "only inf and nan": np.array([np.inf, np.nan, -np.inf], np.float32),
-        "subnormals": np.concatenate([tiny * np.arange(-300, 300, dtype=np.float32), [np.float32(2.0**-126)]]),
-        "powers of two": np.ldexp(np.float32(1), np.arange(-149, 128)).astype(np.float32),
-        "boundaries ± 1 ulp": boundary_values(),
+        **edge_arrays(),
         "random bit patterns": rand,
         "more than one chunk": np.concatenate([rand] * 6),  # 1.2 M values: two bincounts merged
     }

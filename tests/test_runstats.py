@@ -256,22 +256,31 @@ def update_pair(n: int = 200_000, seed: int = 13) -> tuple[np.ndarray, np.ndarra
     return w, w_after
 
 
-def _small_arrays() -> dict[str, np.ndarray]:
-    """Arrays of at most 2**16 values (what the sorting path counts), of every kind a record tells apart."""
-    rng = np.random.default_rng(11)
+def edge_arrays() -> dict[str, np.ndarray]:
+    """Small arrays of every kind a record tells apart: empty, zeros, specials, subnormals, every binade, and the
+    class boundaries of the four formats one ulp either side (tests/test_capture.py compares the torch path on them
+    too)."""
     tiny = np.float32(2.0**-149)
-    with np.errstate(invalid="ignore"):
-        rand = random_bits(60_000, seed=12)
-    exact = np.ldexp(np.float32(1 + 6815744 / 2**23), rng.integers(-140, 120, 3000)).astype(np.float32)
     return {
         "empty": np.zeros(0, np.float32),
-        "one value": np.array([0.75], np.float32),
         "zeros": np.array([0.0, -0.0, 0.0], np.float32),
         "specials": np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1.0, -2.0], np.float32),
         "only inf and nan": np.array([np.inf, np.nan, -np.inf], np.float32),
         "subnormals": np.concatenate([tiny * np.arange(-300, 300, dtype=np.float32), [np.float32(2.0**-126)]]),
         "powers of two": np.ldexp(np.float32(1), np.arange(-149, 128)).astype(np.float32),
         "boundaries ± 1 ulp": boundary_values(),
+    }
+
+
+def _small_arrays() -> dict[str, np.ndarray]:
+    """Arrays of at most 2**16 values (what the sorting path counts), of every kind a record tells apart."""
+    rng = np.random.default_rng(11)
+    with np.errstate(invalid="ignore"):
+        rand = random_bits(60_000, seed=12)
+    exact = np.ldexp(np.float32(1 + 6815744 / 2**23), rng.integers(-140, 120, 3000)).astype(np.float32)
+    return {
+        **edge_arrays(),
+        "one value": np.array([0.75], np.float32),
         "random bit patterns": rand,
         "exact fractions and repeats": np.concatenate([exact, np.ones(500, np.float32), -exact[:7]]),
         "a weight": (rng.standard_normal((64, 192)) * 0.02).astype(np.float32),

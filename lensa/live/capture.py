@@ -91,10 +91,10 @@ change is copied in the hook from then on (its record at that step left out, wit
 On the small reference model (:mod:`lensa.live.reference`, 120 tensors, 5.1 M values a recorded step) a
 recorded step then costs 1.36 to 1.47 times a bare one on a quiet machine, wall time, and a GPT-2 built from a config
 1.50 to 1.63 times (``bench.recorder_cost``, background and inline; docs/performance.md); summarised inside the step
-(``background=False``), about 5 times: about 1 to 2 ns per value of torch integer work plus 100 to 300
-microseconds per tensor (``make bench``, docs/performance.md). With ``recipes=True`` the summary process also
-computes what every block recipe loses: compiled where numba is installed (:mod:`lensa.blockscale_jit`, about
-0.4 ns per value and recipe, 70 ms for the activations and their gradients of a recorded step of the reference
+(``background=False``), 7.5 to 12 times on these two models: about 1 to 2 ns per value of torch integer work
+plus 100 to 300 microseconds per tensor (``make bench``, docs/performance.md). With ``recipes=True`` the summary
+process also computes what every block recipe loses: compiled where numba is installed (:mod:`lensa.blockscale_jit`,
+about 0.4 ns per value and recipe, 70 ms for the activations and their gradients of a recorded step of the reference
 model), with numpy elsewhere (2 to 3 ns, 170 ms); the recorder waits at its start for the summary process to
 have loaded it. With ``amax=True`` too, a recorded step costs about 1.2 to 1.25 times a bare one at the median
 on a shared machine (at a recorded step a summarised tensor's amax is taken by its summary, from the copy); inside
