@@ -41,13 +41,14 @@ WORKDIR /build
 COPY requirements.txt ./
 COPY scripts/install_torch.py scripts/
 
-# requirements.txt is the one place versions are pinned. Without torch (WITH_TORCH=0) its torch line is dropped.
+# requirements.txt is the one place versions are pinned. Without torch (WITH_TORCH=0) its torch and numba lines are
+# dropped (numba compiles only what the live parts compute).
 # With torch, torch comes first, from TORCH_INDEX_URL and at the version requirements.txt pins (the same
 # scripts/install_torch.py that `make run` uses), so that the pip install -r that follows finds it satisfied
 # (torch==2.13.0 accepts 2.13.0+cpu) instead of pulling PyPI's CUDA build.
 RUN python3 -m venv /opt/venv; \
-    torch_line='^[[:space:]]*torch[[:space:]]*[=<>~!]'; \
-    if [ "${WITH_TORCH}" = 0 ]; then sed -e "/${torch_line}/d" requirements.txt >app-requirements.txt; \
+    live_only='^[[:space:]]*(torch|numba)[[:space:]]*[=<>~!]'; \
+    if [ "${WITH_TORCH}" = 0 ]; then sed -E -e "/${live_only}/d" requirements.txt >app-requirements.txt; \
     else cp requirements.txt app-requirements.txt; fi; \
     if [ -n "${WHEELHOUSE_URL}" ]; then \
         /opt/venv/bin/pip install --no-cache-dir --no-index --find-links "${WHEELHOUSE_URL}" -r app-requirements.txt; \
@@ -105,7 +106,8 @@ ENV PATH="/opt/venv/bin:${PATH}" \
     STREAMLIT_SERVER_ADDRESS=0.0.0.0 \
     STREAMLIT_SERVER_PORT=8501 \
     STREAMLIT_SERVER_FILE_WATCHER_TYPE=none \
-    STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
+    STREAMLIT_BROWSER_GATHER_USAGE_STATS=false \
+    NUMBA_CACHE_DIR=/tmp/lensa-numba
 
 # An unprivileged user; the code and the venv stay root-owned and read-only to it.
 RUN groupadd --gid 10001 lensa \

@@ -13,6 +13,10 @@ all the recipes against its clock, natively and under older torch kernels.
 2. **The lab's default comparison of all the recipes** (every arm of :data:`lensa.live.ALL_ARMS`), for each kernel
    setting a fresh lab worker (:class:`lensa.live.worker.LabWorker`, as the app runs it) that calibrates itself:
    the comparison's wall time (target: at most 30 s) and its estimate's ratio (target: 0.67-1.5), per arm too.
+3. **One quantization**: a 512 × 256 float32 tensor stored under each operand recipe the lab's recipes use, blocks
+   along its rows and down its columns, rounded to nearest and stochastically, by the compiled kernel
+   (:mod:`lensa.lowp_kernels`) and by torch's operations (``LENSA_NUMBA=0``): the median of interleaved calls, in
+   nanoseconds a value, and the ratio (the same numbers either way, ``tests/test_lowp.py``).
 
 The machine is shared while this runs: the table gives the 1-minute load average beside each measurement.
 """
@@ -102,6 +106,49 @@ def step_costs(make: Any, cfg: Any, arms: tuple[str, ...], steps: int, rounds: i
                 times.append(time.perf_counter() - t0)
             per_round[arm].append(statistics.median(times))
     return {arm: statistics.median(v) for arm, v in per_round.items()}
+
+
+QUANT_SHAPE = (512, 256)
+QUANT_RECIPES = ("fp8_tensor", "fp8_1x128", "fp8_128x128", "mxfp8_e4m3", "mxfp4_e2m1", "nvfp4", "nvfp4_16x16")
+
+
+def quantization_costs(repeats: int = 30) -> list[list[str]]:
+    """Rows of section 3: per operand recipe, direction and rounding, the compiled kernel's and torch's median time
+    of one quantization, in nanoseconds a value, interleaved call by call."""
+    import torch
+
+    from lensa.live import lowp
+    from lensa.lowp import OPERAND_RECIPES
+
+    x = torch.randn(*QUANT_SHAPE, generator=torch.Generator().manual_seed(0))
+    n = x.numel()
+    rows = []
+    for key in QUANT_RECIPES:
+        r = OPERAND_RECIPES[key]
+        for down in (False, True):
+            for rounding in ("nearest", "stochastic"):
+                times: dict[str, list[float]] = {"1": [], "0": []}
+                g = torch.Generator().manual_seed(0)
+                for i in range(repeats + 1):
+                    for flag in ("1", "0"):
+                        os.environ["LENSA_NUMBA"] = flag
+                        t0 = time.perf_counter()
+                        lowp._quantize(x, r, rounding, g, down=down)  # type: ignore[arg-type]  # a Rounding
+                        if i:  # the first call of each warms up (the kernel's loading)
+                            times[flag].append(time.perf_counter() - t0)
+                os.environ.pop("LENSA_NUMBA", None)
+                fast, slow = (statistics.median(times[f]) for f in ("1", "0"))
+                rows.append(
+                    [
+                        key,
+                        "down the columns" if down else "along the rows",
+                        rounding,
+                        f"{fast / n * 1e9:.2f}",
+                        f"{slow / n * 1e9:.2f}",
+                        f"{slow / fast:.1f}",
+                    ]
+                )
+    return rows
 
 
 def _comparison(setting: str) -> dict[str, Any]:
@@ -236,11 +283,28 @@ def main() -> None:
         + "\n\n`load`: the 1-minute load average as the run started (2 cores; above 2, other work shared them)."
         " No GPU was lent: none of this has run on CUDA."
     )
+    quant_body = (
+        f"One quantization of a {QUANT_SHAPE[0]} × {QUANT_SHAPE[1]} float32 tensor (torch on "
+        f"{torch.get_num_threads()} threads), median of interleaved calls: the compiled kernel (numba "
+        f"{_numba_version()}) against torch's operations, nanoseconds a value.\n\n"
+        + table(
+            ["recipe", "blocks", "rounding", "compiled (ns/value)", "torch (ns/value)", "torch over compiled"],
+            quantization_costs(),
+        )
+    )
     publish(
         "lowp_speed",
         "Training below 16 bits: step cost and the lab's comparison (bench.lowp_speed)",
-        step_body + "\n\n" + lab_body,
+        step_body + "\n\n" + lab_body + "\n\n" + quant_body,
     )
+
+
+def _numba_version() -> str:
+    try:
+        import numba
+    except ImportError:
+        return "not installed: both columns are torch's"
+    return str(numba.__version__)
 
 
 if __name__ == "__main__":

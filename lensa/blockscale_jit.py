@@ -89,10 +89,11 @@ def available() -> bool:
     return _kernels() is not None
 
 
-def attempt(run: Callable[[], Any]) -> tuple[bool, Any]:
+def attempt(run: Callable[[], Any], what: str = "the block-recipe pass, numpy's runs instead") -> tuple[bool, Any]:
     """``(True, run())``; or ``(False, None)`` where numba itself fails (a numba or LLVM this code was not written
-    for: it cannot type or compile the pass): the pass is then switched off for the process, with a warning, and
-    the caller takes the numpy pass, which gives the same counts. Any other error is raised."""
+    for: it cannot type or compile the pass): the compiled passes are then switched off for the process, with a
+    warning naming ``what`` (the pass, and what runs instead), and the caller takes the numpy (or torch) pass, which
+    gives the same numbers. Any other error is raised."""
     global _given_up
     try:
         return True, run()
@@ -101,7 +102,7 @@ def attempt(run: Callable[[], Any]) -> tuple[bool, Any]:
             raise
         _given_up = f"{type(e).__name__}: {e}"
         warnings.warn(
-            f"lensa: numba could not compile the block-recipe pass, numpy's runs instead ({_given_up[:300]})",
+            f"lensa: numba could not compile {what} ({_given_up[:300]})",
             RuntimeWarning,
             stacklevel=2,
         )

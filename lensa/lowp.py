@@ -54,6 +54,12 @@ HADAMARD_SIZE = 16
 HADAMARD_SIGNS: tuple[int, ...] = (1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1)
 """The rotation's sign vector: Transformer Engine's for NVFP4's weight-gradient inputs (``get_wgrad_sign_vector`` in
 ``transformer_engine/pytorch/custom_recipes/quantization_nvfp4.py``)."""
+DRAW_HASH = (0x21F0AAAD, 0x735A2D97)
+"""Stochastic rounding's draws: the two multipliers of lowbias32 as Chris Wellons' hash-prospector improved it
+(``x ^= x >> 16; x *= A; x ^= x >> 15; x *= B; x ^= x >> 15``, a bijection of 32-bit integers; both below 2**31,
+so a product with a 32-bit value fits an int64, which torch computes it in). A quantization's draw for the value
+at flat place ``i`` is the top 24 bits of ``mix(mix(i ^ k0) ^ k1)`` times 2**-24, its two keys drawn from the
+seeded generator (:mod:`lensa.live.lowp`)."""
 
 
 def square(recipe: Recipe) -> Recipe:

@@ -95,6 +95,109 @@ def test_blocks_down_a_matrix_are_the_transposes(key: str) -> None:
     assert same(down.numpy(), B.quantize(np.ascontiguousarray(x.T), r).T)
 
 
+def test_a_tensor_of_subnormals_is_blockscale_too() -> None:
+    """Blocks so small that amax / the element's largest underflows FP32: the scale stops at 2**-149 (as
+    lensa.blockscale's), and the values past the element's largest then saturate."""
+    x = (np.random.default_rng(4).standard_normal((4, 48)) * 1e-44).astype(np.float32)
+    for key in EVERY_OPERAND:
+        r = L.OPERAND_RECIPES[key]
+        assert same(lowp.fake_quantize(torch.from_numpy(x), r, dtype=torch.float64).numpy(), B.quantize(x, r)), key
+        assert same(lowp.fake_quantize(torch.from_numpy(x), r).numpy(), B.quantize(x, r).astype(np.float32)), key
+
+
+# --- the compiled kernel ------------------------------------------------------------------------------------------
+
+
+def _both_paths(monkeypatch: pytest.MonkeyPatch, x: np.ndarray, r: B.Recipe, **kw: object) -> list[tuple]:
+    """(values, amax, counts) from the compiled kernel and from torch's operations, the same call each."""
+    out = []
+    for flag in ("1", "0"):
+        monkeypatch.setenv("LENSA_NUMBA", flag)
+        counts = lowp.Counts()
+        g = torch.Generator().manual_seed(9)
+        q, amax = lowp._quantize(torch.from_numpy(x), r, counts=counts, generator=g, **kw)  # type: ignore[arg-type]  # the keywords of _quantize
+        out.append((q.numpy(), float(amax), counts))
+    return out
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+@pytest.mark.parametrize("key", EVERY_OPERAND)
+def test_the_compiled_kernel_is_the_torch_path_bit_for_bit(
+    monkeypatch: pytest.MonkeyPatch, key: str, rounding: str
+) -> None:
+    """Every operand recipe, both roundings, blocks along rows and down columns, a scale given from outside, NaN and
+    infinities, subnormals, zeros: the same values (the sign of zero included), the same amax, the same counts."""
+    pytest.importorskip("numba")
+    r = L.OPERAND_RECIPES[key]
+    rng = np.random.default_rng(abs(hash((key, rounding))) % 2**32)
+    cases = [spread(rng, shape) for shape in [(7,), (3, 5), (33, 50), (130, 300), (2, 3, 70), (129, 17)]]
+    bad = spread(rng, (5, 64), decades=3)
+    bad[1, 3], bad[3, 40] = np.nan, -np.inf
+    cases += [bad, (rng.standard_normal((4, 48)) * 1e-44).astype(np.float32), np.zeros((3, 32), np.float32)]
+    for x in cases:
+        options: list[dict[str, object]] = [{}]
+        if x.ndim == 2:
+            options.append({"down": True})
+        if r.block is None:
+            options.append({"scale": torch.tensor(3.5)})
+        for kw in options:
+            (q1, a1, c1), (q2, a2, c2) = _both_paths(monkeypatch, x, r, rounding=rounding, **kw)
+            assert same(q1, q2) and same(np.float32(a1), np.float32(a2)) and c1 == c2, (key, x.shape, kw)
+
+
+def test_the_torch_path_is_used_where_numba_is_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LENSA_NUMBA", "0")
+    assert lowp._kernels() is None
+    q, amax = lowp._quantize(torch.ones(4, 16), B.RECIPES["nvfp4"])
+    assert isinstance(amax, torch.Tensor) and torch.equal(q, torch.ones(4, 16))
+
+
+def _mix(x: int) -> int:
+    """lowbias32 with lensa.lowp.DRAW_HASH, in Python's integers (the documented formula, written out)."""
+    a, b = L.DRAW_HASH
+    x ^= x >> 16
+    x = (x * a) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * b) & 0xFFFFFFFF
+    return x ^ (x >> 15)
+
+
+def test_the_draws_are_the_documented_hash() -> None:
+    """The torch path's draws (and so the kernel's, equal to them above) are the top 24 bits of mix(mix(i ^ k0) ^
+    k1) over 2**24, for indices past 2**32 too (taken modulo 2**32)."""
+    keys = (0x9E3779B9, 12345)
+    index = torch.tensor([0, 1, 2, 1000, 2**31, 2**32 - 1, 2**32 + 5], dtype=torch.int64)
+    got = lowp._draws(index, keys).tolist()
+    want = [(_mix(_mix((i % 2**32) ^ keys[0]) ^ keys[1]) >> 8) / 2**24 for i in index.tolist()]
+    assert got == want
+    assert _mix(0) == 0 and _mix(1) != 1  # a bijection that fixes 0 alone here: the keys keep i = 0 from it
+
+
+def test_the_draws_are_uniform() -> None:
+    """2**20 draws in 256 bins: a chi-square statistic below the 0.999 quantile of 255 degrees of freedom (342.3,
+    Wilson-Hilferty), and the top bit of the draws of two keys independent of each other."""
+    index = torch.arange(2**20, dtype=torch.int64)
+    u = lowp._draws(index, (7, 11)).numpy()
+    counts = np.bincount((u * 256).astype(np.int64), minlength=256)
+    expected = u.size / 256
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    dof = 255
+    z = 3.0902  # the 0.999 quantile of the standard normal
+    limit = dof * (1 - 2 / (9 * dof) + z * math.sqrt(2 / (9 * dof))) ** 3
+    assert chi2 < limit, (chi2, limit)
+    v = lowp._draws(index, (8, 11)).numpy()
+    agree = float(np.mean((u < 0.5) == (v < 0.5)))
+    assert abs(agree - 0.5) < 5 * 0.5 / math.sqrt(u.size)
+
+
+def test_the_generator_moves_on_by_one_draw_a_quantization() -> None:
+    """Stochastic rounding takes two 32-bit keys from the generator per quantization, whatever the tensor's size."""
+    g, h = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    lowp.fake_quantize(torch.randn(300, 70), "nvfp4", rounding="stochastic", generator=g)
+    torch.randint(0, 2**32, (2,), generator=h, dtype=torch.int64)
+    assert torch.equal(torch.rand(4, generator=g), torch.rand(4, generator=h))
+
+
 def test_float64_input_is_rounded_to_float32_first() -> None:
     x = np.random.default_rng(1).standard_normal((4, 32)) * 1e3
     assert same(
@@ -173,10 +276,15 @@ def _biased(draws: np.ndarray, value: float, step: float) -> bool:
     return bool(abs(draws.mean() - value) > Z * se)
 
 
+@pytest.mark.parametrize(("path", "dtype"), [("compiled", "float32"), ("torch", "float64")])
 @pytest.mark.parametrize("key", ["nvfp4", "mxfp4_e2m1", "mxfp8_e4m3", "fp8_tensor"])
-def test_stochastic_rounding_is_unbiased(key: str) -> None:
+def test_stochastic_rounding_is_unbiased(monkeypatch: pytest.MonkeyPatch, key: str, path: str, dtype: str) -> None:
     """Values between two grid points of a block, each drawn N times: the mean is within Z standard errors of the
-    value, only the two neighbours occur, and round-to-nearest fails the same test."""
+    value, only the two neighbours occur, and round-to-nearest fails the same test. Both paths: the compiled kernel
+    (float32 values) and torch's operations (float64 values, which only torch's path gives)."""
+    if path == "compiled":
+        pytest.importorskip("numba")
+    monkeypatch.setenv("LENSA_NUMBA", "1" if path == "compiled" else "0")
     r = B.RECIPES[key]
     block = r.block_size or 16
     g = torch.Generator().manual_seed(2)
@@ -185,7 +293,8 @@ def test_stochastic_rounding_is_unbiased(key: str) -> None:
     row[0] = 1.0
     x = np.tile(row, (N_DRAWS, 1)) if r.block is not None else np.tile(row, (N_DRAWS // 16, 1))
     t = torch.from_numpy(x)
-    draws = lowp.fake_quantize(t, r, rounding="stochastic", generator=g, dtype=torch.float64).numpy()
+    draws = lowp.fake_quantize(t, r, rounding="stochastic", generator=g, dtype=getattr(torch, dtype)).numpy()
+    draws = draws.astype(np.float64)
     nearest = lowp.fake_quantize(t[:1], r, dtype=torch.float64).numpy()[0]
     enc = B.encode(row[None, :] if r.block is not None else x[:1], r)
     tested = 0
@@ -283,7 +392,7 @@ def te_nvfp4(x: torch.Tensor) -> torch.Tensor:
     block = torch.clamp(block, -448.0, 448.0).to(torch.float8_e4m3fn).to(torch.float32)
     enc_block = torch.minimum(1.0 / (block * decode), fmax)
     scaled = torch.clamp(x.view(m, n // 16, 16) * enc_block, -6.0, 6.0)
-    e2m1 = lowp._to_grid(scaled.abs().contiguous(), B.FORMATS["fp4_e2m1"], "nearest", None).copysign(scaled)
+    e2m1 = lowp._to_grid(scaled.abs().contiguous(), B.FORMATS["fp4_e2m1"], None).copysign(scaled)
     return (e2m1 * block * decode).view(m, n)
 
 

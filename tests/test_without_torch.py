@@ -20,8 +20,8 @@ from tests.pagetools import ROOT
 
 LIVE_PAGES = {"lab": "error", "loss_scaling": "info", "speed": "info"}
 
-# What the lesson-only image (Dockerfile, WITH_TORCH=0) leaves out besides torch: no page may need them. Nor
-# numba, which neither image installs (requirements.txt has it not: only the recorder's block recipes use it).
+# What the lesson-only image (Dockerfile, WITH_TORCH=0) leaves out besides torch: no page may need them, numba (which
+# it drops with torch: only the live parts compile with it) included.
 LESSON_IMAGE_LEAVES_OUT = (
     "altair",
     "jsonschema",

@@ -368,8 +368,12 @@ def calibrate(device: str = "cpu", budget_s: float = CALIBRATION_BUDGET_S) -> Co
 
     from lensa.live.torch_utils import _fp32_matmul_precision
 
-    # One-off imports (Adam's first use loads torch._dynamo, seconds) are not this machine's pace: pay them first.
+    # One-off imports (Adam's first use loads torch._dynamo, seconds) are not this machine's pace: pay them first,
+    # and the recipes' compiled kernel's loading (or, the first time on a machine, its compilation).
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+    from lensa.live.lowp import warm_up
+
+    warm_up()
     start = time.perf_counter()
     deadline = start + budget_s
     per_arm_budget = budget_s * 0.75 / len(ARMS_TIMED)

@@ -13,9 +13,12 @@ the same FP32 operations, and the same rounding (ties to even, saturation at the
 ``rounding="stochastic"`` rounds a scaled value ``y`` between its two neighbours on the element's grid, ``lo`` and
 ``hi = lo + step``, up with probability ``(y - lo) / step``: its expected value is ``y`` (unbiased) wherever that
 probability is a multiple of 2**-24, which it is for every ``y`` at least 2**-24 steps above ``lo`` (the uniform
-draws, ``torch.rand``'s, are multiples of 2**-24); nearer ``lo`` it rounds up with probability 2**-24, slightly
-more often than it should. A value past the element's largest is clamped to it, not rounded (counted as saturated only
-past what rounding to nearest would keep, as :mod:`lensa.blockscale` counts).
+draws are multiples of 2**-24); nearer ``lo`` it rounds up with probability 2**-24, slightly more often than it
+should. A value past the element's largest is clamped to it, not rounded (counted as saturated only past what
+rounding to nearest would keep, as :mod:`lensa.blockscale` counts). The draws are a hash of each value's place in
+the tensor under two 32-bit keys that each quantization takes from the seeded ``torch.Generator``
+(:data:`lensa.lowp.DRAW_HASH`: lowbias32 twice, the top 24 bits over 2**24), so they are the same numbers on every
+device and path, and a quantization moves the generator on by one draw whatever the tensor's size.
 
 ``hadamard=True`` rotates each 16 values along the last axis by R = diag(s) · H16 / 4 (Sylvester's Hadamard
 matrix, the sign vector ``s`` = :data:`lensa.lowp.HADAMARD_SIGNS`, Transformer Engine's), quantizes, and rotates
@@ -38,8 +41,15 @@ block far below the tensor's amax there gets a subnormal scale or 0, and its val
 are divided by ``tensor scale * block scale`` (TE multiplies by the reciprocal of that product). Only the first
 changes more than a rare tie: ``tests/test_lowp.py`` measures the three against TE's formula written out.
 
-Nothing here has run on CUDA (no GPU was lent while it was written); every operation is a plain torch operation on
-the tensor's own device, with a ``torch.Generator`` on that device for the stochastic draws.
+On the CPU, where numba is installed (``requirements.txt`` has it; ``LENSA_NUMBA=0`` switches it off), a float32
+tensor is quantized by :mod:`lensa.lowp_kernels`' compiled kernel: the block maxima, the scales and the rounding in
+two passes over the tensor instead of about ten torch operations, three to four times faster on the lab's layers
+(docs/performance.md), and the same numbers bit for bit, stochastic rounding's included (``tests/test_lowp.py``
+compares the two paths on every recipe). Elsewhere, and for ``dtype=torch.float64``, plain torch operations do it.
+
+Nothing here has run on CUDA (no GPU was lent while it was written); every operation of the torch path is a plain
+torch operation on the tensor's own device, with a ``torch.Generator`` on that device for the stochastic draws'
+keys.
 """
 
 from __future__ import annotations
@@ -47,18 +57,23 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from types import ModuleType
+from typing import Any, TypeVar, cast
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lensa.blockscale import Recipe, _tie_goes_up, get_recipe
+from lensa import blockscale_jit
+from lensa.blockscale import _RULE_CODES, Recipe, _tie_goes_up, get_recipe
+from lensa.blockscale_jit import attempt
 from lensa.formats import FORMATS, FloatFormat
 from lensa.lowp import (
     BF16,
+    DRAW_HASH,
     HADAMARD_SIZE,
     ROLES,
     TRAINING_RECIPES,
@@ -76,6 +91,8 @@ ROTATION_ERROR = 2.0**-20
 """:func:`rotate` then its inverse gives each value back within this times the amax of its block of 16."""
 
 _NVFP4_TENSOR_DIVISOR = 448.0 * 6.0
+T = TypeVar("T")
+_SMALLEST_SCALE = 2.0**-149  # as lensa.blockscale: where an FP32 scale stops instead of underflowing to 0
 _E4M3 = FORMATS["fp8_e4m3"]
 _NATIVE = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
@@ -100,7 +117,7 @@ class Counts:
         self.saturated += other.saturated
 
 
-def _rows_shape(shape: tuple[int, ...]) -> tuple[int, int, int]:
+def _rows_shape(shape: tuple[int, ...] | torch.Size) -> tuple[int, int, int]:
     rows = 1 if len(shape) < 2 else shape[-2]
     cols = 1 if len(shape) == 0 else shape[-1]
     lead = math.prod(shape[:-2]) if len(shape) > 2 else 1
@@ -156,19 +173,18 @@ def _powers_of_two(e: torch.Tensor) -> torch.Tensor:
 
 def _block_scales(r: Recipe, amax: torch.Tensor) -> torch.Tensor:
     """Each block's scale (what its values are divided by) from its amax (0 for a block with a NaN or an inf), as
-    :func:`lensa.blockscale._block_scales` computes it, in the same float32 operations."""
+    :func:`lensa.blockscale._block_scales` computes it, in the same float32 operations (an FP32 scale that would
+    underflow to 0 stops at 2**-149, as there)."""
     f = r.element_format
     if r.rule == "amax":
-        return torch.where(amax > 0, amax / f.max, torch.ones_like(amax))
+        return torch.where(amax > 0, torch.clamp_min(amax / f.max, _SMALLEST_SCALE), torch.ones_like(amax))
     if r.rule == "nvfp4":
         top = amax.amax() if amax.numel() else amax.new_zeros(())
-        ts = torch.where(top > 0, top / _NVFP4_TENSOR_DIVISOR, torch.ones_like(top))
+        ts = torch.where(top > 0, torch.clamp_min(top / _NVFP4_TENSOR_DIVISOR, _SMALLEST_SCALE), torch.ones_like(top))
         block = (amax / f.max) / ts
         block = torch.clamp(block, _E4M3.smallest_normal, _E4M3.max)
         block = block.to(torch.float8_e4m3fn).to(torch.float32)
-        return ts * block
-    if f.emax < 1:
-        raise ValueError(f"{r.key}: an MX element format with its largest exponent below 1 is not supported here")
+        return torch.clamp_min(ts * block, _SMALLEST_SCALE)
     bits = amax.view(torch.int32)
     e = (bits >> 23) - (127 + f.emax)
     if r.rule == "mx_ceil":
@@ -185,23 +201,164 @@ def _saturation(f: FloatFormat) -> tuple[float, bool]:
     return f.overflow_threshold, _tie_goes_up(f)
 
 
-def _to_grid(a: torch.Tensor, f: FloatFormat, rounding: Rounding, generator: torch.Generator | None) -> torch.Tensor:
+def _to_grid(a: torch.Tensor, f: FloatFormat, draws: torch.Tensor | None) -> torch.Tensor:
     """Magnitudes ``a`` (float32, >= 0 or NaN, at most ``f.max``) rounded to ``f``'s grid, in place.
 
-    Nearest: ties to even, by :func:`lensa.formats.round_float32`'s magic-number addition (2**(b + 23 - m), b the
-    binade, emin at least, added and taken away again: float32's own rounding does the work). Stochastic: ``a``
-    over its grid step ``u`` (a power of two, so exactly) is ``t``; the result is ``(floor(t) + (draw < t -
-    floor(t))) * u``.
+    Nearest (``draws`` None): ties to even, by :func:`lensa.formats.round_float32`'s magic-number addition (2**(b +
+    23 - m), b the binade, emin at least, added and taken away again: float32's own rounding does the work).
+    Stochastic: ``a`` over its grid step ``u`` (a power of two, so exactly) is ``t``; the result is ``(floor(t) +
+    (draw < t - floor(t))) * u``, with ``draws`` (:func:`_draws`, shaped as ``a``).
     """
     exp = torch.bitwise_and(a.view(torch.int32), 0x7F800000).clamp_min_((f.emin + 127) << 23)
-    if rounding == "nearest":
+    if draws is None:
         magic = exp.add_((23 - f.significand_bits) << 23).view(torch.float32)
         return a.add_(magic).sub_(magic)
     step = exp.sub_(f.significand_bits << 23).view(torch.float32)
     t = a.div_(step)
     low = torch.floor(t)
-    draw = torch.rand(t.shape, generator=generator, device=t.device, dtype=torch.float32)
-    return low.add_(draw.lt_(t.sub_(low))).mul_(step)
+    return low.add_(draws.lt_(t.sub_(low))).mul_(step)
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """:func:`lensa.lowp_kernels._mix` (lowbias32, :data:`lensa.lowp.DRAW_HASH`) on int64 tensors holding uint32
+    values, in place (``t``: scratch of the same shape): a product of one with a multiplier below 2**31 fits an
+    int64, and its low 32 bits are uint32's."""
+    x ^= torch.bitwise_right_shift(x, 16, out=t)
+    x.mul_(DRAW_HASH[0]).bitwise_and_(_MASK32)
+    x ^= torch.bitwise_right_shift(x, 15, out=t)
+    x.mul_(DRAW_HASH[1]).bitwise_and_(_MASK32)
+    x ^= torch.bitwise_right_shift(x, 15, out=t)
+    return x
+
+
+def _draws(index: torch.Tensor, keys: tuple[int, int]) -> torch.Tensor:
+    """Stochastic rounding's uniform draws for the values at flat places ``index`` (int64): each the top 24 bits of
+    ``mix(mix(i ^ k0) ^ k1)`` times 2**-24, a multiple of 2**-24 in [0, 1) as ``torch.rand`` gives; the numbers
+    :func:`lensa.lowp_kernels.draw` gives, so the compiled and the torch path round alike."""
+    x = index & _MASK32
+    t = torch.empty_like(x)
+    x ^= keys[0]
+    _mix(x, t)
+    x ^= keys[1]
+    _mix(x, t)
+    return x.bitwise_right_shift_(8).to(torch.float32).mul_(2.0**-24)
+
+
+def draw_keys(generator: torch.Generator | None, device: torch.device) -> tuple[int, int]:
+    """Two 32-bit keys for one quantization's stochastic draws, from ``generator`` (torch's default one on
+    ``device`` when None): the generator moves on by one draw of two numbers, whatever the tensor's size."""
+    k = torch.randint(0, 2**32, (2,), generator=generator, device=device, dtype=torch.int64).tolist()
+    return int(k[0]), int(k[1])
+
+
+def _kernels() -> ModuleType | None:
+    """:mod:`lensa.lowp_kernels` where numba compiles here (:func:`lensa.blockscale_jit.available`: installed, not
+    switched off with ``LENSA_NUMBA=0``, not given up after a failure); None: the torch path."""
+    return _load_kernels() if blockscale_jit.available() else None
+
+
+@functools.cache
+def _load_kernels() -> ModuleType:
+    from lensa import lowp_kernels
+
+    return lowp_kernels
+
+
+def _per_recipe(fn: Callable[[Recipe], T]) -> Callable[[Recipe], T]:
+    """``fn`` remembered per Recipe object, looked up by its identity (a frozen dataclass's hash is worked out anew
+    at every call, which costs a small layer's quantization more than the rest of the lookup); an entry names its
+    recipe, so a new object that reuses an old one's identity gets its own answer."""
+    memo: dict[int, tuple[Recipe, T]] = {}
+
+    @functools.wraps(fn)
+    def cached(r: Recipe) -> T:
+        hit = memo.get(id(r))
+        if hit is None or hit[0] is not r:
+            if len(memo) > 256:
+                memo.clear()
+            hit = memo[id(r)] = (r, fn(r))
+        return hit[1]
+
+    return cached
+
+
+@_per_recipe
+def _mx_supported(r: Recipe) -> bool:
+    """Whether ``r``'s own scale rule can be computed here: an MX element with its largest exponent below 1 cannot."""
+    return r.rule in ("amax", "nvfp4") or r.element_format.emax >= 1
+
+
+@_per_recipe
+def _kernel_constants(r: Recipe) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``r``'s constants as :func:`lensa.lowp_kernels.quantize` reads them: (float32, uint32, int64) arrays, their
+    places named by that module's ``F_*``, ``U_*``, ``I_*``."""
+    k = _load_kernels()
+    f = r.element_format
+    threshold, inclusive = _saturation(f)
+    f32 = np.zeros(5, np.float32)
+    f32[[k.F_MAX_ELEM, k.F_E4M3_SMALLEST, k.F_E4M3_MAX, k.F_NVFP4_DIVISOR, k.F_THRESHOLD]] = [
+        f.max,
+        _E4M3.smallest_normal,
+        _E4M3.max,
+        _NVFP4_TENSOR_DIVISOR,
+        threshold,
+    ]
+    u32 = np.zeros(6, np.uint32)
+    u32[[k.U_FRAC_TOP, k.U_GRID_LOW, k.U_GRID_SHIFT, k.U_LOW, k.U_SHIFT, k.U_SIG_SHIFT]] = [
+        int(np.float32(f.max).view(np.uint32)) & 0x7FFFFF,
+        (_E4M3.emin + 127) << 23,  # E4M3's rounding: NVFP4's block scales
+        (23 - _E4M3.significand_bits) << 23,
+        (f.emin + 127) << 23,
+        (23 - f.significand_bits) << 23,
+        f.significand_bits << 23,
+    ]
+    i64 = np.zeros(3, np.int64)
+    i64[[k.I_RULE, k.I_EMAX, k.I_INCLUSIVE]] = [_RULE_CODES[r.rule], f.emax, int(inclusive)]
+    for a in (f32, u32, i64):
+        a.setflags(write=False)
+    return f32, u32, i64
+
+
+def _quantize_compiled(
+    k: ModuleType,
+    x: torch.Tensor,
+    r: Recipe,
+    block: tuple[int | None, int | None] | None,
+    keys: tuple[int, int] | None,
+    counts: Counts | None,
+    scale: torch.Tensor | None,
+) -> tuple[torch.Tensor, float]:
+    """:func:`_quantize` (float32 values, blocks ``block`` along the tensor's last two axes) by the compiled kernel:
+    the same numbers, in two passes over the tensor instead of about ten torch operations, and with a few
+    microseconds of Python around it (numpy's views, not torch's: the lab's layers are small)."""
+    src = x.detach()
+    if not src.is_contiguous():
+        src = src.contiguous()
+    shape = src.shape
+    lead, rows, cols = _rows_shape(shape)
+    values = src.numpy()
+    if block is None:  # one block: the whole tensor, its matrices one under another
+        x3 = values.reshape(1, lead * rows, cols)
+        br, bc = lead * rows, cols
+    else:
+        x3 = values.reshape(lead, rows, cols)
+        br = max(rows if block[0] is None or block[0] > rows else block[0], 1)
+        bc = max(cols if block[1] is None or block[1] > cols else block[1], 1)
+    out = np.empty(x3.shape, np.float32)
+    f32, u32, i64 = _kernel_constants(r)
+    given = math.nan if scale is None else float(scale)  # a float32's value, exactly
+    k0, k1 = keys if keys is not None else (0, 0)
+    got = np.zeros(3, np.int64) if counts is not None else None
+    amax = k.quantize(x3, out, br, bc, f32, u32, i64, given, keys is not None, k0, k1, got)
+    if counts is not None and got is not None:
+        counts.values += src.numel()
+        counts.saturated += int(got[0])
+        counts.nonzero += int(got[1])
+        counts.flushed += int(got[2])
+    return torch.from_numpy(out.reshape(shape)), float(amax)
 
 
 def _quantize(
@@ -214,8 +371,9 @@ def _quantize(
     scale: torch.Tensor | None = None,
     wide: bool = False,
     down: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x`` (float32) stored under ``r`` with ``rounding``: (the values it stands for, the tensor's amax).
+) -> tuple[torch.Tensor, torch.Tensor | float]:
+    """``x`` (float32) stored under ``r`` with ``rounding``: (the values it stands for, the tensor's amax: a float
+    where the compiled kernel made it, read on the CPU, else a tensor on ``x``'s device).
 
     Blocks along the last axis; with ``down``, along the one before (the recipe's block transposed: a 2-D
     tensor's columns, the numbers ``x.T`` would give with blocks along its rows, without the transposed copy).
@@ -227,9 +385,19 @@ def _quantize(
     f = r.element_format
     if x.numel() == 0:
         return x.to(torch.float64 if wide else torch.float32), x.new_zeros((), dtype=torch.float32)
+    if scale is None and not _mx_supported(r):
+        raise ValueError(f"{r.key}: an MX element format with its largest exponent below 1 is not supported here")
     block = None if scale is not None else r.block
     if down and block is not None:
         block = (block[1], block[0])
+    keys = draw_keys(generator, x.device) if rounding == "stochastic" else None
+    if not wide and x.is_cpu and x.dtype == torch.float32 and (kernels := _kernels()) is not None:
+        done, got = attempt(
+            lambda: _quantize_compiled(kernels, x, r, block, keys, counts, scale),
+            "the quantization below 16 bits, torch's operations run instead",
+        )
+        if done:
+            return cast(tuple[torch.Tensor, float], got)
     b, how = _blocked(x, block)
     a = b.abs()
     amax = _block_amax(a)
@@ -246,11 +414,15 @@ def _quantize(
         threshold, inclusive = _saturation(f)
         counts.values += x.numel()
         counts.saturated += int(((a >= threshold) if inclusive else (a > threshold)).sum())
-    if rounding == "stochastic" or scale is not None or r.rule == "mx_floor":
-        # The other rules scale a block's amax to at most the largest value, or to a hair above it that rounding
-        # to nearest brings back down (an E4M3 block scale rounded down): no clamp is needed there.
-        a.clamp_max_(f.max)
-    e = _to_grid(a, f, rounding, generator)
+    # Saturation: a value past the largest one is stored as it. (Most blocks' scales bring their amax to at most the
+    # largest value, or a hair above it that rounding to nearest brings back down; not OCP's MX scale rounded down,
+    # a given scale, or a scale that stopped at 2**-149 instead of underflowing.)
+    a.clamp_max_(f.max)
+    draws = None
+    if keys is not None:
+        index = torch.arange(x.numel(), dtype=torch.int64, device=x.device).view(x.shape)
+        draws = _draws(_blocked(index, block)[0], keys)
+    e = _to_grid(a, f, draws)
     if counts is not None:
         nonzero = b != 0
         counts.nonzero += int(nonzero.sum())
@@ -351,9 +523,11 @@ class DelayedScale:
             self.scaled_max = self.scaled_max.to(device)
         return self.scale
 
-    def record(self, amax: torch.Tensor) -> None:
+    def record(self, amax: torch.Tensor | float) -> None:
         """Add a quantization's amax (a NaN one, from a tensor holding NaN, is left out of the window)."""
         assert self.window is not None and self.scale is not None
+        if not isinstance(amax, torch.Tensor):  # the compiled path's, read on the CPU
+            amax = torch.tensor(amax, dtype=torch.float32, device=self.window.device)
         if self.keep_amaxes:
             self.amaxes.append(amax.detach().clone())
         slot = self.seen % self.history
@@ -377,6 +551,7 @@ class LayerState:
     delayed: dict[Role, DelayedScale] = field(default_factory=dict)
     counts: dict[Role, Counts] = field(default_factory=dict)
     enabled: bool = True
+    plans: dict[tuple[int, int, int, bool], dict[tuple[Role, str], Pass]] = field(default_factory=dict)
 
     def reset(self) -> None:
         self.delayed.clear()
@@ -399,8 +574,13 @@ class ModelState:
 
 
 def _plan(layer: LayerState, m: int, k: int, n: int, dgrad: bool) -> dict[tuple[Role, str], Pass]:
-    """The layer's passes by (role, product): one Pass may serve two products (then it is quantized once)."""
-    return _plan_of(layer.recipe, m, k, n, dgrad)
+    """The layer's passes by (role, product): one Pass may serve two products (then it is quantized once). Kept on
+    the layer per shape (hashing the recipe at every call would cost more than the rest of the lookup)."""
+    key = (m, k, n, dgrad)
+    plan = layer.plans.get(key)
+    if plan is None:
+        plan = layer.plans[key] = _plan_of(layer.recipe, m, k, n, dgrad)
+    return plan
 
 
 @functools.lru_cache(maxsize=1024)
@@ -449,6 +629,22 @@ def _operand(
     return q
 
 
+def _fp32(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == torch.float32 else t.to(torch.float32)
+
+
+def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return t if t.dtype == dtype else t.to(dtype)
+
+
+def _no_autocast(device_type: str) -> contextlib.AbstractContextManager[Any]:
+    """Autocast off for the products (they are FP32's); no context at all where it is off already (entering one
+    costs more than a small layer's quantization)."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type=device_type, enabled=False)
+    return contextlib.nullcontext()
+
+
 class LinearFunction(torch.autograd.Function):
     """A linear layer's step with every operand of its three products quantized per its layer's recipe.
 
@@ -462,10 +658,10 @@ class LinearFunction(torch.autograd.Function):
     def forward(
         ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, layer: LayerState
     ) -> torch.Tensor:
-        with torch.autocast(device_type=x.device.type, enabled=False):
+        with _no_autocast(x.device.type):
             k = x.shape[-1]
-            x2 = x.reshape(-1, k).to(torch.float32)
-            w = weight.to(torch.float32)
+            x2 = _fp32(x.reshape(-1, k))
+            w = _fp32(weight)
             n, m = w.shape[0], x2.shape[0]
             plan = _plan(layer, m, k, n, bool(ctx.needs_input_grad[0]))
             train = any(ctx.needs_input_grad[:3])
@@ -475,7 +671,7 @@ class LinearFunction(torch.autograd.Function):
             wq = _operand(layer, w_pass, w, counting, train)
             y = xq @ wq.T
             if bias is not None:
-                y = y + bias.to(torch.float32)
+                y = y + _fp32(bias)
         # What the backward products read: the copy made here where the same numbers serve, else the FP32 tensor.
         x_reused = x_pass is not None and plan.get(("input", "wgrad")) is x_pass
         w_reused = w_pass is not None and plan.get(("weight", "dgrad")) is w_pass
@@ -483,7 +679,7 @@ class LinearFunction(torch.autograd.Function):
         ctx.reused = (x_reused, w_reused)
         ctx.layer, ctx.plan, ctx.counting = layer, plan, counting
         ctx.shape, ctx.has_bias, ctx.dtypes = x.shape, bias is not None, (x.dtype, weight.dtype)
-        return y.reshape(*x.shape[:-1], n).to(torch.promote_types(x.dtype, weight.dtype))
+        return _as(y.reshape(*x.shape[:-1], n), torch.promote_types(x.dtype, weight.dtype))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -493,9 +689,9 @@ class LinearFunction(torch.autograd.Function):
         x_reused, w_reused = ctx.reused
         counting = ctx.counting
         dx = dw = db = None
-        with torch.autocast(device_type=grad.device.type, enabled=False):
+        with _no_autocast(grad.device.type):
             n = w_saved.shape[0]
-            g2 = grad.reshape(-1, n).to(torch.float32)
+            g2 = _fp32(grad.reshape(-1, n))
             g_dgrad, g_wgrad = plan.get(("grad", "dgrad")), plan.get(("grad", "wgrad"))
             gq = None
             if ctx.needs_input_grad[0]:
@@ -505,7 +701,7 @@ class LinearFunction(torch.autograd.Function):
                     if w_reused
                     else _operand(layer, plan.get(("weight", "dgrad")), w_saved, counting, True, True)
                 )
-                dx = (gq @ wn).reshape(ctx.shape).to(ctx.dtypes[0])
+                dx = _as((gq @ wn).reshape(ctx.shape), ctx.dtypes[0])
             if ctx.needs_input_grad[1]:
                 # Both inputs along M; the rotation, where the recipe has it, on both (an FP32 one too).
                 if gq is not None and g_dgrad is not None and g_wgrad is g_dgrad:
@@ -519,9 +715,9 @@ class LinearFunction(torch.autograd.Function):
                         gm = rotate(gm, down=True)
                     if x_pass is None or not x_pass.rotated:
                         xm = rotate(xm, down=True)
-                dw = (gm.T @ xm).to(ctx.dtypes[1])
+                dw = _as(gm.T @ xm, ctx.dtypes[1])
             if ctx.has_bias and ctx.needs_input_grad[2]:
-                db = g2.sum(0).to(ctx.dtypes[1])
+                db = _as(g2.sum(0), ctx.dtypes[1])
         return dx, dw, db, None
 
 
@@ -643,6 +839,18 @@ def layer_shares(model: nn.Module) -> tuple[LayerShare, ...]:
     return tuple(out)
 
 
+def warm_up() -> None:
+    """Load the compiled kernel (:mod:`lensa.lowp_kernels`) in both its forms, counting and not, where numba runs:
+    a fraction of a second from numba's cache, several seconds the first time on a machine, when it compiles. The
+    lab's clock calls it before it times anything."""
+    if _kernels() is None:
+        return
+    x = torch.ones(2, 16)
+    r = get_recipe("nvfp4")
+    _quantize(x, r)
+    _quantize(x, r, counts=Counts())
+
+
 def pass_timer(p: Pass, delayed: bool, rows: int, cols: int, device: str, counting: bool = False) -> Any:
     """A function that makes pass ``p`` once on a (rows, cols) tensor of normal values on ``device``: what the
     lab's clock times (:mod:`lensa.live.clock`). ``delayed``: keep a delayed scale, as ``fp8_delayed`` does."""
@@ -687,4 +895,5 @@ __all__ = [
     "rotate",
     "set_counting",
     "training_recipe",
+    "warm_up",
 ]
