@@ -61,6 +61,7 @@ the worker process); :mod:`lensa.ui.jobs` draws jobs on a page.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.util
 import itertools
 import multiprocessing as mp
@@ -143,6 +144,7 @@ def _settle(nice: int, threads: int) -> None:
     torch.set_num_threads(threads)
     with contextlib.suppress(RuntimeError):  # only possible before any parallel work
         torch.set_num_interop_threads(1)
+    gc.freeze()  # see _serve
 
 
 def _hello(clocks: dict[str, Any] | None) -> tuple[str, int, dict[str, tuple[Any, ...]], dict[str, Any]]:
@@ -210,6 +212,11 @@ def _serve(
     """
     _settle(nice, threads)
     events.put(_hello(clocks))
+    # Everything made so far lives as long as the process (torch, numba's compiled kernel and its types, the clock):
+    # out of the collector's sight, so that a full collection (at each arm's end, and whenever Python's own
+    # thresholds call one in the middle of a timed step) reads only what the runs made: 0.1 ms instead of 80 ms with
+    # torch loaded, 130 ms with numba too, measured in this process's state.
+    gc.freeze()
     while True:
         request = requests.get()
         if request is None:
