@@ -360,7 +360,10 @@ class ProcessSummaries:
 
     def _mark(self) -> int:
         """How far the child may free the ring once the items queued so far are summarised."""
-        return min(self._open.values(), default=self._filled)
+        # The held copies' marks grow in the order they were taken, which the dict keeps: the first is the least.
+        for mark in self._open.values():
+            return mark
+        return self._filled
 
     def _queue_release(self) -> None:
         """An item with nothing to summarise that lets the child free the ring up to the current mark."""
