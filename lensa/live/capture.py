@@ -89,9 +89,10 @@ training process rather than in the hook, once a first recorded step has shown t
 in place; each copy is checked against the tensor's version counter before the step ends, and a tensor that did
 change is copied in the hook from then on (its record at that step left out, with a warning).
 On the small reference model (:mod:`lensa.live.reference`, 120 tensors, 5.1 M values a recorded step) a
-recorded step then costs 1.36 to 1.47 times a bare one on a quiet machine, wall time, and a GPT-2 built from a config
-1.50 to 1.63 times (``bench.recorder_cost``, background and inline; docs/performance.md); summarised inside the step
-(``background=False``), 7.5 to 12 times on these two models: about 1 to 2 ns per value of torch integer work
+recorded step then costs 1.19 to 1.23 times a bare one, wall time, and a GPT-2 built from a config 1.27 times, a step
+that records nothing 1.01 to 1.02 times (``bench.recorder_cost``, step by step, on an AMD EPYC; whole runs on a Xeon
+gave 1.36 to 1.63 times at a recorded step; docs/performance.md); summarised inside the step
+(``background=False``), 7 to 10 times on these two models: about 1 to 2 ns per value of torch integer work
 plus 100 to 300 microseconds per tensor (``make bench``, docs/performance.md). With ``recipes=True`` the summary
 process also computes what every block recipe loses: compiled where numba is installed (:mod:`lensa.blockscale_jit`,
 about 0.4 ns per value and recipe, 70 ms for the activations and their gradients of a recorded step of the reference
