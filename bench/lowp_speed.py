@@ -8,7 +8,8 @@ all the recipes against its clock, natively and under older torch kernels.
    median over rounds: FP32, BF16 autocast, and every recipe of :data:`lensa.lowp.TRAINING_RECIPES`
    (:func:`lensa.live.lowp.quantize_model`, products in FP32), with the lab worker's threads (all cores but one).
    Two models: the lab's MLP at the size of the
-   default comparison of all the recipes (:func:`lensa.live.recipes_defaults_for`), and the reference
+   default comparison of all the recipes (:func:`lensa.live.recipes_defaults_for`), and 256 wide too where those
+   defaults are narrower (the width the lab picks on a CPU with AMX, where BF16 is native), and the reference
    transformer (:mod:`lensa.live.reference`). Target: every recipe's step at most 3x BF16 autocast's.
 2. **The lab's default comparison of all the recipes** (every arm of :data:`lensa.live.ALL_ARMS`), for each kernel
    setting a fresh lab worker (:class:`lensa.live.worker.LabWorker`, as the app runs it) that calibrates itself:
@@ -28,11 +29,13 @@ import os
 import statistics
 import time
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from bench.common import publish, table, verdict
 
 BAND = (0.67, 1.5)
+WIDE = 256  # the lab's default width on the Intel Xeon with AMX (docs/performance.md, 2026-12-02)
 LIMIT_S = 30.0
 STEP_TARGET = 3.0
 
@@ -214,8 +217,15 @@ def main() -> None:
         f"lab MLP ({cfg.width} wide, depth {cfg.depth}, batch {cfg.batch_size})": step_costs(
             _mlp_step, cfg, arms, args.steps, args.rounds
         ),
-        "reference transformer (lensa.live.reference)": step_costs(_reference_step, cfg, arms, args.steps, args.rounds),
     }
+    if cfg.width != WIDE:  # the width the lab picks where BF16 is native (an AMX Xeon's defaults), measured here too
+        wide = replace(cfg, width=WIDE)
+        costs[f"lab MLP ({wide.width} wide, depth {wide.depth}, batch {wide.batch_size})"] = step_costs(
+            _mlp_step, wide, arms, args.steps, args.rounds
+        )
+    costs["reference transformer (lensa.live.reference)"] = step_costs(
+        _reference_step, cfg, arms, args.steps, args.rounds
+    )
     load_after = os.getloadavg()[0]
     rows = []
     checks = []
