@@ -123,6 +123,7 @@ def quantization_costs(repeats: int = 30) -> list[list[str]]:
     from lensa.live import lowp
     from lensa.lowp import OPERAND_RECIPES
 
+    before = os.environ.get("LENSA_NUMBA")
     x = torch.randn(*QUANT_SHAPE, generator=torch.Generator().manual_seed(0))
     n = x.numel()
     rows = []
@@ -139,7 +140,10 @@ def quantization_costs(repeats: int = 30) -> list[list[str]]:
                         lowp._quantize(x, r, rounding, g, down=down)  # type: ignore[arg-type]  # a Rounding
                         if i:  # the first call of each warms up (the kernel's loading)
                             times[flag].append(time.perf_counter() - t0)
-                os.environ.pop("LENSA_NUMBA", None)
+                if before is None:
+                    os.environ.pop("LENSA_NUMBA", None)
+                else:
+                    os.environ["LENSA_NUMBA"] = before
                 fast, slow = (statistics.median(times[f]) for f in ("1", "0"))
                 rows.append(
                     [

@@ -134,10 +134,10 @@ def _count(bits: Any, q: Any, n: Any, scales: Any, given: Any, elem: Any) -> Any
 
 
 @_inline
-def _times(bits: Any, out: Any, n: Any, factors: Any) -> None:
-    """Each element of ``out`` times its column's factor, with the sign of its value in ``bits``."""
+def _times(bits: Any, out: Any, n: Any, scales: Any) -> None:
+    """Each element of ``out`` times its column's scale, with the sign of its value in ``bits``."""
     for c in range(n):
-        out[c] = _float_of(np.uint32((_bits_of(out[c] * factors[c]) & MAGNITUDE) | (bits[c] & SIGN)))
+        out[c] = _float_of(np.uint32((_bits_of(out[c] * scales[c]) & MAGNITUDE) | (bits[c] & SIGN)))
 
 
 # The recipe's constants, as :func:`quantize` reads them from three arrays (arrays: numba's dispatcher types them in a
@@ -214,8 +214,7 @@ def quantize(
     nan = np.float32(np.nan)
     has_given = given == given
     given_out = np.float32(np.float32(1.0) / given) if has_given else nan
-    scales = np.empty(cols, np.float32)  # each column's scale in the current block row (what values are divided by)
-    factors = np.empty(cols, np.float32)  # and what its elements are multiplied by
+    scales = np.empty(cols, np.float32)  # each column's scale in the current block row
     sat = np.int64(0)
     nonzero = np.int64(0)
     flushed = np.int64(0)
@@ -223,14 +222,14 @@ def quantize(
         for i in range(nrb):
             for j in range(ncb):
                 v = maxima[m, i, j]
-                bad = v >= EXPONENT
-                s = nan if bad else (given_out if has_given else _scale_of(rule, v, sr))
+                # A block with an infinity or a NaN: all NaN. A given scale: the values are multiplied by it (the
+                # rounding reads ``given``), the elements by its reciprocal (``scales``).
+                s = nan if v >= EXPONENT else (given_out if has_given else _scale_of(rule, v, sr))
                 c0 = j * bc
                 n = min(bc, cols - c0)
-                s_block, f_block = scales[c0 : c0 + n], factors[c0 : c0 + n]
+                s_block = scales[c0 : c0 + n]
                 for c in range(n):
                     s_block[c] = s
-                    f_block[c] = s
             for r in range(i * br, min((i + 1) * br, rows)):
                 row, dst = bits[m, r], out[m, r]
                 if stochastic:
@@ -242,7 +241,7 @@ def quantize(
                     sat += st
                     nonzero += nz
                     flushed += fl
-                _times(row, dst, cols, factors)
+                _times(row, dst, cols, scales)
     if counts is not None:
         counts[0] += sat
         counts[1] += nonzero

@@ -391,7 +391,9 @@ def _quantize(
     if down and block is not None:
         block = (block[1], block[0])
     keys = draw_keys(generator, x.device) if rounding == "stochastic" else None
-    if not wide and x.is_cpu and x.dtype == torch.float32 and (kernels := _kernels()) is not None:
+    # The kernel reads a plain CPU tensor's memory; a tensor subclass (a DTensor's shard, say) takes torch's path.
+    plain = type(x) is torch.Tensor or type(x) is nn.Parameter
+    if plain and not wide and x.is_cpu and x.dtype == torch.float32 and (kernels := _kernels()) is not None:
         done, got = attempt(
             lambda: _quantize_compiled(kernels, x, r, block, keys, counts, scale),
             "the quantization below 16 bits, torch's operations run instead",
@@ -721,6 +723,16 @@ class LinearFunction(torch.autograd.Function):
         return dx, dw, db, None
 
 
+def _apply_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, layer: LayerState) -> Any:
+    return LinearFunction.apply(x, weight, bias, layer)  # type: ignore[no-untyped-call]  # torch's Function.apply has no annotations
+
+
+# The layer keeps state Dynamo cannot trace (the delayed scales, the counts, the generator's keys) and quantizes in
+# numba's kernel: a model under torch.compile breaks its graph around each quantized layer, which runs as it is,
+# eagerly, both ways (the same losses as without torch.compile, tests/test_lowp.py).
+_quantized_linear: Callable[..., Any] = torch.compiler.disable(_apply_linear)
+
+
 class LowpLinear(nn.Linear):
     """An ``nn.Linear`` whose forward is :class:`LinearFunction` (made by :func:`quantize_model` from a model's own
     layers, in place: the same parameters, names and hooks). ``lowp`` holds its :class:`LayerState`."""
@@ -730,7 +742,7 @@ class LowpLinear(nn.Linear):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if not self.lowp.enabled:
             return F.linear(input, self.weight, self.bias)
-        out: torch.Tensor = LinearFunction.apply(input, self.weight, self.bias, self.lowp)  # type: ignore[no-untyped-call]  # torch's Function.apply has no annotations
+        out: torch.Tensor = _quantized_linear(input, self.weight, self.bias, self.lowp)
         return out
 
     def extra_repr(self) -> str:
