@@ -14,6 +14,9 @@ import json
 import os
 import sys
 
+# What a distributed run trained with, kept alive until the process leaves (see the end of train).
+_ALIVE: list[object] = []
+
 
 def model_and_batch():
     import torch
@@ -54,13 +57,20 @@ def train(mode: str, out: str) -> dict:
     rank = dist.get_rank() if mode != "single" else 0
     sharded = type(next(iter(model.parameters()))).__name__ == "DTensor"
     if mode != "single":
-        dist.destroy_process_group()
+        # No teardown on the ranks: both wait here until every collective is done, then report and leave with
+        # os._exit, the model, its wrapper and the process group still alive. Teardown hung a DDP rank twice in
+        # CI, each time after its work, until torchrun's 180 s timeout: once in the interpreter's exit (freeing
+        # DDP's Reducer frees its gloo process group, whose destructor joins a gloo thread waiting for the GIL the
+        # destructor holds), once between saving and reporting (rank 0 had written and reported; rank 1 never
+        # reported: destroy_process_group, or the Reducer freed as train() returned). Recorder(background=False)
+        # for DDP, so no thread of lensa's ran.
+        dist.barrier()
+        _ALIVE.extend([wrapped, model, opt, rec])
     return {"rank": rank, "wrote": written is not None, "sharded": sharded}
 
 
 if __name__ == "__main__":
-    print("LENSA-JSON", json.dumps(train(sys.argv[1], sys.argv[2])), flush=True)
-    # Done and reported: leave without the interpreter's teardown, where DDP's Reducer destroys its gloo process
-    # group while holding the GIL and joins a gloo thread that waits for the GIL (seen once: a rank hung there,
-    # after its work, until torchrun's 180 s timeout; Recorder(background=False), so no thread of lensa's ran).
-    os._exit(0)
+    report = json.dumps(train(sys.argv[1], sys.argv[2]))
+    # One write, under PIPE_BUF, so the two ranks' lines (printed together, after the barrier) never interleave.
+    os.write(1, f"LENSA-JSON {report}\n".encode())
+    os._exit(0)  # done and reported: no teardown (train says why)
