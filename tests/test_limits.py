@@ -222,21 +222,25 @@ def test_a_sessions_language_is_its_pages(query, locale, expected):
 @pytest.mark.serial  # p95 ratios: timed alone, after the parallel tests (Makefile)
 def test_a_class_under_attack_is_not_hurt():
     """bench/hostile.py, shortened: 20 learners at 5 s think time for 15 s, alone and with 5 hostile clients,
-    two pairs of runs in turn.
+    a pair of runs in turn, and a second pair when the first's p95 is off.
 
     The learners see no error and their move p95 stays within 2x of the calm run's (plus 25 ms: with about
     50 moves a run, p95 is the third-slowest move) in at least one pair: other tests share the machine, and
     one of them starting in the middle of a run moves its p95 more than the hostile clients do. The server
-    stays under its memory budget; the hostile clients are refused, never answered with a 500 or a traceback.
-    Before refused uploads closed their connection and waited a second, such a run measured 3.2x.
+    stays under its memory budget; the hostile clients are refused, never answered with a 500 or a traceback
+    (in every pair run). Before refused uploads closed their connection and waited a second, such a run
+    measured 3.2x.
     """
     budget_mb = limits.Limits().memory_budget / MB
-    pairs = [(hostile.measure(20, 5.0, 15.0, 0), hostile.measure(20, 5.0, 15.0, 5)) for _ in range(2)]
+
+    def within(calm: hostile.Outcome, attacked: hostile.Outcome) -> bool:
+        return hostile.percentile(attacked.report.moves, 95) <= 2 * hostile.percentile(calm.report.moves, 95) + 25
+
+    pairs = [(hostile.measure(20, 5.0, 15.0, 0), hostile.measure(20, 5.0, 15.0, 5))]
+    if not within(*pairs[0]):
+        pairs.append((hostile.measure(20, 5.0, 15.0, 0), hostile.measure(20, 5.0, 15.0, 5)))
     reports = "\n\n".join(hostile.summary(calm, attacked, budget_mb) for calm, attacked in pairs)
-    within = [
-        hostile.percentile(a.report.moves, 95) <= 2 * hostile.percentile(c.report.moves, 95) + 25 for c, a in pairs
-    ]
-    assert any(within), reports
+    assert any(within(*pair) for pair in pairs), reports
     for calm, attacked in pairs:
         assert not attacked.report.errors and not calm.report.errors, reports
         assert attacked.peak_rss_mb < budget_mb, reports
