@@ -4,8 +4,10 @@ delayed scaling against lensa.blockscale.delayed_scales, and the quantized linea
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -242,6 +244,28 @@ def test_mx_equals_torchaos_to_mx(key: str, elem: str, mode: str) -> None:
     assert torch.equal(lowp.fake_quantize(x, key), theirs)
 
 
+def test_below_e8m0s_second_smallest_scale_lensa_keeps_ocps_value_and_torchao_does_not() -> None:
+    """A block whose scale is E8M0's smallest, 2**-127 (code 0): OCP's value is the element times 2**-127, which
+    lensa keeps (computed here with torch's own E4M3 cast); torchao's ``to_dtype`` gives half of it under FLOOR
+    and 0 under RCEIL (as the README says). One scale up, 2**-126, the two agree."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mx = pytest.importorskip("torchao.prototype.mx_formats.mx_tensor")
+        config = pytest.importorskip("torchao.prototype.mx_formats.config")
+    x = torch.linspace(0.5, 1.5, 32).reshape(1, 32)
+    for exponent, agree in ((-118, True), (-120, False)):
+        block = x * 2.0**exponent
+        scale = 2.0 ** max(math.floor(math.log2(float(block.abs().max()))) - 8, -127)  # OCP's rule, E4M3's emax 8
+        ocp = (block.double() / scale).float().to(torch.float8_e4m3fn).double() * scale
+        assert torch.equal(lowp.fake_quantize(block, "mxfp8_e4m3", dtype=torch.float64), ocp)
+        for mode, factor in (("FLOOR", 0.5), ("RCEIL", 0.0)):
+            key = "mxfp8_e4m3" if mode == "FLOOR" else "mxfp8_e4m3_ceil"
+            s, d = mx.to_mx(block, torch.float8_e4m3fn, 32, getattr(config.ScaleCalculationMode, mode))
+            theirs = mx.to_dtype(d, s, torch.float8_e4m3fn, 32, torch.float32)
+            ours = lowp.fake_quantize(block, key)
+            assert torch.equal(theirs, ours) if agree else torch.equal(theirs, ours * factor)
+
+
 # --- stochastic rounding ----------------------------------------------------------------------------------------
 
 # The bias test: N draws of one value; the mean's error is compared with z_(1 - ALPHA/2) standard errors. A step
@@ -378,8 +402,9 @@ def test_hadamard_spreads_an_outlier_and_shrinks_the_block_scale() -> None:
 # --- NVFP4 against Transformer Engine's reference formula ---------------------------------------------------------
 
 
-def te_nvfp4(x: torch.Tensor) -> torch.Tensor:
-    """TE's NVFP4QuantizerRef._quantize_blockwise_reference (1×16, E4M3 scales), written out, dequantized."""
+def te_nvfp4(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """TE's NVFP4QuantizerRef._quantize_blockwise_reference (1×16, E4M3 scales), written out: the E2M1 codes it
+    stores, and the values they stand for, dequantized as TE does (code × block scale × decode scale)."""
     m, n = x.shape
     vec_max = x.abs().view(m, n // 16, 16).amax(-1, keepdim=True)
     global_amax = x.abs().amax()
@@ -393,25 +418,47 @@ def te_nvfp4(x: torch.Tensor) -> torch.Tensor:
     enc_block = torch.minimum(1.0 / (block * decode), fmax)
     scaled = torch.clamp(x.view(m, n // 16, 16) * enc_block, -6.0, 6.0)
     e2m1 = lowp._to_grid(scaled.abs().contiguous(), B.FORMATS["fp4_e2m1"], None).copysign(scaled)
-    return (e2m1 * block * decode).view(m, n)
+    return e2m1.view(m, n), (e2m1 * block * decode).view(m, n)
 
 
-def test_nvfp4_differs_from_transformer_engines_formula_only_where_the_docs_say() -> None:
-    """Blocks whose E4M3 scale lensa clamps at 2**-6 (TE's goes subnormal or 0) differ; elsewhere the two
-    formulas' last-bit differences in the scales move fewer than 1 in 1000 values."""
-    g = torch.Generator().manual_seed(9)
-    x = torch.randn(256, 256, generator=g) * torch.exp(torch.randn(256, 16, 1, generator=g) * 3).repeat(1, 1, 16).view(
-        256, 256
-    )
-    ours, theirs = lowp.fake_quantize(x, "nvfp4"), te_nvfp4(x)
-    amax = x.abs().view(256, 16, 16).amax(-1)
+def _outlier_blocks(seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    scales = torch.exp(torch.randn(256, 16, 1, generator=g) * 3).repeat(1, 1, 16).view(256, 256)
+    return torch.randn(256, 256, generator=g) * scales
+
+
+@pytest.mark.parametrize(
+    ("data", "some_clamped"),
+    [
+        (lambda: _outlier_blocks(9), True),
+        (lambda: torch.randn(512, 512, generator=torch.Generator().manual_seed(1)), False),
+    ],
+    ids=["blocks-far-apart", "normal"],
+)
+def test_nvfp4_differs_from_transformer_engines_formula_only_where_the_docs_say(
+    data: Callable[[], torch.Tensor], some_clamped: bool
+) -> None:
+    """The module's docstring: the codes stored differ only in blocks whose E4M3 scale lensa clamps at 2**-6
+    (TE's goes subnormal or 0); elsewhere the values they stand for differ by at most two units in the last place
+    of FP32 (lensa's value is code × tensor scale × block scale rounded once; TE's multiplies by its decode scale,
+    the reciprocal of 2688 / amax, and rounds twice)."""
+    x = data()
+    m, n = x.shape
+    enc = B.encode(x.numpy(), "nvfp4")
+    codes = torch.from_numpy(enc.stored / enc.scale).float()
+    their_codes, theirs = te_nvfp4(x)
+    ours = lowp.fake_quantize(x, "nvfp4")
+    amax = x.abs().view(m, n // 16, 16).amax(-1)
     clamped = (amax / 6 / (x.abs().amax() / 2688)) < B.FORMATS["fp8_e4m3"].smallest_normal
     clamped = clamped.repeat_interleave(16, dim=1)
-    differ = ours != theirs
-    assert bool(clamped.any()) and bool(differ[clamped].any())  # the clamp shows
-    assert float(differ[~clamped].float().mean()) < 1e-3
-    rel = ((ours - theirs).abs() / x.abs().clamp_min(1e-30))[~clamped & differ]
-    assert rel.numel() == 0 or float(rel.max()) < 1.0
+    assert bool(clamped.any()) == some_clamped
+    if some_clamped:
+        assert bool((codes != their_codes)[clamped].any())  # the clamp shows
+    assert torch.equal(codes[~clamped], their_codes[~clamped])
+    ulp = torch.nextafter(ours.abs(), torch.tensor(math.inf)) - ours.abs()
+    assert bool(((ours - theirs).abs() <= 2 * ulp)[~clamped].all())
+    if not some_clamped:  # the dequantization's rounding shows in most values of a plain tensor
+        assert float((ours != theirs).float().mean()) > 0.5
 
 
 # --- delayed scaling --------------------------------------------------------------------------------------------
@@ -520,6 +567,81 @@ def test_quantize_model_keeps_the_model_and_its_last_layers_in_bf16() -> None:
     assert layers["0"].key == "nvfp4_recipe" and layers["3"].input == L.BF16
     lowp.restore_model(model)
     assert not lowp.lowp_layers(model) and all(type(m) is torch.nn.Linear for m in (model[0], model[3]))
+
+
+def _gpt2(layers: int = 2) -> torch.nn.Module:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=layers, n_embd=32, n_head=2, vocab_size=64, n_positions=16,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    return transformers.GPT2LMHeadModel(config)
+
+
+@pytest.mark.parametrize("key", ["nvfp4", "fp8_delayed", "mxfp8"])
+def test_a_conv1d_quantizes_as_the_nn_linear_with_its_weight_transposed(key: str) -> None:
+    """GPT-2's layers are transformers' Conv1D (weight (in, out)): each must compute, forward and backward, exactly
+    what an nn.Linear holding the transposed weight computes under the same recipe."""
+    conv = _gpt2().transformer.h[0].mlp.c_fc
+    linear = torch.nn.Linear(conv.nx, conv.nf)
+    with torch.no_grad():
+        linear.weight.copy_(conv.weight.T)
+        linear.bias.copy_(conv.bias)
+    lowp.quantize_model(conv, key)
+    lowp.quantize_model(linear, key)
+    assert type(conv).__name__ == "LowpConv1D" and "recipe=" in repr(conv)
+    x = torch.randn(3, 5, conv.nx) * 10.0 ** torch.randint(-3, 3, (3, 5, 1))
+    for _ in range(2):  # the second step reads the first one's delayed scales
+        outs = [layer(x) for layer in (conv, linear)]
+        assert torch.equal(outs[0], outs[1])
+        for out in outs:
+            out.pow(2).sum().backward()
+    assert torch.equal(conv.weight.grad.T, linear.weight.grad) and torch.equal(conv.bias.grad, linear.bias.grad)
+
+
+def test_a_gpt2_from_a_config_has_every_linear_layer_quantized() -> None:
+    from transformers.pytorch_utils import Conv1D
+
+    base = _gpt2()
+    ids = torch.randint(0, 64, (4, 12))
+
+    def losses(model: torch.nn.Module) -> list[float]:
+        opt = torch.optim.Adam(model.parameters(), 1e-3)
+        out = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = model(ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            out.append(float(loss.detach()))
+        return out
+
+    model = lowp.quantize_model(copy.deepcopy(base), "nvfp4_recipe")
+    layers = {m.lowp.name: m for m in lowp.lowp_layers(model)}
+    # Four Conv1D per block (attention in and out, MLP in and out) and the head; the head, last, stays in BF16.
+    assert len(layers) == 4 * 2 + 1 and all(isinstance(m, Conv1D) for n, m in layers.items() if n != "lm_head")
+    assert layers["lm_head"].lowp.recipe.input == L.BF16
+    assert layers["transformer.h.1.mlp.c_proj"].lowp.recipe.key == "nvfp4_recipe"
+    lowp.set_counting(model, True)
+    quantized, plain = losses(model), losses(copy.deepcopy(base))
+    assert all(math.isfinite(v) for v in quantized) and quantized != plain
+    assert abs(quantized[-1] - plain[-1]) < 0.05 * plain[-1]
+    assert {s.layer for s in lowp.layer_shares(model)} >= {"transformer.h.0.attn.c_attn", "lm_head"}
+    copy.deepcopy(lowp.restore_model(model))
+    assert type(model.transformer.h[0].attn.c_attn) is Conv1D and not lowp.lowp_layers(model)
+    with lowp.full_precision(lowp.quantize_model(model, "nvfp4")):  # the base's own forward when switched off
+        assert torch.equal(model(ids).logits, lowp.restore_model(copy.deepcopy(model))(ids).logits)
+
+
+def test_a_model_quantize_model_would_not_change_is_told_so() -> None:
+    with pytest.warns(UserWarning, match="found no layer to quantize in Sequential"):
+        lowp.quantize_model(torch.nn.Sequential(torch.nn.Conv2d(1, 1, 1)), "nvfp4")
+    with pytest.warns(UserWarning, match="none is quantized below BF16"):
+        lowp.quantize_model(torch.nn.Linear(4, 4), "nvfp4_recipe")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lowp.quantize_model(torch.nn.Linear(4, 4), "nvfp4_recipe", keep_bf16=0)
 
 
 def test_options_replace_the_recipes_fields() -> None:

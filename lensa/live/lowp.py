@@ -35,11 +35,13 @@ stay FP32. What each layer and tensor lost is counted at the steps asked for (:f
 
 NVFP4 here is :mod:`lensa.blockscale`'s rule (torchao's: ``nvfp4_tensor``), which differs from Transformer Engine's
 reference quantizer (``NVFP4QuantizerRef`` in ``transformer_engine/pytorch/custom_recipes/quantization_nvfp4.py``)
-in three places: the block scale is clamped below at E4M3's smallest normal 2**-6 (TE's only at 448 above, so a
+in four places: the block scale is clamped below at E4M3's smallest normal 2**-6 (TE's only at 448 above, so a
 block far below the tensor's amax there gets a subnormal scale or 0, and its values flush); the tensor scale is
-``amax / (448 * 6)`` (TE's is the reciprocal of ``448 * 6 / amax``, which can differ in the last bit); and values
-are divided by ``tensor scale * block scale`` (TE multiplies by the reciprocal of that product). Only the first
-changes more than a rare tie: ``tests/test_lowp.py`` measures the three against TE's formula written out.
+``amax / (448 * 6)`` (TE's is the reciprocal of ``448 * 6 / amax``, which can differ in the last bit); values are
+divided by ``tensor scale * block scale`` (TE multiplies by the reciprocal of that product); and the value a code
+stands for is ``code * tensor scale * block scale`` rounded once to FP32 (TE's multiplies by its two scales in
+turn, rounding twice). Only the first changes which codes are stored; the last moves most values of a tensor by
+one or two units in FP32's last place. ``tests/test_lowp.py`` measures all four against TE's formula written out.
 
 On the CPU, where numba is installed (``requirements.txt`` has it; ``LENSA_NUMBA=0`` switches it off), a float32
 tensor is quantized by :mod:`lensa.lowp_kernels`' compiled kernel: the block maxima, the scales and the rounding in
@@ -57,6 +59,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from types import ModuleType
@@ -733,20 +736,75 @@ def _apply_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 _quantized_linear: Callable[..., Any] = torch.compiler.disable(_apply_linear)
 
 
-class LowpLinear(nn.Linear):
-    """An ``nn.Linear`` whose forward is :class:`LinearFunction` (made by :func:`quantize_model` from a model's own
-    layers, in place: the same parameters, names and hooks). ``lowp`` holds its :class:`LayerState`."""
+class _Lowp(nn.Module):
+    """What a quantized layer adds to the class :func:`quantize_model` took it from (``_lowp_base``): ``lowp``, its
+    :class:`LayerState`, and a forward that is :class:`LinearFunction` (the base's own forward where the layer is
+    switched off, :func:`full_precision`)."""
 
     lowp: LayerState
+    _lowp_base: type[nn.Module]
+
+    def _lowp_weight(self) -> torch.Tensor:
+        """The weight as ``nn.Linear`` holds it: (out, in)."""
+        return cast(torch.Tensor, cast(Any, self).weight)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if not self.lowp.enabled:
-            return F.linear(input, self.weight, self.bias)
-        out: torch.Tensor = _quantized_linear(input, self.weight, self.bias, self.lowp)
+            out: torch.Tensor = self._lowp_base.forward(self, input)
+            return out
+        out = _quantized_linear(input, self._lowp_weight(), cast(Any, self).bias, self.lowp)
         return out
+
+
+class LowpLinear(_Lowp, nn.Linear):
+    """An ``nn.Linear`` whose forward is :class:`LinearFunction` (made by :func:`quantize_model` from a model's own
+    layers, in place: the same parameters, names and hooks). ``lowp`` holds its :class:`LayerState`."""
+
+    _lowp_base = nn.Linear
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, recipe={self.lowp.recipe.key}"
+
+
+# transformers' Conv1D (GPT-2's, GPT's): a linear layer whose weight is stored transposed, (in, out), and whose
+# forward is ``x @ weight + bias``. Known by its class's place, so that transformers is never imported here.
+_CONV1D = ("transformers.pytorch_utils", "Conv1D")
+_LOWP_CLASSES: dict[type[nn.Module], type[_Lowp]] = {nn.Linear: LowpLinear}
+
+
+def _conv1d_layer(base: type[nn.Module]) -> type[_Lowp]:
+    """The quantized class for transformers' ``Conv1D`` (made once, a subclass of it, so ``isinstance`` checks in
+    transformers still hold; it is this module's ``LowpConv1D``, so a quantized model can be pickled)."""
+    if base not in _LOWP_CLASSES:
+
+        def weight(self: Any) -> torch.Tensor:
+            return cast(torch.Tensor, self.weight.T)
+
+        def representation(self: Any) -> str:
+            return f"LowpConv1D(nf={self.nf}, nx={self.nx}, recipe={self.lowp.recipe.key})"
+
+        cls = type(
+            "LowpConv1D",
+            (_Lowp, base),
+            {"__module__": __name__, "_lowp_base": base, "_lowp_weight": weight, "__repr__": representation},
+        )
+        cls.__doc__ = "transformers' ``Conv1D`` made to quantize as :class:`LowpLinear` does (its weight transposed)."
+        globals()["LowpConv1D"] = cls
+        _LOWP_CLASSES[base] = cls
+    return _LOWP_CLASSES[base]
+
+
+def _lowp_class(m: nn.Module) -> type[_Lowp] | None:
+    """The quantized class for a layer :func:`quantize_model` wraps: an exact ``nn.Linear`` (a subclass may have a
+    forward of its own), transformers' ``Conv1D``, or a layer it wrapped before; None for any other module."""
+    t = type(m)
+    if isinstance(m, _Lowp):
+        return t  # type: ignore[return-value]  # already one of ours
+    if t is nn.Linear:
+        return LowpLinear
+    if (t.__module__, t.__name__) == _CONV1D:
+        return _conv1d_layer(t)
+    return None
 
 
 def training_recipe(recipe: str | TrainingRecipe | Recipe, **options: Any) -> TrainingRecipe:
@@ -774,39 +832,54 @@ def quantize_model(
     skip: Iterable[str] = (),
     **options: Any,
 ) -> nn.Module:
-    """Make every ``nn.Linear`` of ``model`` (those named in ``skip`` aside) train with ``recipe``; returns ``model``.
+    """Make every linear layer of ``model`` (those named in ``skip`` aside) train with ``recipe``; returns ``model``.
 
-    ``recipe`` and ``options`` as :func:`training_recipe`. The layers change in place (their class becomes
-    :class:`LowpLinear`): parameters, names, hooks and a Recorder's view of them stay as they were, so an optimizer
-    made before keeps working. The recipe's ``keep_bf16`` last of them (in ``model.named_modules()`` order) run in
-    BF16 (:func:`lensa.lowp.bf16_layer`). ``seed`` seeds the stochastic rounding's draws (one generator per device
-    for the whole model). Subclasses of ``nn.Linear`` with forwards of their own are left alone. Calling it again
-    replaces the recipe; :func:`restore_model` undoes it.
+    The linear layers are the ``nn.Linear`` modules and transformers' ``Conv1D`` (GPT-2's attention and MLP
+    layers, whose weight is stored transposed). ``recipe`` and ``options`` as :func:`training_recipe`. The layers
+    change in place (their class becomes :class:`LowpLinear`, or ``LowpConv1D``): parameters, names, hooks and a
+    Recorder's view of them stay as they were, so an optimizer made before keeps working. The recipe's
+    ``keep_bf16`` last of them (in ``model.named_modules()`` order) run in BF16 (:func:`lensa.lowp.bf16_layer`).
+    ``seed`` seeds the stochastic rounding's draws (one generator per device for the whole model). Subclasses of
+    ``nn.Linear`` with forwards of their own are left alone. A model with no layer to quantize, or whose every
+    layer ``keep_bf16`` keeps in BF16, is told so in a warning. Calling it again replaces the recipe;
+    :func:`restore_model` undoes it.
     """
     chosen = training_recipe(recipe, **options)
     skipped = set(skip)
     state = ModelState(seed=seed)
     layers = [
-        (name, m)
+        (name, m, cls)
         for name, m in model.named_modules()
-        if name not in skipped and (type(m) is nn.Linear or isinstance(m, LowpLinear))
+        if name not in skipped and (cls := _lowp_class(m)) is not None
     ]
-    for i, (name, m) in enumerate(layers):
+    if not layers:
+        warnings.warn(
+            f"quantize_model found no layer to quantize in {type(model).__name__}: it wraps nn.Linear and "
+            "transformers' Conv1D (not their subclasses with forwards of their own), and the model is unchanged",
+            stacklevel=2,
+        )
+    elif chosen.keep_bf16 >= len(layers):
+        warnings.warn(
+            f"the recipe {chosen.key} keeps the last {chosen.keep_bf16} linear layer(s) in BF16 and "
+            f"{type(model).__name__} has {len(layers)}: none is quantized below BF16 (keep_bf16=0 quantizes them)",
+            stacklevel=2,
+        )
+    for i, (name, m, cls) in enumerate(layers):
         in_bf16 = i >= len(layers) - chosen.keep_bf16
-        m.__class__ = LowpLinear
-        cast(LowpLinear, m).lowp = LayerState(name, bf16_layer(chosen) if in_bf16 else chosen, state)
+        m.__class__ = cls
+        cast(_Lowp, m).lowp = LayerState(name, bf16_layer(chosen) if in_bf16 else chosen, state)
     return model
 
 
-def lowp_layers(model: nn.Module) -> list[LowpLinear]:
+def lowp_layers(model: nn.Module) -> list[_Lowp]:
     """The model's quantized layers, in ``named_modules()`` order."""
-    return [m for m in model.modules() if isinstance(m, LowpLinear)]
+    return [m for m in model.modules() if isinstance(m, _Lowp)]
 
 
 def restore_model(model: nn.Module) -> nn.Module:
-    """Undo :func:`quantize_model`: the layers are plain ``nn.Linear`` again."""
+    """Undo :func:`quantize_model`: the layers are plain ``nn.Linear`` (or ``Conv1D``) again."""
     for m in lowp_layers(model):
-        m.__class__ = nn.Linear  # type: ignore[assignment]  # back to the class quantize_model took it from
+        m.__class__ = m._lowp_base  # type: ignore[assignment]  # back to the class quantize_model took it from
         del m.lowp
     return model
 
