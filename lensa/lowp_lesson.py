@@ -111,7 +111,7 @@ ROTATION_SPREAD = 0.01
 """The block: 16 values drawn from a normal distribution times 0.01, value 4 set to 2**k times the largest other."""
 
 
-RotationVerdict = Literal["nothing", "recovers", "spreads"]
+RotationVerdict = Literal["same_scale", "recovers", "spreads"]
 
 
 @dataclass(frozen=True)
@@ -146,10 +146,13 @@ class RotationView:
 
     @property
     def verdict(self) -> RotationVerdict:
-        """What the rotation did to the block: ``"nothing"`` (nothing flushed, the same scale), ``"recovers"`` (the
-        other 15 values' SQNR rises by more than :data:`RECOVERED_DB`), else ``"spreads"``."""
-        if self.flushed == 0 and self.scale_exponent == self.rotated_scale_exponent:
-            return "nothing"
+        """What the rotation did to the block: ``"same_scale"`` (the rotated block keeps the block's scale: its
+        largest value has the same power of two at or below it, so only where the values fall between FP4's steps
+        changes), else the scale drops and ``"recovers"`` (the other 15 values' SQNR rises by more than
+        :data:`RECOVERED_DB`) or ``"spreads"``. The explanations of the last two say the scale drops: at every stop
+        of the page's slider a changed scale is a lower one (tests/test_lowp_lesson.py checks it)."""
+        if self.rotated_scale_exponent == self.scale_exponent:
+            return "same_scale"
         return "recovers" if self.restored_others_sqnr_db > self.others_sqnr_db + RECOVERED_DB else "spreads"
 
 

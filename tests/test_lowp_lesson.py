@@ -5,6 +5,8 @@ and the shipped comparison's file (its seed, command, arms and what lensa.lowp s
 from __future__ import annotations
 
 import math
+import re
+from typing import get_args
 
 import numpy as np
 import pytest
@@ -140,16 +142,81 @@ def test_the_step_by_step_gap_is_a_ratio_of_trailing_means() -> None:
     assert np.allclose(view.relative["fp32"], LL.relative_to_bf16(data.losses_of("fp32"), data.losses_of("bf16")))
 
 
-@pytest.mark.parametrize("k", [0.0, 2.0, 5.0, 8.0, 10.0])
+@pytest.mark.parametrize("k", [0.0, 0.5, 2.0, 5.0, 8.0, 10.0])
 def test_the_rotation_verdict_is_what_the_view_shows(k: float) -> None:
     v = LL.rotation_view(k)
-    if v.flushed == 0 and v.scale_exponent == v.rotated_scale_exponent:
-        assert v.verdict == "nothing"
+    if v.scale_exponent == v.rotated_scale_exponent:
+        assert v.verdict == "same_scale"
+        # the same scale: the largest value, rotated or not, has the same power of two at or below it (OCP's rule)
+        assert math.floor(math.log2(v.amax)) == math.floor(math.log2(v.rotated_amax))
     elif v.restored_others_sqnr_db - v.others_sqnr_db > LL.RECOVERED_DB:
         assert v.verdict == "recovers"
     else:
         assert v.verdict == "spreads"
     assert LL.outlier_times(k) == 2.0**k and LL.OUTLIER_POSITION == LL.OUTLIER_AT + 1
+
+
+def _outlier_stops() -> tuple[float, ...]:
+    from lensa.ui.site import PAGES_BY_KEY
+
+    return PAGES_BY_KEY["low_bits"].control("outlier").stops  # type: ignore[union-attr]
+
+
+def _explanation(v: LL.RotationView, lang: str) -> str:
+    """The rotation's explanation as pages/low_bits.py fills it."""
+    from lensa.ui import i18n
+
+    def db(x: float) -> str:
+        return "∞" if x == math.inf else "−∞" if not math.isfinite(x) else f"{i18n.number(x, lang, 1)} dB"
+
+    return i18n.text(
+        lang,
+        f"low_bits.explain_rotation_{v.verdict}",
+        before=str(v.scale_exponent),
+        after=str(v.rotated_scale_exponent),
+        flushed=i18n.number(v.flushed, lang),
+        rotated_flushed=i18n.number(v.rotated_flushed, lang),
+        others=db(v.others_sqnr_db),
+        restored_others=db(v.restored_others_sqnr_db),
+        sqnr=db(v.sqnr_db),
+        restored=db(v.restored_sqnr_db),
+    )
+
+
+# "from 2^-8 to 2^-8", "dari 2^-8 ke 2^-8": a change that is none; "1 values ... instead of 1", "1, bukan 1" likewise
+_NO_CHANGE = re.compile(
+    r"2\^(\S+?) (?:to|ke) 2\^\1(?![\d])|(\d+) (?:values are flushed instead of|nilai menjadi 0, bukan) \2\b"
+)
+_DROPS = {"en": "scale drops from", "id": "scale blok turun dari"}
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_the_rotation_explanation_says_what_the_scale_did_at_every_stop(lang: str) -> None:
+    """At every stop of the page's outlier slider: no sentence says the scale drops (or changes) from 2^X to the same
+    2^X; a sentence that says it drops is shown only where the rotated scale is lower; and every explanation the
+    code can choose is shown at some stop (none is dead text)."""
+    stops = _outlier_stops()
+    assert len(stops) > 10
+    shown = set()
+    for k in stops:
+        v = LL.rotation_view(k)
+        assert v.rotated_scale_exponent <= v.scale_exponent, k  # the rotation never raises this block's scale
+        text = _explanation(v, lang)
+        assert not _NO_CHANGE.search(text), (k, text)
+        says_drop = _DROPS[lang] in text
+        assert says_drop == (v.rotated_scale_exponent < v.scale_exponent), (k, text)
+        if not says_drop:
+            assert f"2^{v.scale_exponent}" in text  # the kept scale is named
+        shown.add(v.verdict)
+    assert shown == set(get_args(LL.RotationVerdict))
+    assert {LL.rotation_view(k).verdict for k in stops[:2]} == {"same_scale"}  # 2^0 and 2^0.5: the scale stays
+
+
+def test_the_old_wording_is_what_the_check_catches() -> None:
+    assert _NO_CHANGE.search("Rotated, the block's scale drops from 2^-8 to 2^-8 and 1 values are flushed")
+    assert _NO_CHANGE.search("scale blok turun dari 2^-8 ke 2^-8 dan 1 nilai menjadi 0, bukan 1.")
+    assert _NO_CHANGE.search("and 1 values are flushed instead of 1.")
+    assert not _NO_CHANGE.search("drops from 2^-8 to 2^-9 and 0 values are flushed instead of 1")
 
 
 def test_the_comparisons_shares_are_its_percents() -> None:

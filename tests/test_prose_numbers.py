@@ -26,7 +26,11 @@ _NUMBER = re.compile(r"(?<![\w.,])(0x[0-9A-Fa-f]+(?:p[-−]?\d+)?|\d+(?:[.,]\d+)
 _PLACEHOLDER = re.compile(r"\{\w+\}")
 _LINK = re.compile(r"\]\([^)]*\)|https?://\S+")
 # Citation identifiers: arXiv numbers, years in parentheses or after a venue, and the standard's number.
-_CITATION = re.compile(r"arXiv:\d{4}\.\d{4,5}|\((?:19|20)\d\d\)|\b(?:ICLR|ICML|NeurIPS) (?:19|20)\d\d|IEEE 754-\d{4}")
+_CITATION = re.compile(
+    r"arXiv:\d{4}\.\d{4,5}(?:v\d+)?|\((?:19|20)\d\d\)|\b(?:ICLR|ICML|NeurIPS) (?:19|20)\d\d|IEEE 754-\d{4}"
+    r"|\b(?:Figures?|Tables?|Gambar|Tabel|section|bagian|appendix|lampiran) (?:[A-Z]\.)?\d+(?:\.\d+)?(?:\(\w\))?"
+    r"(?: (?:and|dan) \d+)?"
+)
 _VERSION = re.compile(r"(?:version|versi) (\d+\.\d+)")
 
 
