@@ -8,7 +8,7 @@
     lensa report run.npz --check mxfp8_e4m3    # any block recipe too (a run recorded with recipes=True)
     lensa report run.npz --html report.html    # one self-contained HTML file: the report and the lesson's charts
     lensa report runs/                         # every .npz in a folder (or several files): the arms of one run
-    lensa merge run.npz rank0.npz rank1.npz    # one run from a distributed run's per-rank files
+    lensa merge run.npz rank0.npz rank1.npz    # one run from a distributed run's per-rank files (checked first)
 
 Exit codes: 0 done (and every check passed), 1 a check failed, 2 the file could not be read or the arguments
 are wrong (the message says which). The numbers are :mod:`lensa.report`'s, which are the pages' own; the text
@@ -39,7 +39,7 @@ from typing import Any, TextIO
 from lensa import report as R
 from lensa.blockscale import RECIPES
 from lensa.formats import FORMATS
-from lensa.runstats import KINDS, RunStats, RunStatsError, load, merge_ranks
+from lensa.runstats import KINDS, NotOneRunError, RunStats, RunStatsError, check_one_run, load, merge_ranks
 from lensa.ui import i18n
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -206,18 +206,28 @@ def _write_kind(w: _Words, doc: dict[str, Any], kind: str, out: TextIO) -> None:
     columns = ("zero", "subnormal", "overflow")
     rows = [[w.t("common.col_format"), *(w.t(f"common.col_{c}") for c in columns), w.t("common.col_error")]]
     scaled = section.get("fp8_scaled") or {}
+    marks = _row_marks(w, doc, kind)
     for f in fmts:
         shares = everything["shares"][f]
         label = w.t("report.fp8_raw", fmt=labels[f]) if f in scaled else labels[f]
+        if f in marks:  # a format's row that is 0% by construction, or says nothing of a weight: never a bare 0%
+            label = w.t("report.trivial_row", fmt=label, mark=marks[f])
         rows.append([label, *(w.pct(shares[c]) for c in columns), _error_text(w, everything["error"][f], shares)])
     for f, shares in scaled.items():
         rows.append([w.t("report.fp8_scaled", fmt=labels[f]), *(w.pct(shares[c]) for c in columns), "—"])
     _table(rows, out, w.width)
     if scaled:
         w.say(w.t("report.fp8_note"), out)
+    dtypes = _dtype_words(section["dtypes"])
     if section.get("trivial"):
         trivial = w.formats(section["trivial"])
-        w.say(w.t("report.trivial", dtypes=_dtype_words(section["dtypes"]), formats=trivial), out)
+        w.say(w.t("report.trivial", dtypes=dtypes, formats=trivial, mark=w.t("report.trivial_mark")), out)
+    if kind == "update" and marks:
+        w.say(w.t("report.update_rows", dtypes=dtypes, mark=w.t("report.update_alone_mark")), out)
+        u = doc["updates"]
+        for f in marks if u["intended"] else ():
+            if u["lost"].get(f) is not None:
+                w.say(w.t("report.update_lost", fmt=labels[f], lost=w.pct(u["lost"][f]), step=w.num(u["step"])), out)
     out.write("\n")
     rows = [
         [
@@ -231,6 +241,28 @@ def _write_kind(w: _Words, doc: dict[str, Any], kind: str, out: TextIO) -> None:
         rows.append([layer["name"], w.num(layer["nonzero"]), *cells])
     raw = {f: w.t("report.fp8_raw", fmt=labels[f]) if f in scaled else labels[f] for f in fmts}
     _table(rows, out, w.width, keys=2, groups=[raw[f] for f in fmts for _ in range(2)])
+
+
+def _weight_formats(doc: dict[str, Any]) -> list[str]:
+    """The report's formats the weights were held in, where their updates were recorded and the file says their types
+    (an FP32 weight's format is none of them)."""
+    from lensa import measured
+
+    section = doc["kinds"].get("update")
+    if section is None or doc["updates"] is None:
+        return []
+    held = {measured.format_of_dtype(d) for d in section["dtypes"]}
+    return [f for f in doc["formats"] if f in held]
+
+
+def _row_marks(w: _Words, doc: dict[str, Any], kind: str) -> dict[str, str]:
+    """The formats whose rows of ``kind``'s table are marked, with the mark: a format that holds every value of the
+    tensors' types exactly (0% by construction); for updates, the format the weights were held in, whose row holds
+    each update alone (its 0% to 0 says nothing of what such a weight keeps: that is the updates' own table)."""
+    marks = dict.fromkeys(doc["kinds"][kind].get("trivial") or [], w.t("report.trivial_mark"))
+    if kind == "update":
+        marks.update(dict.fromkeys(_weight_formats(doc), w.t("report.update_alone_mark")))
+    return marks
 
 
 def _write_recipes(w: _Words, doc: dict[str, Any], kind: str, out: TextIO) -> None:
@@ -302,6 +334,9 @@ def _write_updates(w: _Words, doc: dict[str, Any], out: TextIO) -> None:
     if u.get("intended"):
         dtypes = _dtype_words(u.get("dtypes") or [])
         w.say(w.t("report.intended", dtypes=dtypes, fp32=w.pct(u.get("fp32_lost"))), out)
+    elif hidden := _weight_formats(doc):  # after − before of narrow weights: what they rounded away is 0, uncounted
+        dtypes = _dtype_words(u.get("dtypes") or [])
+        w.say(w.t("report.update_hidden", dtypes=dtypes, formats=w.formats(hidden)), out)
     losing = u["losing"]["fp16"]
     sentence = w.t("report.losing", layers=", ".join(losing)) if losing else w.t("report.losing_none")
     w.say(sentence, out)
@@ -503,15 +538,21 @@ def _parser() -> argparse.ArgumentParser:
         help="one run from the per-rank files of a distributed run",
         description="Activations and their gradients are combined over the files (counts and sums add); weights, "
         "their gradients and updates are kept once, from the first file that has them; each step's loss is the "
-        "mean. Recorder.save and the callbacks write one file already: this is for per-rank files.",
+        "mean. Recorder.save and the callbacks write one file already: this is for per-rank files. Files that "
+        "cannot be the ranks of one run (a file twice, other training or recorded steps, other weights, another "
+        "number of ranks or arm) are refused with exit code 2, and nothing is written.",
     )
     merge.add_argument("out", help="the .npz file to write")
     merge.add_argument("files", nargs="+", metavar="FILE", help="the per-rank .npz files (rank 0's first)")
+    merge.add_argument(
+        "--lang", choices=i18n.LANGUAGES, help="language of the messages (default: English; id for an id locale)"
+    )
     return parser
 
 
-def _read(paths: Sequence[str], w: _Words, err: TextIO) -> list[tuple[str, RunStats]] | None:
-    """Each file (a folder: each .npz in it, by name) read, with its name; None after saying why one could not be."""
+def _read(paths: Sequence[str], w: _Words, err: TextIO, whole_paths: bool = False) -> list[tuple[str, RunStats]] | None:
+    """Each file (a folder: each .npz in it, by name) read, with its name (``whole_paths``: its path); None after
+    saying why one could not be."""
     files: list[str] = []
     for path in paths:
         if os.path.isdir(path):
@@ -524,7 +565,7 @@ def _read(paths: Sequence[str], w: _Words, err: TextIO) -> list[tuple[str, RunSt
             files.append(path)
     runs = []
     for path in files:
-        name = os.path.basename(path)
+        name = path if whole_paths else os.path.basename(path)
         try:
             runs.append((name, load(path)))
         except RunStatsError as e:
@@ -549,9 +590,59 @@ def _arms(runs: list[tuple[str, RunStats]]) -> RunStats | dict[str, RunStats]:
     return arms
 
 
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _not_one_run(w: _Words, e: NotOneRunError, names: Sequence[str]) -> str:
+    """Why ``e`` says the files cannot be the ranks of one run, in ``w``'s language, the files by their names."""
+    v: dict[str, object] = dict(e.values)
+    v.update(zip(("a", "b"), (names[i] for i in e.parts), strict=False))
+    for key in ("step", "n", "ranks", "ranks_a", "ranks_b", "size_a", "size_b"):
+        value = v.get(key)
+        if isinstance(value, int):
+            v[key] = w.num(value)
+    for key in ("dtype_a", "dtype_b"):
+        if key in v:
+            v[key] = _dtype_words([str(v[key])]) if v[key] is not None else w.t("report.dtype_unknown")
+    if "kind" in v:
+        v["kind"] = w.kind(str(v["kind"]))
+    if "name" in v:
+        v["tensor"] = v.pop("name")
+    sentences = {
+        "ranks": "report.why_ranks",
+        "ranks_one": "report.why_ranks_one",
+        "too_many": "report.why_too_many",
+        "steps": "report.why_steps",
+        "recorded": "report.why_recorded",
+        "arm": "report.why_arm",
+        "shared_missing": "report.why_shared_missing",
+        "shared_size": "report.why_shared_size",
+        "shared_values": "report.why_shared_values",
+        "dtype": "report.why_dtype",
+        "same_records": "report.why_same_records",
+    }
+    reason = "ranks_one" if e.reason == "ranks" and e.values.get("ranks_b") is None else e.reason
+    return w.t(sentences[reason], **v)
+
+
 def _merge(args: argparse.Namespace, w: _Words, out: TextIO, err: TextIO) -> int:
-    runs = _read(args.files, w, err)
+    runs = _read(args.files, w, err, whole_paths=True)
     if runs is None:
+        return EXIT_BAD_INPUT
+    names = [name for name, _ in runs]
+    # Checked before anything is written: files that cannot be the ranks of one run leave no file behind.
+    twice = next((a for i, a in enumerate(names) if any(_same_file(a, b) for b in names[:i])), None)
+    if twice is not None:
+        err.write(w.t("report.not_one_run", name=args.out, why=w.t("report.why_same_file", a=twice)) + "\n")
+        return EXIT_BAD_INPUT
+    try:
+        check_one_run([run for _, run in runs])
+    except NotOneRunError as e:
+        err.write(w.t("report.not_one_run", name=args.out, why=_not_one_run(w, e, names)) + "\n")
         return EXIT_BAD_INPUT
     try:
         merged = merge_ranks([run for _, run in runs])

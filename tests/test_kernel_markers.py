@@ -43,6 +43,14 @@ EXEMPT: dict[tuple[str, str], str] = {
         "runs the README's recording code as written, to keep it working; what it records is test_capture's to check"
     ),
     ("tests/test_readme_recording.py", "numpy_kernels"): "the README's code as written (above)",
+    ("tests/test_merge.py", "torch_kernels"): (
+        "records two-rank DDP and FSDP2 runs only to have real per-rank files to merge; the records' numbers are "
+        "tests/test_capture.py's two-rank test, rerun under each set"
+    ),
+    ("tests/test_merge.py", "numpy_kernels"): (
+        "which files lensa merge refuses (steps, names, sizes, types, equal records) and that its output is the "
+        "Recorder's own file; merge_ranks' arithmetic is tests/test_runstats.py's, rerun under each set"
+    ),
     ("tests/test_limits.py", "numpy_kernels"): (
         "the server's byte and memory limits under real HTTP and websocket traffic; it checks no number a numpy "
         "kernel computes, and takes ~2.5 min a rerun"

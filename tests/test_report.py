@@ -405,8 +405,12 @@ def test_a_narrow_recording_says_its_columns_are_trivial():
     item = R.check(run, "fp16", kinds=["activation"]).items[0]
     assert item.trivial and item.share == 0
     _, out, _ = run_cli_run(run, "--lang", "en", "--check", "fp16", "--kinds", "activation")
-    assert "These tensors were FP16 when recorded" in out and "Only a recording in FP32" in out
-    assert "0 by construction" in out
+    flat = " ".join(out.split())
+    assert "These tensors were FP16 when recorded, and every FP16 value is exact in FP16" in flat
+    assert "Only a recording in FP32" in flat and "0 by construction" in flat
+    mark = i18n.text("en", "report.trivial_row", fmt="FP16", mark=i18n.text("en", "report.trivial_mark"))
+    assert mark in _format_rows(out, "Activations")  # its row says so, not a bare 0%
+    assert "FP16 hold" not in out  # "FP16 hold every FP16 value": a plural verb for one format
 
 
 def test_a_pure_bf16_run_is_reported_as_losing_its_updates(tmp_path):
@@ -430,6 +434,52 @@ def test_a_pure_bf16_run_is_reported_as_losing_its_updates(tmp_path):
     code, out, _ = run_cli("report", str(tmp_path / "bf16.npz"), "--lang", "en", "--check", "bf16", "--kinds", "update")
     assert code == 1 and "the one the optimizer meant to make" in out
     assert "These tensors were BF16 when recorded" in out  # the weights: BF16 "in BF16" is trivially 0%
+    # The updates' own table: BF16's row holds each update alone (its 0% to 0 is BF16's range), never a bare 0%
+    # above the ~99% a BF16 weight loses; the sentence under it gives that share.
+    rows = _format_rows(out, "Updates (what each step adds to a weight)")
+    assert "BF16, the update alone" in rows and "BF16" not in rows and rows["BF16, the update alone"][0] == "0%"
+    lost = _pct(doc["updates"]["lost"]["bf16"])
+    assert f"A weight held in BF16 loses {lost} of these updates" in " ".join(out.split())
+    assert "BF16, exact by construction" in _format_rows(out, "Weights")
+    _, out, _ = run_cli("report", str(tmp_path / "bf16.npz"), "--lang", "id")
+    assert "BF16, update saja" in _format_rows(out, "Update (yang ditambahkan setiap langkah ke weight)")
+    assert f"Weight yang disimpan dalam BF16 kehilangan {i18n.percent(doc['updates']['lost']['bf16'], 'id')}" in (
+        " ".join(out.split())
+    )
+    assert "BF16, persis dengan sendirinya" in _format_rows(out, "Weight")
+
+
+def _format_rows(out: str, kind: str) -> dict[str, list[str]]:
+    """The rows of the format table under ``kind``'s heading: each label (up to the first two spaces), its cells."""
+    rows = {}
+    for line in out.split(f"\n{kind}, ", 1)[1].splitlines()[3:]:
+        label, _, cells = line[2:].partition("  ")
+        if not line.startswith("  ") or not cells.strip():
+            break  # the sentences under the table
+        rows[label] = cells.split()
+    return rows
+
+
+def test_updates_of_narrow_weights_read_as_after_minus_before_say_what_they_hide():
+    """Where the updates of BF16 weights are after − before (the Recorder could not replay the optimizer's step),
+    every update such a weight rounded away is 0 and not counted: BF16's column of lost updates is 0% by
+    construction, and the report says so in both languages."""
+    from dataclasses import replace
+
+    w = np.random.default_rng(3).standard_normal(256).astype(np.float32)
+    before = w.astype(np.float32)
+    after = before + np.float32(1e-2)
+    as_bf16 = lambda x: (x.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)  # noqa: E731  # BF16 values
+    run = RunStats()
+    run.add("update", "fc.weight", 1, replace(summarize_update(as_bf16(before), as_bf16(after)), dtype="bfloat16"))
+    doc = R.build(run)
+    assert not doc["updates"]["intended"] and doc["updates"]["lost"]["bf16"] == 0
+    _, out, _ = run_cli_run(run, "--lang", "en")
+    flat = " ".join(out.split())
+    assert "BF16, the update alone" in _format_rows(out, "Updates (what each step adds to a weight)")
+    assert "the columns of BF16 are 0% by construction" in flat and "A weight held in" not in flat
+    _, out, _ = run_cli_run(run, "--lang", "id")
+    assert "kolom BF16 0% dengan sendirinya" in " ".join(out.split())
 
 
 # --- several files, a folder, merging, HTML ---------------------------------------------------------------------

@@ -19,7 +19,7 @@ One room per idea, each module's text says the rest:
 - :mod:`lensa.runstats.counting`: the numpy counting engine, :func:`summarize`, :func:`summarize_update` and
   :func:`summarize_intended`;
 - :mod:`lensa.runstats.run`: a run's records, :class:`RunStats`, its ``.npz`` file (:func:`load`), and one run of
-  a distributed run's parts (:func:`merge_ranks`).
+  a distributed run's parts (:func:`merge_ranks`, after :func:`check_one_run` says they can be).
 
 This package imports numpy (and :mod:`lensa.formats`, :mod:`lensa.blockscale`) only.
 """
@@ -60,8 +60,10 @@ from lensa.runstats.run import (
     MAX_TENSORS,
     RANK_KINDS,
     READ_VERSIONS,
+    NotOneRunError,
     RunStats,
     RunStatsError,
+    check_one_run,
     load,
     merge_ranks,
 )
@@ -88,9 +90,11 @@ __all__ = [
     "READ_VERSIONS",
     "RECIPE_KEYS",
     "SUMMARY_FORMATS",
+    "NotOneRunError",
     "RunStats",
     "RunStatsError",
     "TensorStats",
+    "check_one_run",
     "combine",
     "combine_over_ranks",
     "exact_fractions",

@@ -13,7 +13,8 @@ version-1 file's tensors, :attr:`TensorStats.dtype` None for both. :meth:`RunSta
 file beside the target, then renamed over it), so a reader never sees half a file.
 
 :func:`merge_ranks` makes one run of the parts that the ranks of a distributed run recorded (what
-``Recorder.save`` and ``lensa merge`` write).
+``Recorder.save`` and ``lensa merge`` write); :func:`check_one_run` says whether files can be such parts (``lensa
+merge`` asks it first: a file keeps no rank number or run id, so it reads what the ranks of one run share).
 
 This module imports numpy (and the rest of :mod:`lensa.runstats`) only.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import math
 import os
@@ -638,7 +640,8 @@ def merge_ranks(parts: Sequence[RunStats]) -> RunStats:
     optimises, and what the Trainer logs), the loss scale the first part's, and a step is skipped when any part
     skipped it. An amax series is the largest over the parts (each rank's shard of a sharded weight, each rank's
     batch of an activation; a tensor every rank holds whole gives the same number on each). The meta is the first
-    part's, with ``"ranks"``: the number of parts. ValueError when there is no part.
+    part's, with ``"ranks"``: the number of parts. ValueError when there is no part. Nothing else is checked here
+    (the Recorder merges the parts it gathered itself): :func:`check_one_run` checks files from elsewhere.
     """
     from lensa.runstats.record import combine_over_ranks
 
@@ -663,3 +666,157 @@ def merge_ranks(parts: Sequence[RunStats]) -> RunStats:
             values = [s[step] for s in series if step in s]
             out.record_amax(key[0], key[1], step, max(values))
     return out
+
+
+class NotOneRunError(ValueError):
+    """Files that cannot be the per-rank parts of one run (:func:`check_one_run`). ``reason`` says which check
+    failed (``"ranks"``, ``"too_many"``, ``"steps"``, ``"recorded"``, ``"arm"``, ``"shared_missing"``,
+    ``"shared_size"``, ``"shared_values"``, ``"dtype"`` or ``"same_records"``), ``parts`` the indices of the parts
+    that disagree (the first one or two) and ``values`` the rest of what the sentence saying so needs."""
+
+    def __init__(self, reason: str, message: str, parts: Sequence[int], **values: Any) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.parts = tuple(parts)
+        self.values = values
+
+
+def _first_missing(mine: set[int], theirs: set[int]) -> int | None:
+    return min(mine - theirs, default=None)
+
+
+def check_one_run(parts: Sequence[RunStats]) -> None:
+    """Raise :class:`NotOneRunError` unless ``parts`` can be the parts the ranks of one distributed run recorded
+    (what ``lensa merge`` combines; :func:`merge_ranks` itself checks nothing).
+
+    A file keeps no rank number and no run id, so the checks read what the ranks of one run share, as
+    :class:`lensa.live.capture.Recorder` records them on each rank:
+
+    - the number of ranks (the meta's ``"ranks"``, which the Recorder writes on every rank of a run of several):
+      the same in every part that has it, no part without it beside one with it (a file without it was recorded
+      in one process, a whole run), and no more parts than ranks;
+    - the training steps: every rank records every step's loss (its own batch's: losses differ between ranks and
+      are not compared), so the steps with a loss are the same in every part that has any;
+    - the recorded steps: every rank records tensors at the same steps (rank 0 its weights and its own activations,
+      the others their activations), so every part that holds a tensor holds tensors at the same steps;
+    - the arm (the meta's ``"arm"``), where two parts both name one;
+    - the tensors every rank holds the same of (weights, their gradients, updates: rank 0 alone records them, so
+      normally one part has them): where several parts hold them, the same tensors at the same steps, each with the
+      same number of values, type and counts;
+    - each rank's own tensors (activations and their gradients): the same type in every part at the same label
+      (their number of values may differ: each rank's batch is its own; and so may their names, since a module a
+      rank's batch never ran, an unused expert, has no record there);
+    - no two parts with the same records (a tensor at least): a rank records its own batch, so two equal parts
+      are one rank's file twice, whose activations would be counted twice.
+    """
+    n = len(parts)
+    ranks = [p._meta.get("ranks") for p in parts]
+    counted = [i for i, r in enumerate(ranks) if r is not None]
+    if counted:
+        i = counted[0]
+        for j in range(n):
+            if ranks[j] != ranks[i]:  # j > i where it has a number of ranks: i is the first part that has one
+                raise NotOneRunError(
+                    "ranks",
+                    f"part {i} was recorded on {ranks[i]} ranks and part {j} "
+                    + ("in one process" if ranks[j] is None else f"on {ranks[j]}"),
+                    (i, j),
+                    ranks_a=ranks[i],
+                    ranks_b=ranks[j],
+                )
+        world = ranks[i]
+        if isinstance(world, int) and not isinstance(world, bool) and n > world:
+            raise NotOneRunError("too_many", f"{n} parts of a run of {world} ranks", (), n=n, ranks=world)
+
+    stepped = [(i, set(p._steps)) for i, p in enumerate(parts) if p._steps]
+    recorded = [(i, {s for _, _, s in p._tensors}) for i, p in enumerate(parts) if p._tensors]
+    for reason, sets, what in (("steps", stepped, "trained"), ("recorded", recorded, "recorded tensors at")):
+        for (i, mine), (j, theirs) in itertools.pairwise(sets):
+            for a, b, have, lack in ((i, j, mine, theirs), (j, i, theirs, mine)):
+                step = _first_missing(have, lack)
+                if step is not None:
+                    raise NotOneRunError(reason, f"part {a} {what} step {step} and part {b} did not", (a, b), step=step)
+
+    arms = [(i, p._meta["arm"]) for i, p in enumerate(parts) if "arm" in p._meta]
+    for (i, arm_a), (j, arm_b) in itertools.pairwise(arms):
+        if arm_a != arm_b:
+            raise NotOneRunError(
+                "arm", f"part {i} is of the arm {arm_a!r} and part {j} of {arm_b!r}", (i, j), arm_a=arm_a, arm_b=arm_b
+            )
+
+    held = [{label: s for label, s in p._tensors.items() if label[0] not in RANK_KINDS} for p in parts]
+    shared = [(i, records) for i, records in enumerate(held) if records]
+    for (i, first), (j, second) in itertools.pairwise(shared):
+        for a, b, hold, miss in ((i, j, first, second), (j, i, second, first)):
+            missing = next((label for label in hold if label not in miss), None)
+            if missing is not None:
+                kind, name, step = missing
+                raise NotOneRunError(
+                    "shared_missing",
+                    f"parts {i} and {j} both hold weights, their gradients or updates, which every rank holds the same "
+                    f"of, but only part {a} holds {kind} {name!r} at step {step}",
+                    (a, b),
+                    kind=kind,
+                    name=name,
+                    step=step,
+                )
+        for (kind, name, step), x in first.items():
+            y = second[(kind, name, step)]
+            if x.size != y.size:
+                raise NotOneRunError(
+                    "shared_size",
+                    f"part {i} holds {kind} {name!r} at step {step} as {x.size:,} values, part {j} as {y.size:,}",
+                    (i, j),
+                    kind=kind,
+                    name=name,
+                    step=step,
+                    size_a=x.size,
+                    size_b=y.size,
+                )
+            if x.dtype != y.dtype:
+                raise NotOneRunError(
+                    "dtype",
+                    f"part {i} holds {kind} {name!r} at step {step} in {x.dtype}, part {j} in {y.dtype}",
+                    (i, j),
+                    kind=kind,
+                    name=name,
+                    step=step,
+                    dtype_a=x.dtype,
+                    dtype_b=y.dtype,
+                )
+            same = (x.exact_zero, x.inf, x.nan, x.binade_lo) == (y.exact_zero, y.inf, y.nan, y.binade_lo)
+            if not (same and np.array_equal(x.table, y.table)):
+                raise NotOneRunError(
+                    "shared_values",
+                    f"parts {i} and {j} hold different values of {kind} {name!r} at step {step}, a tensor every rank "
+                    "holds the same of",
+                    (i, j),
+                    kind=kind,
+                    name=name,
+                    step=step,
+                )
+
+    own: dict[_Label, tuple[int, str]] = {}
+    for i, p in enumerate(parts):
+        for label, s in p._tensors.items():
+            if label[0] not in RANK_KINDS or s.dtype is None:
+                continue
+            k, dtype = own.setdefault(label, (i, s.dtype))
+            if dtype != s.dtype:
+                kind, name, step = label
+                raise NotOneRunError(
+                    "dtype",
+                    f"part {k} holds {kind} {name!r} at step {step} in {dtype}, part {i} in {s.dtype}",
+                    (k, i),
+                    kind=kind,
+                    name=name,
+                    step=step,
+                    dtype_a=dtype,
+                    dtype_b=s.dtype,
+                )
+
+    for j, q in enumerate(parts):
+        for i in range(j):
+            p = parts[i]
+            if p._tensors and p._steps.keys() == q._steps.keys() and p == q:
+                raise NotOneRunError("same_records", f"parts {i} and {j} hold the same records", (i, j))
