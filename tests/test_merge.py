@@ -9,12 +9,7 @@ ranks, each its own batch) still merge, into the very file ``Recorder.save`` wri
 from __future__ import annotations
 
 import io
-import json
-import os
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -204,33 +199,19 @@ def test_ranks_arms_and_types_must_agree(tmp_path):
 
 
 def test_the_recorders_per_rank_files_under_ddp_and_fsdp2_merge_into_the_recorders_own_file(tmp_path):
-    """Two ranks (gloo, CPU), each its own batch; each saves its own part (``Recorder.stats()``) and
-    ``Recorder.save`` writes the run. ``lensa merge`` of the parts passes every check and writes that same run, for
-    DDP and for FSDP2 (sharded weights, which rank 0 alone records); a part twice, or a third file, is refused."""
+    """Two ranks (gloo, CPU), each its own batch (tests/distributed_recording.py with a folder for the parts); each
+    saves its own part (``Recorder.stats()``) and ``Recorder.save`` writes the run. ``lensa merge`` of the parts
+    passes every check and writes that same run, for DDP and for FSDP2 (sharded weights, which rank 0 alone
+    records); a part twice, or a third file, is refused."""
     pytest.importorskip("torch")
-    script = tmp_path / "ranks.py"
-    script.write_text(_RANKS_SCRIPT)
+    from tests.test_capture import torchrun
+
     for mode in ("ddp", "fsdp"):
         out = tmp_path / mode
         out.mkdir()
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                "--nproc_per_node",
-                "2",
-                *(script, mode, out),
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+        reported = torchrun(
+            ROOT / "tests" / "distributed_recording.py", mode, str(out / "recorder.npz"), str(out), timeout=240
         )
-        assert done.returncode == 0, done.stderr[-3000:]
-        reported = [json.loads(line.split(" ", 1)[1]) for line in done.stdout.splitlines() if line.startswith("LENSA")]
         assert sorted(r["rank"] for r in reported) == [0, 1]
         r0, r1 = load(out / "rank0.npz"), load(out / "rank1.npz")
         assert r0.kinds() != r1.kinds() and r1.kinds() == ["activation_grad", "activation"]  # rank 0 has weights
@@ -241,49 +222,3 @@ def test_the_recorders_per_rank_files_under_ddp_and_fsdp2_merge_into_the_recorde
         refused(out, "rank0.npz", "rank1.npz", "rank1.npz")
         shutil.copy(out / "rank1.npz", out / "copy.npz")
         refused(out, "rank0.npz", "rank1.npz", "copy.npz")  # three files of a run of two ranks
-
-
-_RANKS_SCRIPT = textwrap.dedent(
-    """
-    import json
-    import os
-    import sys
-
-    import torch
-    import torch.distributed as dist
-
-    from lensa.live.capture import Recorder
-
-    mode, out = sys.argv[1], sys.argv[2]
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
-    batch = torch.Generator().manual_seed(100 + rank)  # each rank its own batch
-    x, y = torch.randn(8, 16, generator=batch), torch.randint(0, 4, (8,), generator=batch)
-    wrapped = model
-    if mode == "fsdp":
-        from torch.distributed.fsdp import fully_shard
-
-        fully_shard(model[0])
-        fully_shard(model[2])
-        fully_shard(model)
-    else:
-        wrapped = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-2)
-    rec = Recorder(wrapped, opt, steps=[1, 2, 4], amax=True, background=False)
-    for _ in range(4):
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(wrapped(x), y)
-        loss.backward()
-        opt.step()
-        rec.step(loss=loss)
-    rec.stats().save(os.path.join(out, f"rank{rank}.npz"))
-    rec.save(os.path.join(out, "recorder.npz"))
-    rec.close()
-    dist.barrier()
-    # As tests/distributed_recording.py: report, then leave without teardown (it says why).
-    os.write(1, ("LENSA " + json.dumps({"rank": rank}) + "\\n").encode())
-    os._exit(0)
-    """
-)

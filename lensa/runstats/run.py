@@ -700,12 +700,12 @@ def check_one_run(parts: Sequence[RunStats]) -> None:
     - the recorded steps: every rank records tensors at the same steps (rank 0 its weights and its own activations,
       the others their activations), so every part that holds a tensor holds tensors at the same steps;
     - the arm (the meta's ``"arm"``), where two parts both name one;
+    - every tensor's type (one Recorder names it on every rank): the same in every part that holds the tensor;
     - the tensors every rank holds the same of (weights, their gradients, updates: rank 0 alone records them, so
       normally one part has them): where several parts hold them, the same tensors at the same steps, each with the
-      same number of values, type and counts;
-    - each rank's own tensors (activations and their gradients): the same type in every part at the same label
-      (their number of values may differ: each rank's batch is its own; and so may their names, since a module a
-      rank's batch never ran, an unused expert, has no record there);
+      same number of values and counts (each rank's own tensors, activations and their gradients, may differ in
+      their number of values, since each rank's batch is its own, and in their names, since a module a rank's
+      batch never ran, an unused expert, has no record there);
     - no two parts with the same records (a tensor at least): a rank records its own batch, so two equal parts
       are one rank's file twice, whose activations would be counted twice.
     """
@@ -744,6 +744,23 @@ def check_one_run(parts: Sequence[RunStats]) -> None:
                 "arm", f"part {i} is of the arm {arm_a!r} and part {j} of {arm_b!r}", (i, j), arm_a=arm_a, arm_b=arm_b
             )
 
+    typed: dict[_Label, tuple[int, str | None]] = {}
+    for i, p in enumerate(parts):
+        for label, s in p._tensors.items():
+            k, dtype = typed.setdefault(label, (i, s.dtype))
+            if dtype != s.dtype:
+                kind, name, step = label
+                raise NotOneRunError(
+                    "dtype",
+                    f"part {k} holds {kind} {name!r} at step {step} in {dtype}, part {i} in {s.dtype}",
+                    (k, i),
+                    kind=kind,
+                    name=name,
+                    step=step,
+                    dtype_a=dtype,
+                    dtype_b=s.dtype,
+                )
+
     held = [{label: s for label, s in p._tensors.items() if label[0] not in RANK_KINDS} for p in parts]
     shared = [(i, records) for i, records in enumerate(held) if records]
     for (i, first), (j, second) in itertools.pairwise(shared):
@@ -773,17 +790,6 @@ def check_one_run(parts: Sequence[RunStats]) -> None:
                     size_a=x.size,
                     size_b=y.size,
                 )
-            if x.dtype != y.dtype:
-                raise NotOneRunError(
-                    "dtype",
-                    f"part {i} holds {kind} {name!r} at step {step} in {x.dtype}, part {j} in {y.dtype}",
-                    (i, j),
-                    kind=kind,
-                    name=name,
-                    step=step,
-                    dtype_a=x.dtype,
-                    dtype_b=y.dtype,
-                )
             same = (x.exact_zero, x.inf, x.nan, x.binade_lo) == (y.exact_zero, y.inf, y.nan, y.binade_lo)
             if not (same and np.array_equal(x.table, y.table)):
                 raise NotOneRunError(
@@ -794,25 +800,6 @@ def check_one_run(parts: Sequence[RunStats]) -> None:
                     kind=kind,
                     name=name,
                     step=step,
-                )
-
-    own: dict[_Label, tuple[int, str]] = {}
-    for i, p in enumerate(parts):
-        for label, s in p._tensors.items():
-            if label[0] not in RANK_KINDS or s.dtype is None:
-                continue
-            k, dtype = own.setdefault(label, (i, s.dtype))
-            if dtype != s.dtype:
-                kind, name, step = label
-                raise NotOneRunError(
-                    "dtype",
-                    f"part {k} holds {kind} {name!r} at step {step} in {dtype}, part {i} in {s.dtype}",
-                    (k, i),
-                    kind=kind,
-                    name=name,
-                    step=step,
-                    dtype_a=dtype,
-                    dtype_b=s.dtype,
                 )
 
     for j, q in enumerate(parts):
