@@ -85,6 +85,7 @@ FloorRegime = Literal["fits", "rounds_back", "saturates"]
 _E8M0_LO, _E8M0_HI = -127, 127  # E8M0's exponents: 2**-127 ... 2**127
 _NVFP4_TENSOR_DIVISOR = np.float32(448.0 * 6.0)  # E4M3's max times E2M1's max
 _SMALLEST_SCALE = np.float32(np.finfo(np.float32).smallest_subnormal)  # 2**-149: where an FP32 scale stops at
+_FP32_MAX = np.float32(np.finfo(np.float32).max)  # what TE's delayed scaling puts in place of a scale that overflowed
 
 
 @dataclass(frozen=True)
@@ -999,8 +1000,9 @@ def delayed_scales(
     As TE's ``amax_and_scale_update`` kernel (transformer_engine/common/recipe/delayed_scaling.cu): after each
     step the step's amax enters a history of the last ``history`` steps, and the next step's scale is
     ``(fmt_max * 2**-margin) / max(history)`` in FP32; where that maximum is not finite or not above 0, the
-    scale stays what it was. The first step has no history and uses TE's initial scale, 1.0. A NaN amax
-    (a step where the tensor was not read) leaves the history and the scale alone.
+    scale stays what it was, and where the quotient overflows FP32 (a maximum below about 1.3e-36 for E4M3) it
+    is FP32's largest finite value instead, as the kernel sets it. The first step has no history and uses TE's
+    initial scale, 1.0. A NaN amax (a step where the tensor was not read) leaves the history and the scale alone.
     """
     if isinstance(history, bool) or not isinstance(history, int | np.integer) or history < 1:
         raise ValueError(f"the amax history holds at least 1 step, not {history!r}")
@@ -1023,7 +1025,12 @@ def delayed_scales(
             window.pop(0)
         top = np.float32(window[0][1])
         if math.isfinite(top) and top > 0:
-            scale = np.float32(scaled_max / top)
+            with np.errstate(over="ignore"):
+                scale = np.float32(scaled_max / top)
+            # TE replaces a scale that overflowed with FP32's largest finite value: the amax then maps below
+            # the format's largest value, but every value stays finite once scaled.
+            if math.isinf(scale):
+                scale = _FP32_MAX
     return out
 
 

@@ -303,7 +303,8 @@ def test_nvfp4_matches_torchaos_reference_where_it_installs():
 
 def _naive_delayed(amax, history, margin, fmax):
     """Transformer Engine's DelayedScaling, written out directly: scale_t from the max of the last
-    ``history`` amaxes before t (kept when that max is not finite and > 0; 1.0 at the start)."""
+    ``history`` amaxes before t (kept when that max is not finite and > 0; 1.0 at the start; FP32's largest
+    finite value where the quotient overflows, as transformer_engine/common/recipe/delayed_scaling.cu sets it)."""
     scale, out, seen = 1.0, [], []
     for a in amax:
         out.append(scale)
@@ -312,7 +313,10 @@ def _naive_delayed(amax, history, margin, fmax):
         seen.append(a)
         top = max(seen[-history:])
         if math.isfinite(top) and top > 0:
-            scale = float(np.float32(np.float32(fmax * 2.0**-margin) / np.float32(top)))
+            with np.errstate(over="ignore"):
+                scale = float(np.float32(np.float32(fmax * 2.0**-margin) / np.float32(top)))
+            if math.isinf(scale):
+                scale = float(np.finfo(np.float32).max)
     return out
 
 
@@ -322,16 +326,29 @@ def test_replay_delayed_matches_the_recipe_written_out(history, fmt):
     rng = np.random.default_rng(history)
     amax = np.exp(rng.normal(0, 1.5, 400)).astype(np.float32).astype(np.float64)
     amax[[50, 51, 300]] = [np.inf, np.nan, 0.0]
+    amax[200:202] = 1e-40  # an FP32 subnormal: max / amax overflows FP32 where it is the history's largest
     fmax = F.FORMATS[fmt].max
     want_scales = _naive_delayed(amax.tolist(), history, 0, fmax)
     assert B.delayed_scales(amax, history, 0, fmt).tolist() == pytest.approx(want_scales, rel=0, abs=0)
     got = B.replay_delayed(amax, history, 0, fmt)
     threshold = F.FORMATS[fmt].overflow_threshold
     for t, (a, s) in enumerate(zip(amax, want_scales, strict=True)):
-        product = float(np.float32(a) * np.float32(s)) if math.isfinite(a) else math.inf
+        with np.errstate(over="ignore"):
+            product = float(np.float32(a) * np.float32(s)) if math.isfinite(a) else math.inf
         assert got[t] == (math.isinf(a) or (not math.isnan(a) and product >= threshold)), t
     # a growing amax overflows a stale scale; a shorter history forgets a spike sooner
     assert got.dtype == bool and got.shape == amax.shape
+
+
+def test_delayed_scale_that_overflows_is_fp32s_largest():
+    # TE's amax_and_scale_update: scale = max / amax, then `if (isinf(scale)) scale = FLT_MAX`.
+    flt_max = float(np.finfo(np.float32).max)
+    tiny = float(np.finfo(np.float32).smallest_subnormal)
+    for fmt in ("fp8_e4m3", "fp8_e5m2"):
+        assert F.FORMATS[fmt].max / tiny > flt_max  # the quotient does overflow FP32
+        scales = B.delayed_scales([tiny, tiny, 1.0], history=1, fmt=fmt).tolist()
+        assert scales == [1.0, flt_max, flt_max]
+    assert B.replay_delayed([tiny, tiny], history=1).tolist() == [False, False]
 
 
 def test_replay_delayed_simple_cases():

@@ -467,6 +467,7 @@ def test_nvfp4_differs_from_transformer_engines_formula_only_where_the_docs_say(
 def test_delayed_scale_is_blockscales_delayed_scales() -> None:
     amax = np.abs(np.random.default_rng(0).standard_normal(40) * 10.0 ** np.linspace(-3, 3, 40)).astype(np.float32)
     amax[7] = 0.0
+    amax[20:22] = np.finfo(np.float32).smallest_subnormal  # max / amax overflows: TE's FLT_MAX, with history 1
     for history, margin in ((1024, 0), (4, 1), (1, 0)):
         d = lowp.DelayedScale(B.FORMATS["fp8_e4m3"], history, margin)
         used = []
@@ -474,6 +475,7 @@ def test_delayed_scale_is_blockscales_delayed_scales() -> None:
             used.append(float(d.current(torch.device("cpu"))))
             d.record(torch.tensor(a))
         assert used == B.delayed_scales(amax, history, margin).tolist()
+        assert (float(np.finfo(np.float32).max) in used) == (history == 1)
 
 
 # --- the quantized linear layer -----------------------------------------------------------------------------------

@@ -505,9 +505,10 @@ class DelayedScale:
     """One tensor's delayed scale, as Transformer Engine's ``DelayedScaling`` keeps it (``amax_compute_algo="max"``).
 
     The scale a quantization uses is ``(fmt_max * 2**-margin) / max(history)`` in FP32, the history holding the
-    amaxes of the last ``history`` quantizations before it; 1.0 before any, and unchanged while that maximum is 0 or
-    not finite. The same numbers as :func:`lensa.blockscale.delayed_scales` on the amaxes recorded
-    (:attr:`amaxes`), kept on the tensor's device (no read back per step).
+    amaxes of the last ``history`` quantizations before it; 1.0 before any, unchanged while that maximum is 0 or
+    not finite, and FP32's largest finite value where the quotient overflows (TE's ``delayed_scaling.cu``). The
+    same numbers as :func:`lensa.blockscale.delayed_scales` on the amaxes recorded (:attr:`amaxes`), kept on the
+    tensor's device (no read back per step).
     """
 
     def __init__(self, fmt: FloatFormat, history: int, margin: int) -> None:
@@ -540,7 +541,9 @@ class DelayedScale:
         self.seen += 1
         top = self.window.amax()
         ok = torch.isfinite(top) & (top > 0)
-        self.scale = torch.where(ok, self.scaled_max / top, self.scale)
+        # An amax so small that the quotient overflows gets FP32's largest finite scale, as TE's kernel gives it.
+        scale = torch.clamp(self.scaled_max / top, max=torch.finfo(torch.float32).max)
+        self.scale = torch.where(ok, scale, self.scale)
 
 
 # --- one layer --------------------------------------------------------------------------------------------------
