@@ -5,7 +5,15 @@ from collections.abc import Sequence
 import streamlit as st
 
 from lensa import blockscale
-from lensa.lessons.blocks import SHOWN, BlocksView, RecipeOnBlock, blocks_view, outlier_times
+from lensa.lessons.blocks import (
+    FP4_FLUSH_TIE,
+    FP4_SMALLEST,
+    SHOWN,
+    BlocksView,
+    RecipeOnBlock,
+    blocks_view,
+    outlier_times,
+)
 from lensa.ui import figures, layout, quiz, recorded_run, widgets
 from lensa.ui.components import scrub
 from lensa.ui.controls import NumberControl
@@ -117,6 +125,8 @@ def explanation(view: BlocksView) -> str:
         "mx4": page.pct(lost["mxfp4_e2m1"].flushed),
         "nv4": page.pct(lost["nvfp4"].flushed),
         "times": times(view.times, view.outlier),
+        "tie": short(FP4_FLUSH_TIE, 2),
+        "smallest": short(FP4_SMALLEST, 2),
         "floor_sat": page.pct(floor.saturated),
         "floor_db": db(floor.sqnr_db),
         "ceil_db": db(ceil.sqnr_db),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -137,3 +140,29 @@ def test_a_version_2_run_without_recipe_records_says_so():
     at = visit("fp16_range", lang="en", session=LAB, data="lab", also="fp8")
     assert not at.exception, [e.value for e in at.exception]
     assert i18n.text("en", "recipes.not_kept") in [i.value for i in at.info]
+
+
+def _filled(template: str, text: str) -> dict[str, str]:
+    """The values ``text`` gives the placeholders of ``template`` (a repeated placeholder must repeat its value)."""
+    pattern, seen = "", set()
+    for literal, name in re.findall(r"([^{]*)(?:\{(\w+)\})?", template):
+        pattern += re.escape(literal)
+        if name:
+            pattern += f"(?P={name})" if name in seen else f"(?P<{name}>.+?)"
+            seen.add(name)
+    match = re.search(pattern, text)
+    assert match, "the paragraph is not the catalogue's sentence"
+    return match.groupdict()
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_the_flush_sentence_gives_fp4s_rounding_to_0(lang):
+    # The paragraph under an outlier of 2^8 says where a scaled value stops rounding to 0: ml_dtypes' FP4 rounds
+    # the tie to 0 and the next float32 above it up to FP4's smallest value.
+    at = open_page("blocks", lang=lang, outlier="8")
+    said = _filled(i18n.text(lang, "blocks.explain_flush"), " ".join(m.value for m in at.markdown))
+    tie, smallest = (float(said[k].replace(",", ".")) for k in ("tie", "smallest"))
+    fp4 = ml_dtypes.float4_e2m1fn
+    assert smallest == float(ml_dtypes.finfo(fp4).smallest_subnormal)
+    above = np.nextafter(np.float32(tie), np.float32(1))
+    assert np.array([tie, above], np.float32).astype(fp4).astype(np.float32).tolist() == [0.0, smallest]

@@ -10,12 +10,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from lensa import blockscale
+from lensa.formats import FORMATS
 
 # Side by side: MXFP8 with OCP's scale and with the scale rounded up, MXFP6, MXFP4 and NVFP4.
 SHOWN = ("mxfp8_e4m3", "mxfp8_e4m3_ceil", "mxfp6_e2m3", "mxfp4_e2m1", "nvfp4")
 OUTLIER_AT = 5  # the value the learner drags (the sixth)
 SEED = 21
 BLOCK_VALUES = 32
+# FP4 E2M1's smallest non-zero value, and the tie halfway to it: a scaled value at or below the tie rounds to 0
+# (the tie itself to 0, the neighbour whose last bit is even), one above it up to the smallest.
+FP4_SMALLEST = FORMATS["fp4_e2m1"].smallest_subnormal
+FP4_FLUSH_TIE = FP4_SMALLEST / 2
 # Which 4-bit recipes flush values to 0: MXFP4 more than NVFP4, both alike, or none.
 FlushRegime = Literal["flush", "both_flush", "nothing_flushed"]
 
