@@ -25,7 +25,7 @@ from lensa.blockscale import RECIPES
 from lensa.formats import FORMATS, quantize, spacing
 from lensa.gradients import SAMPLE_SIZE, SPREAD_DECADES
 from lensa.lowp import HADAMARD_SIZE, hadamard_matrix
-from lensa.lowp_lesson import ROUNDING_LOW
+from lensa.lowp_lesson import FP4_ALL_THE_WAY_RUN, NVIDIA_NVFP4_RUN, ROUNDING_LOW
 from lensa.master import accumulate
 from lensa.measured import KEEP_SHARE
 from lensa.memory import ACTIVATION_BYTES_PER_TOKEN_PER_D_MODEL
@@ -213,8 +213,29 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(HADAMARD_SIZE, "the rotation's 16 points and NVFP4's 16×16 weight blocks (lensa.lowp)"),
     ProseNumber(_ROUNDING_LOW, "E2M1's 1, the lower neighbour of the stochastic-rounding part (lensa.lowp_lesson)"),
     ProseNumber(_ROTATION_QUARTER, "1/4: the rotation's entries are ±1/4 (lensa.lowp.hadamard_matrix), a quarter"),
-    ProseNumber(12, "NVIDIA's NVFP4 model: 12 billion parameters (arXiv:2509.25149, abstract and Figure 2)"),
-    ProseNumber(10, "NVIDIA's NVFP4 run: 10 trillion tokens (arXiv:2509.25149, abstract and Figure 2)"),
+    ProseNumber(
+        NVIDIA_NVFP4_RUN[0] / 1e9,
+        "NVIDIA's NVFP4 model: 12 billion parameters (arXiv:2509.25149, abstract and Figure 2)",
+    ),
+    ProseNumber(
+        NVIDIA_NVFP4_RUN[1] / 1e12, "NVIDIA's NVFP4 run: 10 trillion tokens (arXiv:2509.25149, abstract, Figure 2)"
+    ),
+    ProseNumber(
+        FP4_ALL_THE_WAY_RUN[0] / 1e9, "FP4 All the Way's model: 7 billion parameters (arXiv:2505.19115, abstract)"
+    ),
+    ProseNumber(
+        FP4_ALL_THE_WAY_RUN[1] / 1e9,
+        "FP4 All the Way: trained on up to 200 billion tokens (arXiv:2505.19115, abstract)",
+    ),
+    ProseNumber(
+        2.15,
+        "Transformer Engine version 2.15, the last whose NVFP4QuantizerRef is in custom_recipes/quantization_nvfp4.py "
+        "(refs.te_nvfp4; the tag's tree)",
+    ),
+    ProseNumber(
+        2.16,
+        "Transformer Engine version 2.16, which renamed it quantization_ref_nvfp4.py (refs.te_nvfp4; the tag's tree)",
+    ),
     ProseNumber(3, "√3: FP4 All the Way's threshold, gradient norm over quantization noise (arXiv:2505.19115)"),
     ProseNumber(_Q_VALUE, "quiz.low_bits_q1: the gradient 1.25, halfway between E2M1's 1 and 1.5"),
     ProseNumber(_Q_STEPS, "quiz.low_bits_q1: 1,000 steps"),

@@ -53,7 +53,8 @@ FP8_E5M2_TENSOR = Recipe("fp8_e5m2_tensor", "FP8 E5M2 per tensor", "fp8_e5m2", N
 HADAMARD_SIZE = 16
 HADAMARD_SIGNS: tuple[int, ...] = (1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1)
 """The rotation's sign vector: Transformer Engine's for NVFP4's weight-gradient inputs (``get_wgrad_sign_vector`` in
-``transformer_engine/pytorch/custom_recipes/quantization_nvfp4.py``)."""
+``transformer_engine/pytorch/custom_recipes/quantization_nvfp4.py`` of TE v2.15, the version cited; the same vector is
+in ``quantization_ref_nvfp4.py`` from v2.16 and in ``reference_nvfp4.py`` after it)."""
 DRAW_HASH = (0x21F0AAAD, 0x735A2D97)
 """Stochastic rounding's draws: the two multipliers of lowbias32 as Chris Wellons' hash-prospector improved it
 (``x ^= x >> 16; x *= A; x ^= x >> 15; x *= B; x ^= x >> 15``, a bijection of 32-bit integers; both below 2**31,
@@ -225,11 +226,15 @@ TRAINING_RECIPES: dict[str, TrainingRecipe] = {
 1024-step amax history, ``"max"``, margin 0) and ``Float8CurrentScaling`` (``Format.HYBRID``). ``fp8_blockwise``:
 DeepSeek-V3's (arXiv:2412.19437): activations and gradients in 1×128 tiles, weights in 128×128 blocks, E4M3 and
 FP32 scales throughout (TE's ``Float8BlockScaling`` rounds those scales to powers of two by default).
-``fp8_128x128``: 128×128 blocks on the gradients too, the variant DeepSeek-V3 reports diverging. ``mxfp8``,
+``fp8_128x128``: 128×128 blocks on every operand, a harsher cousin of the variant DeepSeek-V3 reports diverging (its
+appendix B.2 quantized block-wise only the tensors of the Dgrad product, the weight and the activation gradient, and
+kept the activations in 1×128 tiles; here the activations and the Wgrad product's gradient are blocked too). ``mxfp8``,
 ``mxfp8_ceil``: E4M3 on every tensor with OCP's scale and with the scale rounded up (arXiv:2506.08027).
 ``mxfp4``: MXFP4 on every tensor. ``nvfp4`` and its ablations, then ``nvfp4_recipe``: NVIDIA's (arXiv:2509.25149;
 TE's ``NVFP4BlockScaling``): 16×16 weight blocks, stochastic rounding on gradients only, the rotation on the wgrad
-inputs, the last layer in BF16.
+inputs, and the last linear layer in BF16. That layer is, on the reference transformer, the output head tied to the
+embedding, which NVIDIA never quantizes; NVIDIA also keeps the linear layers of a few blocks in BF16 (arXiv:2509.25149,
+section 4), a choice of the training framework (Megatron-LM's ``num_layers_at_end_in_bf16``), not of TE's recipe.
 """
 
 

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa import blockscale
+from lensa import blockscale, reference
 from lensa.formats import get_format, quantize
 from lensa.lowp import TRAINING_RECIPES, diverged, final_loss, hadamard_matrix
 
@@ -284,6 +284,15 @@ class ComparisonView:
     steps: int
     seed: int
     command: str
+    parameters: int
+
+    @property
+    def paper_times(self) -> tuple[float, float]:
+        """How many times the recorded model's :attr:`parameters` the NVFP4 papers' models have: *FP4 All the
+        Way*'s, then NVIDIA's."""
+        if self.parameters <= 0:
+            return (math.nan, math.nan)
+        return (FP4_ALL_THE_WAY_RUN[0] / self.parameters, NVIDIA_NVFP4_RUN[0] / self.parameters)
 
     @property
     def close_share(self) -> float:
@@ -295,6 +304,10 @@ class ComparisonView:
         """:attr:`ablation`'s gaps as shares."""
         return {arm: gap / 100.0 for arm, gap in self.ablation.items()}
 
+
+# The NVFP4 papers' training runs, beside which the recorded model is small: (parameters, tokens trained).
+FP4_ALL_THE_WAY_RUN = (7e9, 200e9)  # Chmiel et al., arXiv:2505.19115, abstract: a 7B model, up to 200B tokens
+NVIDIA_NVFP4_RUN = (12e9, 10e12)  # NVIDIA, arXiv:2509.25149, abstract: a 12B model on 10T tokens
 
 NVFP4_ABLATION = ("nvfp4", "nvfp4_sr", "nvfp4_rht", "nvfp4_2d", "nvfp4_recipe")
 CLOSE_PCT = 1.0
@@ -354,6 +367,14 @@ def summarize(data: RecordedRecipes, arm: str) -> ArmSummary:
     )
 
 
+def _parameters(recipe_meta: object) -> int:
+    """The recorded model's parameter count from the run's recipe; 0 where the file does not give its sizes."""
+    try:
+        return reference.parameters(recipe_meta) if isinstance(recipe_meta, dict) else 0
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
 def comparison_view(recipe: str, data: RecordedRecipes | None = None) -> ComparisonView:
     """The recorded part for ``recipe`` (a key of :data:`lensa.lowp.TRAINING_RECIPES` the run holds)."""
     data = recorded() if data is None else data
@@ -388,4 +409,5 @@ def comparison_view(recipe: str, data: RecordedRecipes | None = None) -> Compari
         steps=steps,
         seed=int(str(meta.get("seed", 0))),
         command=str(meta.get("command", "")),
+        parameters=_parameters(recipe_meta),
     )

@@ -56,6 +56,18 @@ def load_reference() -> tuple[RunStats, RunStats]:
     return load(reference_path("fp32")), load(reference_path("fp16"))
 
 
+def parameters(recipe: dict[str, Any]) -> int:
+    """The reference transformer's parameter count from its recipe's sizes, without torch: the token and position
+    embeddings, per block two LayerNorms, the attention's qkv and projection and the MLP's two layers (with
+    biases), and the final LayerNorm; the head is tied to the token embedding, so it adds none
+    (:class:`lensa.live.reference.TinyGPT`)."""
+    vocab, d, layers, mlp, context = (int(recipe[k]) for k in ("vocab_size", "d_model", "n_layers", "d_mlp", "context"))
+    norm = 2 * d  # a LayerNorm's weight and bias
+    attention = (d * 3 * d + 3 * d) + (d * d + d)
+    feed_forward = (d * mlp + mlp) + (mlp * d + d)
+    return vocab * d + context * d + layers * (2 * norm + attention + feed_forward) + norm
+
+
 def reference_recipe() -> dict[str, Any]:
     """The reference run's recipe (JSON values: sizes in tokens, learning rate, seed, torch version ...)."""
     recipe: dict[str, Any] = load_reference()[0].meta["recipe"]

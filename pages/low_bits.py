@@ -240,6 +240,9 @@ def recorded(view: lowp_lesson.ComparisonView) -> None:
         "mxfp8_ceil": gap(by_arm["mxfp8_ceil"].gap_bf16) if "mxfp8_ceil" in by_arm else "—",
         "fp8": gap(by_arm["fp8_current"].gap_bf16) if "fp8_current" in by_arm else "—",
         **{k: ablation.get(k, "—") for k in lowp_lesson.NVFP4_ABLATION},
+        "params": page.num(view.parameters),
+        "times_small": page.significant(view.paper_times[0], 2),
+        "times_large": page.significant(view.paper_times[1], 2),
     }
     layout.explain(page, page.t("explain_recorded", **values), page.t("recorded_try"))
 

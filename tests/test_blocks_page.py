@@ -166,3 +166,13 @@ def test_the_flush_sentence_gives_fp4s_rounding_to_0(lang):
     assert smallest == float(ml_dtypes.finfo(fp4).smallest_subnormal)
     above = np.nextafter(np.float32(tie), np.float32(1))
     assert np.array([tie, above], np.float32).astype(fp4).astype(np.float32).tolist() == [0.0, smallest]
+
+
+def test_the_notes_give_both_of_deepseek_v3s_scales():
+    # lensa.blockscale's 1×128 tile keeps DeepSeek-V3's inference code's unrounded FP32 scale (448 / amax, no power
+    # of two); the notes say so and that the report (section 3.3.3) rounds some activations' scales to powers of two.
+    scale = float(blockscale.encode(np.full((1, 128), 0.3, np.float32), "fp8_1x128").block_scales[0])
+    assert scale == pytest.approx(0.3 / 448, rel=1e-6) and not float(np.log2(scale)).is_integer()
+    for lang in i18n.LANGUAGES:
+        notes = i18n.text(lang, "blocks.notes")
+        assert "3.3.3" in notes and "128×1" in notes

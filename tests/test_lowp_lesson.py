@@ -4,6 +4,7 @@ and the shipped comparison's file (its seed, command, arms and what lensa.lowp s
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from typing import get_args
@@ -11,9 +12,11 @@ from typing import get_args
 import numpy as np
 import pytest
 
-from lensa import blockscale, lowp
+from lensa import blockscale, lowp, reference
 from lensa import lowp_lesson as LL
 from lensa.formats import quantize
+from lensa.ui import i18n
+from tests.pagetools import open_page
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
 
@@ -224,3 +227,44 @@ def test_the_comparisons_shares_are_its_percents() -> None:
     assert view.close_share == view.close_pct / 100
     assert all(s.gap_bf16 == s.gap_bf16_pct / 100 for s in view.summaries)
     assert view.ablation_shares == {a: g / 100 for a, g in view.ablation.items()}
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_the_recorded_paragraph_sizes_the_model_against_the_papers(lang: str) -> None:
+    """The recorded paragraph gives the reference model's parameter count (lensa.reference.parameters, which
+    tests/test_reference.py checks against torch) and the NVFP4 papers' models as multiples of it, and says that the
+    recipe arm keeps the output head in BF16: the head is the reference model's last linear layer, and the recorded
+    nvfp4_recipe arm lost none of its values where plain NVFP4 did."""
+    view = LL.comparison_view("nvfp4_recipe")
+    count = reference.parameters(reference.reference_recipe())
+    assert view.parameters == count
+    text = _recorded_text(lang)
+    assert i18n.number(count, lang) in text
+    for size, _tokens in (LL.FP4_ALL_THE_WAY_RUN, LL.NVIDIA_NVFP4_RUN):
+        assert f"{i18n.significant(size / count, lang, 2)}×" in text
+    assert {"en": "output head in BF16", "id": "output head dalam BF16"}[lang] in text
+    assert "thousands of times" not in text and "ribuan kali" not in text
+    data = LL.recorded()
+    assert data.layers[-1] == "head" and lowp.TRAINING_RECIPES["nvfp4_recipe"].keep_bf16 == 1
+
+    def head_lost(arm: str) -> int:  # the head's values flushed or saturated over the counted steps
+        return int(data.counts[data.arms.index(arm), data.layers.index("head"), :, 2:].sum())
+
+    assert head_lost("nvfp4_recipe") == 0 < head_lost("nvfp4")  # in BF16 it lost nothing; in NVFP4 it did
+
+
+def _recorded_text(lang: str) -> str:
+    at = open_page("low_bits", lang=lang)
+    assert not at.exception
+    return next(m.value for m in at.markdown if "2509.25149" in m.value and "BF16" in m.value)
+
+
+def test_the_notes_give_the_bf16_layers_to_the_framework_and_cite_te_by_version() -> None:
+    """Transformer Engine's NVFP4BlockScaling does the weight blocks, stochastic rounding and the rotation; which
+    layers stay in BF16 is Megatron-LM's setting. The reference quantizer's file moved after TE 2.15."""
+    for lang in ("en", "id"):
+        notes = i18n.text(lang, "low_bits.notes")
+        assert "`num_layers_at_end_in_bf16`" in notes and "Megatron-LM" in notes
+        ref_text = i18n.text(lang, "refs.te_nvfp4")
+        assert re.search(r"quantization_nvfp4\.py` (in version|pada versi) 2\.15", ref_text), ref_text
+    assert "quantization_nvfp4.py`` of TE v2.15" in inspect.getsource(lowp)  # HADAMARD_SIGNS' source

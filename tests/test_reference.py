@@ -193,3 +193,15 @@ def test_the_recipe_repeats_bit_for_bit_on_one_machine(short_runs, tmp_path):
         assert again.meta == run.meta
         assert again.losses() == run.losses()  # exactly: ==, not approx
         assert again == run, arm
+
+
+@requires_torch
+def test_the_parameter_count_without_torch_is_the_models():
+    """lensa.reference.parameters (which /low_bits sets beside the NVFP4 papers' models) counts what torch does for
+    the reference transformer, its tied head once, at the recipe and at another size."""
+    from lensa.live.reference import Recipe, TinyGPT
+
+    for r in (Recipe(), Recipe(d_model=32, n_layers=3, d_mlp=96, context=16, vocab_size=64)):
+        counted = sum(p.numel() for p in TinyGPT(r).parameters())  # parameters() yields a tied tensor once
+        assert ref.parameters(r.to_meta()) == counted
+    assert ref.parameters(ref.reference_recipe()) == sum(p.numel() for p in TinyGPT(Recipe()).parameters())

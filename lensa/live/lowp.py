@@ -34,14 +34,15 @@ stay FP32. What each layer and tensor lost is counted at the steps asked for (:f
 :func:`layer_shares`).
 
 NVFP4 here is :mod:`lensa.blockscale`'s rule (torchao's: ``nvfp4_tensor``), which differs from Transformer Engine's
-reference quantizer (``NVFP4QuantizerRef`` in ``transformer_engine/pytorch/custom_recipes/quantization_nvfp4.py``)
-in four places: the block scale is clamped below at E4M3's smallest normal 2**-6 (TE's only at 448 above, so a
-block far below the tensor's amax there gets a subnormal scale or 0, and its values flush); the tensor scale is
-``amax / (448 * 6)`` (TE's is the reciprocal of ``448 * 6 / amax``, which can differ in the last bit); values are
-divided by ``tensor scale * block scale`` (TE multiplies by the reciprocal of that product); and the value a code
-stands for is ``code * tensor scale * block scale`` rounded once to FP32 (TE's multiplies by its two scales in
-turn, rounding twice). Only the first changes which codes are stored; the last moves most values of a tensor by
-one or two units in FP32's last place. ``tests/test_lowp.py`` measures all four against TE's formula written out.
+reference quantizer (``NVFP4QuantizerRef`` in ``transformer_engine/pytorch/custom_recipes/quantization_nvfp4.py`` of
+TE v2.15; ``quantization_ref_nvfp4.py`` from v2.16, ``reference_nvfp4.py`` after it) in four places: the block scale
+is clamped below at E4M3's smallest normal 2**-6 (TE's only at 448 above, so a block far below the tensor's amax
+there gets a subnormal scale or 0, and its values flush); the tensor scale is ``amax / (448 * 6)`` (TE's is the
+reciprocal of ``448 * 6 / amax``, which can differ in the last bit); values are divided by ``tensor scale * block
+scale`` (TE multiplies by the reciprocal of that product); and the value a code stands for is ``code * tensor scale
+* block scale`` rounded once to FP32 (TE's multiplies by its two scales in turn, rounding twice). Only the first
+changes which codes are stored; the last moves most values of a tensor by one or two units in FP32's last place.
+``tests/test_lowp.py`` measures all four against TE's formula written out.
 
 On the CPU, where numba is installed (``requirements.txt`` has it; ``LENSA_NUMBA=0`` switches it off), a float32
 tensor is quantized by :mod:`lensa.lowp_kernels`' compiled kernel: the block maxima, the scales and the rounding in
