@@ -64,9 +64,10 @@ def frame(view: BlocksView) -> scrub.Frame:
     """What the component shows at one position of the outlier: the strips, then the cards."""
     names = {o: page.t(f"outcome_{o}") for o in blockscale.OUTCOMES}
     label = labels()
+    rows = strip_rows(view)
     chart = scrub.Chart(
         figures.block_strips(
-            strip_rows(view),
+            rows,
             [page.sci(float(v), 3) for v in view.values],
             names,
             page.t("axis_index"),
@@ -77,8 +78,8 @@ def frame(view: BlocksView) -> scrub.Frame:
         page.t("caption", i=view.outlier_position),
         compact_height=COMPACT_STRIPS_PX,
         # on a phone the caption under the strips says what each mark means: the legend's two lines go, so the
-        # cards and "Try this" stay on the screen with the slider
-        compact_layout={"showlegend": False, "margin": {"t": 8}},
+        # cards and "Try this" stay on the screen with the slider; the recipes' names go above their strips
+        compact_layout=figures.block_strips_phone_layout([row.label for row in rows]),
     )
     lost = {k: r.lost for k, r in view.recipes.items()}
     cards = scrub.Cards(

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from lensa import blockscale
+from lensa.lessons.blocks import SHOWN
 from lensa.ui import i18n
-from tests.pagetools import chart_specs, metrics, open_page, page_keys
+from tests.pagetools import chart_specs, metrics, open_page, page_keys, scrub_frame
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
 
@@ -176,3 +177,44 @@ def test_the_notes_give_both_of_deepseek_v3s_scales():
     for lang in i18n.LANGUAGES:
         notes = i18n.text(lang, "blocks.notes")
         assert "3.3.3" in notes and "128×1" in notes
+
+
+# --- on a phone (issue 41: at 390 px the 32 marks merged into one smear) -------------------------------------
+
+PHONE_CHART_PX = 390 - 2 * 16  # Streamlit pads a phone's page by 1rem (16 px) either side
+SMALLEST_LABEL_PX = 10.5  # the smallest font the other charts use on a phone (figures.COMPACT_COLUMN_LAYOUT)
+
+
+def _over(base: dict, over: dict) -> dict:
+    """scrub.js's merge: the phone layout over the figure's, objects key by key, anything else replaced."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _over(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_on_a_phone_every_cell_of_the_block_has_its_own_room_and_every_recipe_its_name(lang):
+    at = open_page("blocks", lang=lang, outlier="1.75")  # rounded, flushed and saturated marks
+    chart = next(b for b in scrub_frame(at) if b["k"] == "chart")
+    desktop, phone = chart["fig"]["layout"], _over(chart["fig"]["layout"], chart["compact"]["layout"])
+    labels = desktop["yaxis"]["ticktext"]
+    assert len(labels) == len(SHOWN)
+    # the recipes' names leave the plot its whole width: written above their strips, each whole
+    assert phone["yaxis"].get("showticklabels") is False
+    named = {a["text"]: a for a in phone["annotations"]}
+    assert sorted(named) == sorted(labels)
+    size = phone["font"]["size"]
+    assert size >= SMALLEST_LABEL_PX
+    width = PHONE_CHART_PX - phone["margin"]["l"] - phone["margin"]["r"]
+    assert all(len(label) * size * 0.6 <= width for label in labels), "a name longer than the chart is wide"
+    assert all(named[label]["y"] == r and named[label]["yshift"] > 0 for r, label in enumerate(labels))
+    # 32 cells across that width: a mark and its outline narrower than a cell, so neighbours do not touch
+    lo, hi = phone["xaxis"]["range"]
+    cell = width / (hi - lo)
+    marks = [t for t in chart["fig"]["data"] if t.get("x")]
+    assert sum(len(t["x"]) for t in marks) == 32 * len(labels)
+    assert all(t["marker"]["size"] + t["marker"]["line"]["width"] < cell for t in marks), f"cells {cell:.1f} px apart"
+    # a desktop keeps the names beside their strips and its legend
+    assert desktop["yaxis"].get("showticklabels", True) and "annotations" not in desktop
+    assert desktop.get("showlegend", True)

@@ -1526,6 +1526,10 @@ OUTCOME_COLOURS = {
     "saturated": CATEGORY_COLOURS["overflow"],
 }
 OUTCOME_SYMBOLS = {"kept": "square", "rounded": "diamond", "flushed": "x", "saturated": "triangle-up"}
+# A phone of 390 px draws a chart 358 px wide (Streamlit's 16 px either side). There the recipes' names go above
+# their strips (:func:`block_strips_phone_layout`), so a block's 32 cells share the plot's whole width, 10.5 px
+# apart: a mark of 9 px, its outline included, leaves a gap to the next one; a desktop's cells are 15 px apart.
+BLOCK_MARK_PX = 9
 
 
 @dataclass(frozen=True)
@@ -1541,7 +1545,7 @@ class BlockRow:
 def _outcome_marker(outcome: str) -> Spec:
     return {
         "symbol": OUTCOME_SYMBOLS[outcome],
-        "size": 15,
+        "size": BLOCK_MARK_PX - 1,  # plus half the 1 px outline either side
         "color": OUTCOME_COLOURS[outcome],
         "line": {"color": OUTLINE, "width": 1},
     }
@@ -1643,6 +1647,32 @@ def block_strips(
     )
     alt = _words(lang, "alt_strips", n=n, rows=counts)
     return _figure(data, layout, table=_table(lang, headers, table_rows), alt=alt)
+
+
+def block_strips_phone_layout(labels: Sequence[str]) -> Spec:
+    """What :func:`block_strips` changes on a phone: each recipe's name written above its strip, from the left
+    edge, instead of beside it (a name as long as "MXFP8 E4M3, scale dibulatkan ke atas" took half the width, and
+    the 32 cells overlapped in what was left), and no legend (the caption says what each mark means)."""
+    return {
+        "showlegend": False,
+        "margin": {"t": 8},
+        "font": {"size": 11},
+        "yaxis": {"showticklabels": False, "range": [len(labels) - 0.5, -0.85]},
+        "annotations": [
+            {
+                "text": label,
+                "x": 0,
+                "xref": "paper",
+                "xanchor": "left",
+                "y": r,
+                "yref": "y",
+                "yanchor": "bottom",
+                "yshift": BLOCK_MARK_PX / 2 + 1,  # just above the marks
+                "showarrow": False,
+            }
+            for r, label in enumerate(labels)
+        ],
+    }
 
 
 # --- training below 16 bits ------------------------------------------------------------------------
