@@ -10,8 +10,9 @@ from typing import Any
 
 from streamlit.testing.v1 import AppTest
 
-from lensa.ui import site
+from lensa.ui import i18n, site
 from lensa.ui.components import scrub
+from lensa.ui.frame import DONE_MARK
 from lensa.ui.layout import LINK_NOTICE_ICON
 from lensa.ui.site import PAGES_BY_KEY
 
@@ -165,3 +166,20 @@ _GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(glossary\?[^)]*\)")
 def unlinked(text: str) -> str:
     """A text as a reader sees it: a glossary link ``[words](glossary?...)`` reads as its words."""
     return _GLOSSARY_LINK.sub(r"\1", text)
+
+
+def assert_whole_navigation(at: AppTest, key: str, lang: str) -> None:
+    """The sidebar has every page's entry, the page's own marked as the current one, and the line of progress.
+
+    The own entry and the progress line are drawn by the step's lesson fragment in slots of their own
+    (lensa.ui.frame.navigation_slots): a lesson body that never draws them leaves the slots empty.
+    """
+    links = sidebar_links(at)
+    titles = [i18n.text(lang, f"nav.{p.key}") for p in site.NAVIGATION]
+    assert len(links) == len(titles), (key, links)
+    for label, title in zip(links, titles, strict=True):
+        assert title in label, (key, label, title)
+    own = site.NAVIGATION.index(PAGES_BY_KEY[key])
+    assert [i for i, label in enumerate(links) if label.startswith("**")] == [own], (key, links)
+    line = i18n.text(lang, "nav.progress", mark=DONE_MARK, done="", total="").split("(")[0]
+    assert any(c.value.startswith(line) for c in at.sidebar.caption), (key, [c.value for c in at.sidebar.caption])

@@ -13,6 +13,7 @@ from lensa.ui.controls import TextControl  # the inspector reads nan, inf, -1 as
 from lensa.ui.site import MEASURED_ONLY, PAGES, STEPS
 from tests.pagetools import (
     ROOT,
+    assert_whole_navigation,
     metrics,
     move_scrub,
     notices,
@@ -45,6 +46,7 @@ def test_page_renders_with_our_navigation_in_its_language(key, lang):
     assert all(other not in label for label in nav)  # "FP16's narrow range" vs "Rentang sempit FP16"
     step = next(p.step for p in PAGES if p.key == key)
     if step is not None:
+        assert_whole_navigation(at, key, lang)
         assert at.title[0].value == i18n.text(lang, f"{key}.title")
         assert at.caption[0].value == i18n.text(lang, "nav.step_of", n=step, total=len(STEPS))
 

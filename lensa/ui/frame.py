@@ -49,6 +49,7 @@ class Page:
     # the page's full run, around the fragment); None outside a fragment.
     own_link: DeltaGenerator | None = None
     progress_slot: DeltaGenerator | None = None  # the navigation's line of progress, redrawn with the own link
+    own_link_drawn: bool = False  # this run of the lesson fragment has filled the own entry's slot
     printing: bool = False  # ?print=1: the page as it goes on paper, without questions, links and notes
     questions_drawn: bool = False  # this run has drawn the page's questions (lensa.ui.quiz.predict)
 
@@ -237,6 +238,7 @@ def draw_own_link(page: Page) -> None:
     assert page.own_link is not None, "only inside the lesson fragment"
     with page.own_link:
         _nav_link(page, page.info)
+    page.own_link_drawn = True
     if page.progress_slot is not None:
         with page.progress_slot:
             _progress_line(page)

@@ -61,7 +61,8 @@ def lesson(page: Page, body: Callable[[], None], *, scrubs: bool = True) -> None
     calls :func:`after_controls`, which fills the page's own navigation entry (its link carries the
     controls' values) in a slot kept for it; Streamlit redraws a fragment's writes to such an outside slot
     in place. A control whose value shows outside ``body`` is drawn with ``whole_page=True``. ``scrubs``: ``body``
-    draws a scrub component (:mod:`lensa.ui.components.scrub`).
+    draws a scrub component (:mod:`lensa.ui.components.scrub`). A ``body`` that has not called
+    :func:`after_controls` when it returns gets it called then, so the own entry is never missing.
     """
     extras(page, scrubs=scrubs)
     slots = navigation_slots(page)
@@ -76,7 +77,12 @@ def lesson(page: Page, body: Callable[[], None], *, scrubs: bool = True) -> None
             page.notices.clear()
         runs += 1
         page.questions_drawn = False  # the questions sit in the fragment: each of its runs draws them again
+        page.own_link_drawn = False
         body()
+        if not page.own_link_drawn:
+            # A body that reads no control of its own after the shared ones (step 2 with a recorded run) need not
+            # call after_controls: left empty, the slots would drop the page's own entry and the progress line.
+            after_controls(page)
 
     st.fragment(part)()
     fill_navigation(page, slots)

@@ -546,7 +546,8 @@ def illustration_or_run(
     (data source, "also show"); then either the illustration, which draws its sliders, chart, cards and "Try this"
     in the picture's place (and calls :func:`lensa.ui.layout.after_controls` once its sliders are read) and its
     paragraph and tables here, or a recorded run, whose own controls and charts follow the row (``show_measured``
-    reads any control of its own, then calls :func:`lensa.ui.layout.after_controls`)."""
+    reads any control of its own, then calls :func:`lensa.ui.layout.after_controls`, or leaves that call to the
+    lesson fragment, which makes it once ``show_measured`` returns)."""
     picture = st.container()
     data, shown = secondary_choices(page, also)
     selection = data_controls(page, data)
