@@ -14,10 +14,10 @@ from lensa.master import update_outcome
 from lensa.memory import bytes_per_param, training_memory
 from lensa.models import DEFAULT_PRESET, PRESETS
 from lensa.scaling import static_shift_shares
-from lensa.ui import i18n, progress
+from lensa.ui import i18n, progress, quiz
 from lensa.ui.frame import DONE_MARK
 from lensa.ui.site import PAGES_BY_KEY, STEPS, NumberControl
-from tests.pagetools import notices, open_page, sidebar_links
+from tests.pagetools import notices, open_page, page_keys, scrub_data, scrub_elements, sidebar_links
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
 
@@ -222,3 +222,83 @@ def test_right_answers_are_what_the_core_computes_at_the_named_states():
     # bf16_q2: at 0.01 FP16's mean relative error is the smaller
     sample = gradient_sample(1e-2)
     assert mean_relative_error(sample, "fp16") < mean_relative_error(sample, "bf16") and _right("bf16_q2") == "b"
+
+
+# --- a question asks for a move only where the page shows the control ------------------------------------------
+
+# Questions that name a control's value without asking the learner to move it ("a gradient near 1e-7").
+NAMES_WITHOUT_MOVING = {"fp16_range_q2"}
+MOVE_WORDS = ("slide", "set", "raise", "switch", "open", "keep", "drag", "pick", "move", "now slide")
+
+
+def test_moves_lists_the_controls_each_question_asks_to_move():
+    named: dict[str, set[str]] = {}
+    for question, control, _, _ in NAMED_VALUES:
+        named.setdefault(question, set()).add(control)
+    for question in i18n.answers():
+        text = i18n.text("en", f"quiz.{question}").lower()
+        asks_a_move = text.startswith(MOVE_WORDS)
+        assert asks_a_move == (question in quiz.MOVES), (question, text)
+        if question in quiz.MOVES:
+            assert set(quiz.MOVES[question]) == named[question], question
+        else:
+            assert question not in named or question in NAMES_WITHOUT_MOVING, question
+
+
+def _controls_on_page(at, key: str) -> set[str]:
+    """The controls the page draws, as the browser gets them: its widgets (keys ``w.<page>.<name>``) and its scrub
+    sliders (the parts the server sends)."""
+    found = {part["name"] for element in scrub_elements(at) for part in scrub_data(element)["parts"]}
+
+    def walk(node) -> None:
+        widget = getattr(node, "key", None)
+        if isinstance(widget, str) and widget.startswith(f"w.{key}."):
+            found.add(widget.removeprefix(f"w.{key}."))
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at._tree)
+    return found - {"scrub"}
+
+
+def _asked_questions(at, key: str) -> list[str]:
+    """Every question the page asks, answering each in turn so the next appears (right answers: no hint needed)."""
+    by_label = {i18n.text("en", f"quiz.{q}"): q for q in progress.questions(key)}
+    while True:
+        radios = _quiz_radios(at, key)
+        open_ones = [r for r in radios if r.value is None]
+        if not open_ones:
+            return [by_label[r.label] for r in radios]
+        question = by_label[open_ones[0].label]
+        open_ones[0].set_value(i18n.answers()[question]).run()
+        assert not at.exception, at.exception
+
+
+DATA_PAGES = page_keys(control="data")
+
+
+@pytest.mark.parametrize(
+    ("key", "data"),
+    [
+        (key, data)
+        for key in (*STEP_KEYS, *(k for k in DATA_PAGES if k not in STEP_KEYS))
+        for data in ("illustration", "reference", "lab", "upload")
+        if key in DATA_PAGES or data == "illustration"
+    ],
+)
+def test_every_question_asked_names_only_controls_on_the_page(key, data):
+    from tests.test_measured_pages import LAB, upload, visit
+
+    at = visit(key, "en", LAB if data == "lab" else None, **({} if key not in DATA_PAGES else {"data": data}))
+    if data == "upload":
+        upload(at)
+    assert not at.exception, at.exception
+    on_page = _controls_on_page(at, key)
+    asked = _asked_questions(at, key)
+    for question in asked:
+        missing = set(quiz.MOVES.get(question, ())) - on_page
+        assert not missing, f"{key} with data={data} asks {question}, which moves {missing}, not on the page"
+    # and no question is held back whose controls are there
+    assert asked == [q for q in progress.questions(key) if set(quiz.MOVES.get(q, ())) <= on_page]
+    if data == "illustration":
+        assert asked == progress.questions(key)

@@ -52,6 +52,9 @@ class Page:
     own_link_drawn: bool = False  # this run of the lesson fragment has filled the own entry's slot
     printing: bool = False  # ?print=1: the page as it goes on paper, without questions, links and notes
     questions_drawn: bool = False  # this run has drawn the page's questions (lensa.ui.quiz.predict)
+    # The controls this run has read and drawn so far (lensa.ui.url_state.value_from_url): a question that asks
+    # the learner to move a control the page does not show in this run (a recorded run has no size slider) waits.
+    controls_shown: set[str] = field(default_factory=set)
 
     def t(self, key: str, **values: object) -> str:
         """Text from this page's catalogue section (``"title"``) or any other (``"nav.memory"``)."""

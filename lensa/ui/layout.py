@@ -68,6 +68,7 @@ def lesson(page: Page, body: Callable[[], None], *, scrubs: bool = True) -> None
     slots = navigation_slots(page)
     page.own_link = slots[page.info.key]
     runs = 0
+    outside = set(page.controls_shown)  # the controls the full run drew before the fragment
 
     def part() -> None:
         nonlocal runs
@@ -75,6 +76,7 @@ def lesson(page: Page, body: Callable[[], None], *, scrubs: bool = True) -> None
             page.switched = False
             page.partial = True
             page.notices.clear()
+            page.controls_shown = set(outside)  # the fragment draws its own again (a data choice may drop some)
         runs += 1
         page.questions_drawn = False  # the questions sit in the fragment: each of its runs draws them again
         page.own_link_drawn = False

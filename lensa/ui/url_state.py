@@ -131,6 +131,7 @@ def value_from_url(
     raw = st.query_params.get(control.name)
     slot = (page.info.key, control.name)
     key = key or widget_key(page, control.name)
+    page.controls_shown.add(control.name)
     kept = values()
     record = kept.get(slot, MISSING)
     state = from_widget(st.session_state.get(key))
