@@ -44,17 +44,18 @@ def static_shift_shares(sample: ArrayLike, k: int, fmt: str | FloatFormat = "fp1
     return category_shares(loss_scaled(sample, k), fmt)
 
 
-StaticRegime = Literal["over", "fits", "none", "some"]
+StaticRegime = Literal["over", "fits", "subnormal", "none", "some"]
 
 
 def static_shift_regime(shares: Mapping[str, float], k: int) -> StaticRegime:
     """What a static shift by 2**k did, from its :func:`static_shift_shares`: some values overflow
-    (``"over"``), none is lost (``"fits"``), values are lost and there is no shift (``"none"``, k = 0), or a
-    shift that still loses some (``"some"``)."""
+    (``"over"``), every value is a normal number, with the format's full precision (``"fits"``), none is lost
+    but some are still subnormal, with fewer significant bits (``"subnormal"``), values are lost and there is
+    no shift (``"none"``, k = 0), or a shift that still loses some (``"some"``)."""
     if shares["overflow"] > 0:
         return "over"
     if shares["zero"] == 0:
-        return "fits"
+        return "subnormal" if shares["subnormal"] > 0 else "fits"
     return "none" if k == 0 else "some"
 
 

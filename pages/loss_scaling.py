@@ -23,7 +23,13 @@ REAL_JOB = "loss_scaling.real_job"
 # A bad batch in the real run: its gradients times any scale this run reaches overflow FP16,
 # while ordinary steps (|g| ~ 1e-2 at S <= 2^20) stay far below 65504.
 REAL_SPIKE_FACTOR = 1e4
-REGIME_KEYS = {"over": "explain_over", "fits": "explain_fits", "none": "explain_none", "some": "explain_some"}
+REGIME_KEYS = {
+    "over": "explain_over",
+    "fits": "explain_fits",
+    "subnormal": "explain_subnormal",
+    "none": "explain_none",
+    "some": "explain_some",
+}
 
 
 def _steps_text(page, numbers: Sequence[int]) -> str:
@@ -299,12 +305,18 @@ def illustration(picture: DeltaGenerator, also: str) -> None:
     control = widgets.declared(page, "scale", NumberControl)
     scale_slider = scrub.Slider(control, page.t("scale"), lambda v: power_of_two(int(v)), page.t("scale_help"))
     with picture:
-        try_this = page.t("try", top=power_of_two(int(control.hi)))
+        # Play animates the dynamic run further down, which does not follow S: the words say where it starts.
+        try_this = page.t("try", top=power_of_two(int(control.hi)), start=power_of_two(illustrative_run().first_k))
         k = int(scrub.scrub(page, [scale_slider], frames(keys), keys, try_this)["scale"])
     layout.after_controls(page)
     view = loss_scaling_view(k, keys)
     run = view.run
-    values = {"s": power_of_two(k), "zero": page.pct(view.shares["zero"]), "over": page.pct(view.shares["overflow"])}
+    values = {
+        "s": power_of_two(k),
+        "zero": page.pct(view.shares["zero"]),
+        "sub": page.pct(view.shares["subnormal"]),
+        "over": page.pct(view.shares["overflow"]),
+    }
     sentences = [
         page.t(REGIME_KEYS[view.regime], **values),
         page.t(

@@ -39,13 +39,13 @@ def test_regimes_along_the_slider():
     assert regimes[0] == "none"
     # Moving S up first rescues values, then all fit: never back again. The sample's largest value times
     # the slider's top, 2^24, stays below FP16's 65504, so this sample never overflows.
-    order = ["none", "some", "fits", "over"]
+    order = ["none", "some", "subnormal", "fits", "over"]
     seen = [order.index(regimes[k]) for k in range(25)]
     assert seen == sorted(seen) and regimes[24] == "fits"
     assert float(SAMPLE.max()) * 2.0**24 < FORMATS["fp16"].max
     for k in (k for k, r in regimes.items() if r == "fits"):
         shares = static_shift_shares(SAMPLE, k)
-        assert shares["zero"] == 0 and shares["overflow"] == 0
+        assert shares["zero"] == shares["subnormal"] == shares["overflow"] == 0
     # A larger gradient does overflow there: 1e-2 x 2^24 = 167772 > 65504.
     assert static_shift_regime(static_shift_shares([1e-2, 1e-9], 24), 24) == "over"
 
