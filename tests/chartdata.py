@@ -471,7 +471,7 @@ def _scrub_charts(node: Any) -> list[ScrubChart]:
 def charts_and_tables(root: Any, table_label: str) -> Iterator[tuple[Any, Any | None]]:
     """Each plotly chart of an AppTest tree, in page order, with the data table shown after it (before the
     next chart), or None. A scrub component's charts (at its current stops) count as charts; the server writes
-    their tables after the component, one per chart, in order."""
+    their tables after the component in one section, one per chart, in order (as Markdown text here)."""
     order: list[Any] = []
 
     def walk(node: Any) -> None:
@@ -485,9 +485,10 @@ def charts_and_tables(root: Any, table_label: str) -> Iterator[tuple[Any, Any | 
 
     walk(root)
     for i, node in enumerate(order):
-        if isinstance(node, list):  # a scrub's charts: its tables follow it, one for each chart
-            following = order[i + 1 : i + 1 + len(node)]
-            tables = [t for t in following if getattr(t, "label", None) == table_label]
+        if isinstance(node, list):  # a scrub's charts: one section follows it, with a table for each chart
+            following = order[i + 1] if i + 1 < len(order) else None
+            section = following if getattr(following, "label", None) == table_label else None
+            tables = [] if section is None else _markdown_tables(section)
             for n, chart in enumerate(node):
                 yield chart, tables[n] if n < len(tables) else None
             continue
@@ -498,5 +499,11 @@ def charts_and_tables(root: Any, table_label: str) -> Iterator[tuple[Any, Any | 
         yield node, table
 
 
-def table_of(expander: Any) -> Table:
-    return parse_markdown_table(expander.markdown[0].value)
+def _markdown_tables(expander: Any) -> list[str]:
+    """The Markdown tables of a section, in order (a chart's title above each, where there are several, left out)."""
+    return [m.value for m in expander.markdown if m.value.lstrip().startswith("|")]
+
+
+def table_of(section: Any) -> Table:
+    """The table of a chart: a section holding only its table, or one of a scrub's tables (its Markdown)."""
+    return parse_markdown_table(section if isinstance(section, str) else _markdown_tables(section)[0])

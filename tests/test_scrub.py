@@ -16,6 +16,7 @@ from lensa.speed import DEFAULT_GPU, DEFAULT_MFU
 from lensa.ui import i18n, limits
 from lensa.ui.components import scrub
 from lensa.ui.site import PAGES_BY_KEY
+from tests import chartdata
 from tests.pagetools import (
     metrics,
     move_scrub,
@@ -351,3 +352,25 @@ def test_a_glossary_link_in_a_cards_text_reads_as_its_words():
     assert scrub.words("[subnormal](glossary?lang=id&term=subnormal) naik") == "subnormal naik"
     cards = scrub.frame_json((scrub.Cards((("[ZeRO](glossary?lang=en&term=zero) stage", "3"),)),))
     assert cards == [{"k": "cards", "cards": [["ZeRO stage", "3"]]}]
+
+
+@pytest.mark.parametrize("key", SCRUB_PAGES)
+def test_a_scrubs_charts_have_one_data_table_each_in_one_closed_section(key):
+    """Under the component, one "Data table" section (issue 41: step 4 showed two boxes of the same name and
+    nothing to tell which chart each was of): in it each chart's table once, in the charts' order, under the
+    chart's title where there are several, and each holds what its chart draws."""
+    at = open_page(key, lang="en")
+    assert not at.exception, [e.value for e in at.exception]
+    label = i18n.text("en", "figure.table")
+    charts = [b for b in scrub_frame(at) if b["k"] == "chart"]
+    sections = [e for e in at.expander if e.label == label]
+    others = len(at.get("plotly_chart"))  # Streamlit's own charts (a recorded run's) keep a section each
+    assert len(sections) == 1 + others
+    texts = [m.value for m in sections[0].markdown]
+    tables = [chartdata.parse_markdown_table(t) for t in texts if t.lstrip().startswith("|")]
+    assert len(tables) == len(charts)
+    for chart, table in zip(charts, tables, strict=True):
+        assert chartdata.check(chart["fig"], table, "en") == []
+    if len(charts) > 1:
+        headings = [t for t in texts if not t.lstrip().startswith("|")]
+        assert headings == [f"**{c['title']}**" for c in charts]

@@ -27,9 +27,20 @@ def chart(fig: object, title: str, caption: str | None = None, alt: str | None =
 
 def table_of(fig: object) -> None:
     """The values a figure plots (``fig.table``), in a closed section, as a real table (nothing without one)."""
-    table = getattr(fig, "table", None)
-    if table is not None and table.rows:
-        with st.expander(i18n.text(table.lang, "figure.table"), icon=":material/table:"):
+    tables_of([("", fig)])
+
+
+def tables_of(figures: Sequence[tuple[str, object]]) -> None:
+    """The values several figures plot, in one closed section: each (title, figure)'s table, under its title in
+    bold (none for ""); figures without a table are left out, and with none of them nothing is drawn."""
+    tables = [(title, table) for title, fig in figures if (table := getattr(fig, "table", None)) is not None]
+    tables = [(title, table) for title, table in tables if table.rows]
+    if not tables:
+        return
+    with st.expander(i18n.text(tables[0][1].lang, "figure.table"), icon=":material/table:"):
+        for title, table in tables:
+            if title:
+                st.markdown(f"**{title}**")
             st.markdown(markdown_table(table.headers, table.rows))
 
 

@@ -121,11 +121,13 @@ def frame_json(frame: Frame) -> list[Spec]:
 
 
 def data_tables(frame: Frame) -> None:
-    """Under the component, the data table of each chart of ``frame`` (the current stop's), as
-    :func:`lensa.ui.display.chart` writes one under a chart: they follow the slider once the gesture ends."""
-    for block in frame:
-        if isinstance(block, Chart):
-            display.table_of(block.figure)
+    """Under the component, the data tables of ``frame``'s charts (the current stop's) in one closed section, as
+    :func:`lensa.ui.display.chart` writes one under a chart: they follow the slider once the gesture ends.
+
+    One section, not one per chart: they would sit together under the component, each named "Data table", with
+    nothing to say which chart each is of. Where there are several, each table is under its chart's title."""
+    charts = [(block.title, block.figure) for block in frame if isinstance(block, Chart)]
+    display.tables_of(charts if len(charts) > 1 else [("", figure) for _, figure in charts])
 
 
 # --- frames as differences from one of them ------------------------------------------------------------------
