@@ -174,3 +174,25 @@ def test_the_format_ranges_table_writes_each_limit_exactly_where_it_is_short():
     assert float(fp16.max) == 65504 and float(e2m3.max) == 7.5 and float(e2m3.smallest_subnormal) == 0.125
     assert rows[FORMATS["fp16"].label] == ("6.0e-8", "6.1e-5", "65,504")
     assert rows[FORMATS["fp6_e2m3"].label] == ("0.125", "1", "7.5")
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_step5s_legend_names_a_look_no_normal_range_has(lang):
+    """Issue 41: the legend's "subnormal range" swatch (plotly draws a trace's first bar: FP32's, lighter) was the
+    shade of BF16's normal range, a lighter blue. A subnormal part is dotted and no normal range is, so the
+    swatch's look (colour and pattern) is never a normal range's, whatever the colours."""
+    from tests.pagetools import chart_specs
+
+    at = open_page("bf16", lang=lang)
+    (spec,) = [s for s in chart_specs(at) if any("base" in t for t in s["data"])]
+    legend = {t["name"]: t for t in spec["data"] if t.get("showlegend")}
+    sub = legend[figures.i18n.text(lang, "views.legend_subnormal")]
+    normal = legend[figures.i18n.text(lang, "views.legend_normal")]
+
+    def looks(trace):
+        shape = trace["marker"].get("pattern", {}).get("shape", "")
+        return {(colour, shape) for colour in trace["marker"]["color"]}
+
+    assert sub["marker"]["pattern"]["shape"] and not normal["marker"].get("pattern", {}).get("shape")
+    assert not looks(sub) & looks(normal)
+    assert len(normal["marker"]["color"]) == 3  # FP32, BF16 and FP16: every normal range is in the look test

@@ -1087,7 +1087,7 @@ def memory_total_bars(
 RANGE_LO, RANGE_HI = -46, 40
 FormatRange = FormatLimits  # a format's smallest subnormal, smallest normal and largest finite, as drawn
 RANGE_ROW_PX = 44  # a row of the range chart
-SUBNORMAL_ALPHA = 0.4  # a format's subnormal range is its colour, lighter (in the bars and the legend's swatch)
+SUBNORMAL_ALPHA = 0.4  # a format's subnormal range is its colour, lighter and dotted (bars and legend swatch)
 
 
 def _translucent(hex_colour: str, alpha: float) -> str:
@@ -1105,12 +1105,15 @@ def _range_bars(ranges: Sequence[FormatRange], labels: dict[str, str], lang: str
     """One bar trace per kind (subnormal, normal) with a bar per format, on a log10 axis: fewer traces to draw.
 
     The two traces are named in the legend (``labels["legend_subnormal"]``, ``labels["legend_normal"]``): the
-    lighter part of each bar is its subnormal range."""
+    lighter, dotted part of each bar is its subnormal range. Dotted as well as lighter: plotly draws a trace's
+    legend swatch in its first bar's colour, FP32's lighter blue, which is near BF16's own sky blue (issue 41);
+    the dots (step 2's subnormal hatching) are what no normal range has."""
     data: list[Spec] = []
     for kind, low, high, alpha in (
         ("subnormal", "smallest_subnormal", "smallest_normal", SUBNORMAL_ALPHA),
         ("normal", "smallest_normal", "max", 1.0),
     ):
+        pattern = _hatch(CATEGORY_PATTERNS["subnormal"] if kind == "subnormal" else "", "rgba(0,0,0,0.5)")
         names = [labels[kind].format(fmt=r.label) for r in ranges]
         lows = [getattr(r, low) for r in ranges]
         highs = [getattr(r, high) for r in ranges]
@@ -1123,7 +1126,7 @@ def _range_bars(ranges: Sequence[FormatRange], labels: dict[str, str], lang: str
                 "orientation": "h",
                 "width": 0.6,
                 "name": labels.get(f"legend_{kind}", kind),
-                "marker": {"color": [_translucent(FORMAT_COLOURS[r.key], alpha) for r in ranges]},
+                "marker": {"color": [_translucent(FORMAT_COLOURS[r.key], alpha) for r in ranges], "pattern": pattern},
                 "showlegend": f"legend_{kind}" in labels,
                 "hovertext": [
                     labels["hover"].format(fmt=n, lo=i18n.sci(lo, lang), hi=i18n.sci(h, lang))
