@@ -9,7 +9,7 @@ from lensa import measured
 from lensa.formats import FORMATS, most_common_category
 from lensa.lessons.common import limits_of, shares_of
 from lensa.lessons.fp16_range import Fp16RangeView, fp16_range_view
-from lensa.ui import display, figures, format_table, layout, recorded_run, widgets, zone_charts
+from lensa.ui import display, figures, format_table, i18n, layout, recorded_run, widgets, zone_charts
 from lensa.ui.components import scrub
 from lensa.ui.controls import NumberControl
 from lensa.ui.frame import setup
@@ -22,7 +22,7 @@ def show_measured(sel: recorded_run.Selection, also: str) -> None:
     """The recorded tensors instead of the illustration: their histogram over FP16's zones, and who loses most."""
     stats = sel.stats
     shares = measured.zone_shares(stats, "fp16")
-    pct = {zone: recorded_run.pct(page, share) for zone, share in shares.items()}
+    pct = recorded_run.pcts(page, shares)  # the four cards are one whole: they add up to 100%
     kind = recorded_run.kind_words(page, sel.kind)
     charts = display.figure_area()
     display.metric_row(
@@ -68,8 +68,7 @@ def show_measured(sel: recorded_run.Selection, also: str) -> None:
 
 def frame(view: Fp16RangeView, count_top: float) -> scrub.Frame:
     """What the component shows at one stop: the histogram (with the extra formats' ranges under it), the cards."""
-    shares = view.shares
-    pct = {zone: page.pct(share) for zone, share in shares.items()}
+    pct = i18n.percents(view.shares, page.lang)  # the cards are parts of one whole: they add up to 100%
     chart = scrub.Chart(
         zone_charts.fp16_histogram(page, view.histogram, count_top, aligned=bool(view.also)),
         page.t("figure_title"),
@@ -133,11 +132,12 @@ def illustration(picture: DeltaGenerator, also: str) -> None:
         grad = scrub.scrub(page, [grad_slider], frames(keys), keys, page.t("try"))["grad"]
     layout.after_controls(page)
     view = fp16_range_view(grad, keys)
+    pct = i18n.percents(view.shares, page.lang)  # as the cards write them
     values = {
-        "zero": page.pct(view.shares["zero"]),
-        "sub": page.pct(view.shares["subnormal"]),
-        "normal": page.pct(view.shares["normal"]),
-        "over": page.pct(view.shares["overflow"]),
+        "zero": pct["zero"],
+        "sub": pct["subnormal"],
+        "normal": pct["normal"],
+        "over": pct["overflow"],
         "normal_limit": page.sci(FP16.smallest_normal),
     }
     sentences = [page.t(f"explain_{view.regime}", **values)]

@@ -154,7 +154,7 @@ def show_measured(sel: recorded_run.Selection, also: str) -> None:
     stats = sel.stats
     kind = recorded_run.kind_words(page, sel.kind)
     shares = measured.zone_shares(stats, "fp16", k)
-    pct = {zone: recorded_run.pct(page, share) for zone, share in shares.items()}
+    pct = recorded_run.pcts(page, shares)  # parts of one whole, as step 2's cards
     bounds = measured.scale_bounds(stats, "fp16")
     source = recorded_run.source_line(page, sel)
     charts = display.figure_area()
@@ -239,7 +239,7 @@ def real_run_section(run: measured.ScalerHistory, real: Sequence[measured.ScaleS
 def frame(view: LossScalingView, count_top: float) -> scrub.Frame:
     """What the component shows at one stop of S: the scaled histogram (the extra formats' ranges under it) and the
     cards, which all follow S."""
-    pct = {zone: page.pct(share) for zone, share in view.shares.items()}
+    pct = i18n.percents(view.shares, page.lang)  # parts of one whole, as step 2's cards
     chart = scrub.Chart(
         zone_charts.fp16_histogram(page, view.histogram, count_top, aligned=bool(view.extra)),
         page.t("figure_title"),
@@ -311,12 +311,8 @@ def illustration(picture: DeltaGenerator, also: str) -> None:
     layout.after_controls(page)
     view = loss_scaling_view(k, keys)
     run = view.run
-    values = {
-        "s": power_of_two(k),
-        "zero": page.pct(view.shares["zero"]),
-        "sub": page.pct(view.shares["subnormal"]),
-        "over": page.pct(view.shares["overflow"]),
-    }
+    pct = i18n.percents(view.shares, page.lang)  # as the cards write them
+    values = {"s": power_of_two(k), "zero": pct["zero"], "sub": pct["subnormal"], "over": pct["overflow"]}
     sentences = [
         page.t(REGIME_KEYS[view.regime], **values),
         page.t(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import math
 import re
 import shutil
 import string
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from lensa.ui import i18n
@@ -100,6 +102,51 @@ def test_language_choice_order(url, session, locale, expected):
 def test_numbers_by_language(fn, args, en, id_):
     assert fn(*args, "en") == en
     assert fn(*args, "id") == id_
+
+
+def _read_percent(text: str) -> float:
+    return float(text.removesuffix("%").replace(".", "").replace(",", ".")) if "," in text else float(text[:-1])
+
+
+@pytest.mark.parametrize(
+    ("counts", "en"),
+    [
+        ((0, 130, 270, 0), ["0%", "32%", "68%", "0%"]),  # 32.5% + 67.5%: each on its own reads 33% + 68%
+        ((0, 129, 271, 0), ["0%", "32%", "68%", "0%"]),  # already whole: as percent() writes them
+        ((1, 129, 270, 0), ["0.2%", "32.3%", "67.5%", "0%"]),  # 0.25% is not 0: one more decimal for all
+        ((17, 383, 0, 0), ["4%", "96%", "0%", "0%"]),  # 4.25% + 95.75%: 4.3% + 96% on their own
+        ((0, 0, 0, 0), ["0%", "0%", "0%", "0%"]),
+        ((400, 0, 0, 0), ["100%", "0%", "0%", "0%"]),
+        ((1, 1, 1, 0), ["34%", "33%", "33%", "0%"]),  # equal remainders and shares: the first in order
+    ],
+)
+def test_shares_shown_together_add_up_to_100_as_written(counts, en):
+    shares = dict(zip("abcd", (n / max(1, sum(counts)) for n in counts), strict=True))
+    shown = i18n.percents(shares, "en")
+    assert list(shown.values()) == en
+    written = i18n.percents(shares, "id")
+    assert [t.replace(",", ".") for t in written.values()] == list(shown.values())
+    if any(counts):
+        assert math.isclose(sum(_read_percent(t) for t in written.values()), 100, abs_tol=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_shares_shown_together_add_up_to_100_and_none_above_0_reads_0(seed):
+    """Random splits, tiny shares among them (a recorded run's one value in a million): the written numbers add
+    up to 100, a share above 0 never reads 0%, and each is within one unit of its last digit of the share."""
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        raw = rng.random(4) * (10.0 ** rng.integers(-7, 1, 4)) * (rng.random(4) < 0.8)
+        if not raw.sum():
+            continue
+        shares = dict(zip("abcd", (float(x) for x in raw / raw.sum()), strict=True))
+        shown = i18n.percents(shares, "en")
+        values = {k: float(t[:-1]) for k, t in shown.items()}
+        places = max(len(t[:-1].partition(".")[2]) for t in shown.values())
+        assert math.isclose(sum(values.values()), 100, abs_tol=10.0**-places / 2), shown
+        for k, share in shares.items():
+            assert (values[k] == 0) == (share == 0), (shares, shown)
+            assert abs(values[k] - share * 100) < 10.0**-places + 1e-12, (k, shares, shown)
 
 
 def test_halves_round_up_as_people_expect():

@@ -356,3 +356,19 @@ def test_the_data_choice_carries_to_the_other_steps():
     }
     assert into and all("data=reference" in q for q in into.values()), targets
     assert not any("data=" in q for page, q in targets.items() if "memory" in page or "speed" in page)
+
+
+def _percent_value(text: str, lang: str) -> float:
+    return float(text.removesuffix("%").replace(".", "").replace(",", ".") if lang == "id" else text[:-1])
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+@pytest.mark.parametrize("kind", PAGES_BY_KEY["fp16_range"].control("kind").options)
+def test_step2s_cards_of_a_recorded_run_add_up_to_100(kind, lang):
+    """Issue 41: the four zones' cards are one whole, rounded together (they read 101% once)."""
+    at = visit("fp16_range", data="reference", kind=kind, lang=lang)
+    cards = metrics(at)
+    labels = ["metric_zero", "metric_subnormal", "metric_normal"]
+    texts = [cards[i18n.text(lang, f"fp16_range.{k}")] for k in labels]
+    texts.append(cards[i18n.text(lang, "fp16_range_data.metric_overflow")])
+    assert math.isclose(sum(_percent_value(t, lang) for t in texts), 100, abs_tol=1e-9), texts

@@ -108,8 +108,12 @@ def test_step2_cards_at_every_stop_are_the_lesson_view_in_the_pages_language(lan
         view = fp16_range_view(grad)
         (cards,) = [b["cards"] for b in scrub.frame_at(part, i) if b["k"] == "cards"]
         values = [value for _, value in cards]
-        expected = [i18n.percent(view.shares[z], lang) for z in ("zero", "subnormal", "normal")]
+        expected = [i18n.percents(view.shares, lang)[z] for z in ("zero", "subnormal", "normal")]
         assert values == [*expected, i18n.sci(view.largest, lang)]
+        # one whole, read back from the cards as written (issue 41: 68% + 33% once); nothing overflows here
+        assert view.shares["overflow"] == 0
+        shown = [float(v.removesuffix("%").replace(",", ".")) for v in values[:3]]
+        assert abs(sum(shown) - 100) < 1e-9, (grad, values)
         assert part["stops"][i] == i18n.sci(grad, lang)  # what a screen reader announces, in the page's language
 
 
@@ -374,3 +378,21 @@ def test_a_scrubs_charts_have_one_data_table_each_in_one_closed_section(key):
     if len(charts) > 1:
         headings = [t for t in texts if not t.lstrip().startswith("|")]
         assert headings == [f"**{c['title']}**" for c in charts]
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_step3s_share_cards_at_every_stop_are_parts_of_one_whole(lang):
+    """Step 3's zero, subnormal and overflow cards are three of FP16's four zones: with the normal share, rounded
+    as step 2's are, they add up to 100% as written at every S (issue 41)."""
+    from lensa.lessons.loss_scaling import loss_scaling_view
+
+    at = open_page("loss_scaling", lang=lang)
+    part = scrub_data(scrub_elements(at)[0])["parts"][0]
+    for i, k in enumerate(slider_stops(at, "scale")):
+        view = loss_scaling_view(int(k))
+        (cards,) = [b["cards"] for b in scrub.frame_at(part, i) if b["k"] == "cards"]
+        shown = [value for _, value in cards][:3]
+        normal = i18n.percents(view.shares, lang)["normal"]
+        total = sum(float(v.removesuffix("%").replace(",", ".")) for v in [*shown, normal])
+        assert abs(total - 100) < 1e-9, (k, shown, normal)
+        assert shown == [i18n.percents(view.shares, lang)[z] for z in ("zero", "subnormal", "overflow")]

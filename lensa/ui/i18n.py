@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
+from collections.abc import Mapping
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
 from pathlib import Path
@@ -177,6 +178,35 @@ def count_in_words(n: int, lang: str, capital: bool = False) -> str:
 def percent(share: float, lang: str, digits: int = 2) -> str:
     """A share (0..1) as a percentage to 2 significant digits: ``4.3%``, ``91%``, ``0%``."""
     return significant(share * 100, lang, digits) + "%"
+
+
+def percents(shares: Mapping[str, float], lang: str, digits: int = 2) -> dict[str, str]:
+    """Shares shown together (the parts of one whole, 0..1 each) as percentages that add up to 100% as written.
+
+    :func:`percent` rounds each on its own, and 67.75% and 32.25% then read 68% and 32%, but 67.5% and 32.5% read
+    68% and 33%. Here they are rounded together, largest remainder first (Hamilton's method), at the decimals
+    :func:`percent` gives the largest share (whole percents from 10% up), with one more decimal at a time while a
+    share that is not 0 would read 0% (as :func:`percent` never writes one): 0.25%, 32.25% and 67.5% read 0.2%,
+    32.3% and 67.5% (between equal remainders the larger share goes up). A share of 0 reads 0%, and so does
+    every one when none is above 0. The shares are taken as parts of their sum, so ``shares`` holds the whole
+    (a share no card shows still counts).
+    """
+    total = math.fsum(shares.values())
+    if not total > 0:
+        return {key: "0%" for key in shares}
+    parts = {key: Decimal(f"{share / total * 100:.15g}") for key, share in shares.items()}
+    largest = max(parts.values())
+    places = max(0, digits - 1 - largest.adjusted())
+    while places < 15 and any(0 < p < Decimal(1).scaleb(-places) for p in parts.values()):
+        places += 1
+    units = {key: p.scaleb(places) for key, p in parts.items()}
+    floors = {key: int(u) for key, u in units.items()}
+    left = 100 * 10**places - sum(floors.values())
+    # the largest remainders first; between equal ones, the larger share, then the order given
+    order = sorted(units, key=lambda k: (units[k] - floors[k], units[k]), reverse=True)
+    for key in order[: max(0, left)]:
+        floors[key] += 1
+    return {key: "0%" if n == 0 else number(n / 10**places, lang, places) + "%" for key, n in floors.items()}
 
 
 def signed_percent(share: float, lang: str, digits: int = 2) -> str:

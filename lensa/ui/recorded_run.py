@@ -29,7 +29,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from lensa import measured
 from lensa.formats import FORMATS
 from lensa.runstats import MAX_FILE_BYTES, RunStats, RunStatsError, TensorStats, load
-from lensa.ui import format_table, limits, widgets
+from lensa.ui import format_table, i18n, limits, widgets
 from lensa.ui.controls import ChoiceControl, NumberControl
 from lensa.ui.frame import Page, link_params, page_link, remembered
 from lensa.ui.site import DATA, PAGES, PAGES_BY_KEY, RECIPE
@@ -437,6 +437,14 @@ def pct(page: Page, share: float) -> str:
     if np.isinf(share):
         return "∞"
     return page.pct(share)
+
+
+def pcts(page: Page, shares: Mapping[str, float]) -> dict[str, str]:
+    """Shares shown together, the parts of one whole (a run's zones), written to add up to 100%
+    (:func:`lensa.ui.i18n.percents`); with a share NaN or inf (no values, an overflow) each as :func:`pct`."""
+    if all(np.isfinite(share) for share in shares.values()):
+        return i18n.percents(shares, page.lang)
+    return {key: pct(page, share) for key, share in shares.items()}
 
 
 def format_rows(
