@@ -93,6 +93,7 @@ def frame(view: Fp16RangeView, count_top: float) -> scrub.Frame:
             largest=page.sci(view.largest),
         ),
         compact_height=COMPACT_CHART_PX,
+        compact_layout=zone_charts.fp16_compact_marks(page, view.histogram),
     )
     blocks: list[scrub.Block] = [chart]
     if view.also:

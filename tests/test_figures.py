@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -196,3 +197,38 @@ def test_step5s_legend_names_a_look_no_normal_range_has(lang):
     assert sub["marker"]["pattern"]["shape"] and not normal["marker"].get("pattern", {}).get("shape")
     assert not looks(sub) & looks(normal)
     assert len(normal["marker"]["color"]) == 3  # FP32, BF16 and FP16: every normal range is in the look test
+
+
+@pytest.mark.parametrize("key", ["fp16_range", "loss_scaling"])
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_fp16s_limit_labels_sit_on_rows_of_their_own_beside_their_lines(key, lang):
+    """Issue 41: on a phone the three limits' labels piled up (rows a share of the plot's height: less than a line
+    of text on a short chart) and "largest finite 65,504" hung far from its line. Each label is a row of pixels
+    below the one before, at any height, anchored at its own line; on a phone (the chart's compact layout) it is
+    the limit's value alone, which the caption under the chart names."""
+    from tests.pagetools import scrub_frame
+
+    at = open_page(key, lang=lang)
+    chart = next(b for b in scrub_frame(at) if b["k"] == "chart")
+    layout = chart["fig"]["layout"]
+    lines = sorted(s["x0"] for s in layout["shapes"] if s.get("type") == "line" and s.get("xref") == "x")
+    if key == "loss_scaling":  # its caption names no limit: its phone keeps the full labels, on their own rows
+        compact = layout["annotations"]
+        assert chart["compact"]["layout"] == {}
+    else:
+        compact = chart["compact"]["layout"]["annotations"]
+    fp16 = FORMATS["fp16"]
+    values = [figures.i18n.sci(fp16.smallest_subnormal, lang), figures.i18n.sci(fp16.smallest_normal, lang)]
+    values.append(figures.i18n.number(fp16.max, lang))
+    assert [a["text"].rpartition(" ")[2] if key == "loss_scaling" else a["text"] for a in compact] == values
+    for labels in (layout["annotations"], compact):
+        assert len(labels) == len(lines) == 3
+        assert len({a["y"] for a in labels}) == 1 and {a["yref"] for a in labels} == {"paper"}
+        rows = sorted(a.get("yshift", 0) for a in labels)
+        assert all(b - a >= figures.MARK_FONT_PX + 2 for a, b in itertools.pairwise(rows)), rows
+        for a, x in zip(labels, lines, strict=True):
+            assert a["x"] == x and abs(a["xshift"]) <= 3  # its end at its own line, on the side away from it
+            assert a["xanchor"] == ("left" if a["xshift"] > 0 else "right")
+    if key == "fp16_range":
+        for value in values:
+            assert value in chart["caption"]  # what a phone's label leaves out, the caption says

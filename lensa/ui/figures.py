@@ -210,8 +210,9 @@ def _vline(x: float, dash: str = "dot", width: float = 1.5) -> Spec:
 def _log_marks(marks: Sequence[tuple[float, str]], lo: float, hi: float) -> tuple[list[Spec], list[Spec]]:
     """Dotted vertical lines at each value of ``marks`` on a log10 axis from ``lo`` to ``hi``, each labelled across
     the top of the plot beside its line (to the right of it in the axis's left part, to the left in its right part),
-    each mark a row lower than the one before, so no two labels overlap; the counts axis leaves room for them
-    (:data:`MARK_HEADROOM`)."""
+    each mark a row (:data:`MARK_ROW_PX`) lower than the one before, so no two labels overlap; the counts axis
+    leaves room for them (:data:`MARK_HEADROOM`). The rows are pixels, not a share of the plot: on a phone's short
+    chart a share of it was less than a line of text and the labels piled up (issue 41)."""
     shapes: list[Spec] = []
     annotations: list[Spec] = []
     for n, (x, label) in enumerate(marks):
@@ -221,14 +222,15 @@ def _log_marks(marks: Sequence[tuple[float, str]], lo: float, hi: float) -> tupl
         annotations.append(
             {
                 "x": lx,
-                "y": 1 - MARK_ROW * n,
+                "y": 1,
                 "yref": "paper",
+                "yshift": -MARK_ROW_PX * n,
                 "text": label,
                 "showarrow": False,
                 "xanchor": "left" if left else "right",
                 "xshift": 3 if left else -3,
                 "yanchor": "top",
-                "font": {"size": 11},
+                "font": {"size": MARK_FONT_PX},
             }
         )
     return shapes, annotations
@@ -356,7 +358,8 @@ def stacked_memory(
 
 # Room above the tallest bar for the marks' labels: the counts axis reaches this many times the tallest count.
 MARK_HEADROOM = 1.6
-MARK_ROW = 0.12  # the second row of mark labels, this far (paper) below the first
+MARK_FONT_PX = 11
+MARK_ROW_PX = 15  # each row of mark labels this far below the one before: a line of MARK_FONT_PX text and a gap
 MARK_FLIP_AT = 0.6  # a mark past this share of the axis has its label on its left
 HISTOGRAM_HEIGHT_PX = 300
 
@@ -394,6 +397,14 @@ ALIGNED_LEFT_MARGIN_PX = 84  # room for "gradients" and its ticks, or for a form
 def _fix_left_margin(layout: Spec, px: int) -> None:
     layout["margin"] = {**layout.get("margin", {}), "l": px}
     layout["yaxis"] = {**layout.get("yaxis", {}), "automargin": False}
+
+
+def compact_marks(hist: LogHistogram, marks: Sequence[tuple[float, str]]) -> Spec:
+    """What a phone changes in :func:`category_histogram`'s layout: its marks labelled with shorter words (the
+    limits' values alone, which the caption names), since the full labels of three limits are wider than the plot
+    there; as a scrub chart's ``compact_layout``, whose list of annotations replaces the figure's."""
+    lo, hi = decade_ticks(round(hist.edges[0]), round(hist.edges[-1]))["range"]
+    return {"annotations": _log_marks(marks, lo, hi)[1]}
 
 
 def count_axis_top(histograms: Sequence[LogHistogram]) -> float:
@@ -1431,7 +1442,7 @@ def _sweep_marks(
                 "text": label,
                 "showarrow": False,
                 "xanchor": "left",
-                "font": {"size": 11},
+                "font": {"size": MARK_FONT_PX},
             }
         )
     return shapes, annotations

@@ -21,13 +21,15 @@ def _zone_labels(page: Page) -> dict[str, str]:
     }
 
 
-def _fp16_marks(page: Page) -> list[tuple[float, str]]:
+def _fp16_marks(page: Page, words: bool = True) -> list[tuple[float, str]]:
+    """FP16's three limits and their labels: what each is and its value, or (``words`` False) the value alone."""
     fp16 = FORMATS["fp16"]
-    return [
-        (fp16.smallest_subnormal, f"{page.t('fp16_range.mark_subnormal')} {page.sci(fp16.smallest_subnormal)}"),
-        (fp16.smallest_normal, f"{page.t('fp16_range.mark_normal')} {page.sci(fp16.smallest_normal)}"),
-        (fp16.max, f"{page.t('fp16_range.mark_max')} {page.num(fp16.max)}"),
+    limits = [
+        (fp16.smallest_subnormal, "fp16_range.mark_subnormal", page.sci(fp16.smallest_subnormal)),
+        (fp16.smallest_normal, "fp16_range.mark_normal", page.sci(fp16.smallest_normal)),
+        (fp16.max, "fp16_range.mark_max", page.num(fp16.max)),
     ]
+    return [(x, f"{page.t(key)} {value}" if words else value) for x, key, value in limits]
 
 
 def fp16_histogram(page: Page, hist: LogHistogram, count_top: float | None = None, aligned: bool = False) -> object:
@@ -45,6 +47,12 @@ def fp16_histogram(page: Page, hist: LogHistogram, count_top: float | None = Non
         count_top,
         figures.ALIGNED_LEFT_MARGIN_PX if aligned else None,
     )
+
+
+def fp16_compact_marks(page: Page, hist: LogHistogram) -> dict[str, object]:
+    """:func:`fp16_histogram` on a phone: its limits labelled by their values alone (the caption under the chart
+    says which limit each is), each still beside its line."""
+    return figures.compact_marks(hist, _fp16_marks(page, words=False))
 
 
 def range_labels(page: Page) -> dict[str, str]:
