@@ -362,3 +362,38 @@ def test_a_glossary_term_in_a_caption_the_scrub_draws_is_a_link(server, page, la
     assert link.get_attribute("href") == f"glossary?lang={lang}&term=model_states"
     assert link.get_attribute("target") == "_blank"
     assert "](" not in page.locator(".lensa-scrub").first.inner_text()
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_a_phones_limit_labels_are_apart_and_beside_their_lines(server, chromium, lang):
+    """Issue 41: at 390 px step 2's three limit labels piled up and one sat far from its line. As Plotly draws
+    them there: no two labels overlap, each is inside the chart, and each begins or ends at its own line."""
+    context = chromium.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    try:
+        for key in ("fp16_range", "loss_scaling"):
+            open_step(page, server, key, lang)
+            page.wait_for_timeout(500)
+            labels = page.evaluate(
+                """() => {
+                    const gd = document.querySelector('.lensa-plot');
+                    const svg = gd.getBoundingClientRect(), size = gd._fullLayout._size, x = gd._fullLayout.xaxis;
+                    const texts = [...gd.querySelectorAll('.annotation-text')].map((t) => t.getBoundingClientRect());
+                    return gd._fullLayout.annotations.map((a, i) => ({
+                        line: svg.left + size.l + x.l2p(a.x), left: texts[i].left, right: texts[i].right,
+                        top: texts[i].top, bottom: texts[i].bottom, plotLeft: svg.left, plotRight: svg.right,
+                        text: a.text,
+                    }));
+                }"""
+            )
+            assert len(labels) == 3, labels
+            for n, a in enumerate(labels):
+                assert a["plotLeft"] <= a["left"] and a["right"] <= a["plotRight"], f"{key}: {a['text']} cut off"
+                gap = min(abs(a["left"] - a["line"]), abs(a["right"] - a["line"]))
+                assert gap <= 6, f"{key}: {a['text']} is {gap:.0f} px from its line"
+                for b in labels[n + 1 :]:
+                    apart = a["bottom"] <= b["top"] or b["bottom"] <= a["top"]
+                    apart = apart or a["right"] <= b["left"] or b["right"] <= a["left"]
+                    assert apart, f"{key}: {a['text']!r} and {b['text']!r} overlap"
+    finally:
+        context.close()
