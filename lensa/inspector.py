@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
+import numpy as np
+
 from lensa.exact import Parsed, exact_decimal, parse_exact, round_exact_overflow
 from lensa.formats import FORMATS, BitFields, Category, FloatFormat, code_of, get_format, value_of
 
-__all__ = ["FieldBits", "FormatReport", "field_bits", "flip_bit", "flip_bits", "inspect", "inspect_all"]
+__all__ = ["FieldBits", "FormatReport", "field_bits", "flip_bit", "flip_bits", "inspect", "inspect_all", "nan_cast"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,25 @@ class FormatReport:
     @property
     def fields(self) -> BitFields:
         return BitFields(self.sign, self.exponent_field, self.significand_field, self.fmt)
+
+    @property
+    def no_nan(self) -> bool:
+        """NaN typed into a format that has no NaN code (FP6, FP4): nothing stores it, and ``code`` is only
+        the stand-in :attr:`lensa.formats.FloatFormat.nan_code` (-0's), not a NaN a page may show as one."""
+        return self.parsed.is_nan and self.fmt.nan_codes == 0
+
+
+def nan_cast(fmt: str | FloatFormat) -> FormatReport:
+    """What ml_dtypes's cast of a NaN (Python's, sign bit clear) gives in ``fmt``, as a report.
+
+    The OCP MX spec (v1.0) gives FP6 and FP4 no NaN code and leaves converting a NaN to the implementation;
+    ml_dtypes gives a zero there (-0 for this NaN), which is what a learner who casts one meets.
+    """
+    f = get_format(fmt)
+    if f.dtype is None:
+        raise ValueError(f"{f.label} has no ml_dtypes type")
+    cast = float(np.array([math.nan]).astype(f.dtype)[0])
+    return inspect(Parsed.from_float(cast), f)
 
 
 def _errors(parsed: Parsed, stored: float) -> tuple[float, float]:

@@ -37,6 +37,8 @@ st.caption(page.t("typed", value=safe_echo(parsed.text, 60)))
 
 
 def category(report: inspector.FormatReport) -> str:
+    if report.no_nan:
+        return page.t("no_nan")
     return page.t(f"category.{report.category}") if report.category != "nan" else page.t("common.nan")
 
 
@@ -53,11 +55,11 @@ st.dataframe(
     [
         {
             page.t("col_format"): r.label,
-            page.t("col_stored"): decimal(r.stored_exact),
+            page.t("col_stored"): "—" if r.no_nan else decimal(r.stored_exact),
             page.t("col_category"): category(r),
             page.t("col_error"): "—" if r.relative_error != r.relative_error else page.sci(r.relative_error, 3),
             page.t("col_exponent"): "—" if r.exponent is None else page.num(r.exponent),
-            page.t("col_bits"): r.bit_string,
+            page.t("col_bits"): "—" if r.no_nan else r.bit_string,  # FP6's and FP4's NaN has no code
         }
         for r in reports
     ],
@@ -71,6 +73,10 @@ st.markdown(page.t("flip_hint"))
 for r in reports:
     with st.container(border=True):
         st.markdown(f"**{r.label}** · {page.t('common.bits', n=r.fmt.bits)} · {category(r)}")
+        if r.no_nan:  # no code to show or flip: say what a real cast gives instead
+            cast = inspector.nan_cast(r.fmt)
+            st.markdown(page.t("no_nan_cast", value=f"`{decimal(cast.stored_exact)}`", bits=f"`{cast.bit_string}`"))
+            continue
         st.markdown(
             f"`{decimal(r.stored_exact)}`  \n"
             + " ".join(

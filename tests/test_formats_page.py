@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import math
+import re
+from decimal import Decimal
+
+import numpy as np
 import pytest
 
 from lensa.exact import try_parse_exact
+from lensa.formats import FORMATS
+from lensa.ui.i18n import text
 from tests.pagetools import notices, open_page
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
@@ -88,3 +95,63 @@ def test_huge_numbers_overflow_everywhere():
     assert not at.exception and at.info
     values = stored(at)
     assert values["FP32"] == "inf" and values["FP8 E4M3"] == "448"
+
+
+def rows(at, lang: str) -> dict[str, dict[str, str]]:
+    """The table's rows by format label, each as {column key: cell} (``stored``, ``category``, ``bits``...)."""
+    table = at.dataframe[0].value
+    keys = {text(lang, f"formats.col_{k}"): k for k in ("format", "stored", "category", "error", "exponent", "bits")}
+    return {row.iloc[0]: {keys[c]: row[c] for c in table.columns} for _, row in table.iterrows()}
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_nan_in_a_format_without_nan_says_so_and_what_ml_dtypes_gives(lang):
+    at = open_page("formats", lang=lang, x="nan")
+    assert not at.exception
+    table, cards = rows(at, lang), " ".join(m.value for m in at.markdown)
+    for f in FORMATS.values():
+        if f.dtype is None:
+            continue  # TF32: no type to cast to
+        cast = np.array([math.nan]).astype(f.dtype)  # ml_dtypes decides which formats have a NaN
+        row = table[f.label]
+        if np.isnan(cast.astype(np.float64)[0]):
+            assert row["category"] == "NaN" and row["stored"] == "nan", f.label
+            continue
+        assert row["category"] == text(lang, "formats.no_nan") and row["stored"] == row["bits"] == "—", f.label
+        value = format(Decimal(float(cast.astype(np.float64)[0])), "f")  # -0
+        code = int(cast.view(np.uint8)[0])
+        bits = format(code, f"0{f.bits}b")
+        spaced = f"{bits[0]} {bits[1 : 1 + f.exponent_bits]} {bits[1 + f.exponent_bits :]}"
+        assert text(lang, "formats.no_nan_cast", value=f"`{value}`", bits=f"`{spaced}`") in cards, f.label
+        assert not any(b.key and b.key.startswith(f"bits.{f.name}.") for b in at.button_group), f.label
+
+
+# Where the inspector's stored value is not ml_dtypes's cast: the legend that says so, and what it must name there
+# (E4M3's 448 past its range; E8M0's inf, which the legend once left out).
+NOT_ML_DTYPES = {
+    ("fp8_e4m3", "inf"): ("formats.legend", r"\b448\b"),
+    ("fp8_e4m3", "-inf"): ("formats.legend", r"\b448\b"),
+    ("e8m0", "inf"): ("formats_mx.legend", r"\binf\b"),
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+@pytest.mark.parametrize("x", ["inf", "-inf"])
+def test_infinity_in_every_row_is_ml_dtypes_cast_or_the_legend_says_otherwise(lang, x):
+    at = open_page("formats", lang=lang, x=x)
+    assert not at.exception
+    table, captions = rows(at, lang), [c.value for c in at.caption]
+    for f in FORMATS.values():
+        if f.dtype is None:
+            continue
+        cast = float(np.array([float(x)]).astype(f.dtype).astype(np.float64)[0])
+        shown = table[f.label]["stored"]
+        if (f.name, x) in NOT_ML_DTYPES:
+            assert math.isnan(cast), f.label  # the legend says the cast gives NaN: hold it to that
+            key, names = NOT_ML_DTYPES[(f.name, x)]
+            legend = text(lang, key)
+            assert legend in captions and f.label in legend and "NaN" in legend and re.search(names, legend), f.label
+            assert shown not in ("nan", "NaN"), f.label
+        else:
+            expected = str(cast) if not math.isfinite(cast) else format(Decimal(cast), "f")  # "inf", "-inf", "nan"
+            assert shown == expected.replace(".", "," if lang == "id" else "."), f.label

@@ -641,3 +641,15 @@ def test_fp4_saturates_and_has_no_nan_code():
     assert I.inspect("5", "fp4_e2m1").stored == 4.0 and I.inspect("0.25", "fp4_e2m1").stored == 0.0
     n = I.inspect("nan", "fp4_e2m1")
     assert math.isnan(n.stored) and n.code == 0b1000  # -0's code, as ml_dtypes stores a NaN
+
+
+@pytest.mark.parametrize("name", [n for n, f in F.FORMATS.items() if f.dtype is not None])
+def test_no_nan_and_nan_cast_follow_ml_dtypes(name):
+    f = F.FORMATS[name]
+    cast = np.array([math.nan]).astype(f.dtype)  # ml_dtypes: a format has a NaN iff a NaN stays one
+    has_nan = bool(np.isnan(cast.astype(np.float64)[0]))
+    assert I.inspect("nan", name).no_nan == (not has_nan)
+    assert not any(r.no_nan for r in I.inspect_all("1"))
+    r = I.nan_cast(name)
+    assert r.code == int(cast.view(np.uint8 if f.bits <= 8 else f"u{f.dtype.itemsize}")[0])
+    assert math.isnan(r.stored) == has_nan
