@@ -22,10 +22,13 @@ Public API
     overflow as :func:`lensa.formats.quantize` does it (±inf, or ±448 for
     FP8 E4M3). Agrees with ``quantize`` on every float64.
     ``round_exact_overflow`` also says whether rounding went past ``max``.
+``parse_local(text, lang) -> LocalReading`` / ``local_text(text, lang) -> str``
+    Read what a learner typed the way the page's language writes numbers
+    (``"65.504"`` is 65504 in Indonesian, 65.504 in English), giving the
+    language-independent spelling a link keeps; and the reverse, a link's
+    spelling as the box shows it in that language.
 ``exact_decimal(x) -> str`` / ``canonical_text(x) -> str``
     A float's exact decimal expansion; a short text that parses back to
-    exactly ``x`` (for a URL or the text box after a flip).
-
     exactly ``x`` (for a URL or the text box after a flip).
 
 Parsing rules
@@ -72,11 +75,14 @@ from lensa.formats import FloatFormat, get_format
 
 __all__ = [
     "MAX_CHARS",
+    "LocalReading",
     "ParseError",
     "Parsed",
     "canonical_text",
     "exact_decimal",
+    "local_text",
     "parse_exact",
+    "parse_local",
     "round_exact",
     "round_exact_overflow",
     "try_parse_exact",
@@ -215,6 +221,89 @@ def parse_exact(text: str) -> Parsed:
     if value == 0:
         return Parsed(s, Fraction(0), negative_zero=negative)
     return Parsed(s, -value if negative else value, out_of_range=out_of_range)
+
+
+# --- typed the way a language writes numbers ---------------------------------------------------------
+
+# The decimal mark and the thousands separator of each language (as lensa.ui.i18n writes numbers).
+_LOCAL_MARKS = {"en": (".", ","), "id": (",", ".")}
+_POSITIONAL_MAX = 40  # an e-notation entry is spelled out positionally up to this many characters
+
+Note = Literal["grouping", "decimal", "exponent"]
+
+
+@dataclass(frozen=True)
+class LocalReading:
+    """A number typed in a language, read: ``parsed`` (its ``text`` what was typed), ``canonical`` (the spelling
+    :func:`parse_exact` reads the same in every language: a dot for the decimal point, no grouping, what a link
+    keeps) and, where the learner should see how the entry was read, ``note`` with ``reading`` (the number
+    written in the language without grouping, positional where short).
+
+    ``note`` is ``"grouping"`` (the language's thousands separator was read as one: Indonesian ``65.504`` is
+    65504), ``"decimal"`` (the other language's decimal mark, where it cannot be grouping: Indonesian ``0.1``)
+    or ``"exponent"`` (e-notation: ``1,5e-3`` is 0,0015).
+    """
+
+    parsed: Parsed
+    canonical: str
+    note: Note | None = None
+    reading: str = ""
+
+
+def parse_local(text: str, lang: str) -> LocalReading:
+    """Read ``text`` as a number written in ``lang``; raises :class:`ParseError` as :func:`parse_exact` does.
+
+    In ``lang``'s decimal notation the decimal mark is the decimal point and the thousands separator groups
+    digits only in groups of three after the first (``1.234.567,5`` in Indonesian, ``1,234,567.5`` in English).
+    A lone thousands separator that cannot be grouping (``0.1``, ``1,5`` in English) is the other languages'
+    decimal point. Hex floats, ``inf``, ``nan`` and the exponent are read as :func:`parse_exact` reads them.
+    """
+    decimal_mark, group_mark = _LOCAL_MARKS[lang]
+    s = text.strip()
+    body = s.replace("\u2212", "-")
+    sign, rest = (body[0], body[1:]) if body[:1] in ("+", "-") else ("", body)
+    if rest.lower().startswith("0x") or not any(c.isdigit() for c in rest):
+        parsed = parse_exact(s)  # hex, inf, nan and junk: no marks of a language to read
+        return LocalReading(parsed, parsed.text)
+    mantissa, e, exponent = re.split("([eE])", rest, maxsplit=1) if re.search("[eE]", rest) else (rest, "", "")
+    note: Note | None = None
+    if group_mark in mantissa:
+        grouped = rf"[0-9]{{1,3}}(?:{re.escape(group_mark)}[0-9]{{3}})+(?:{re.escape(decimal_mark)}[0-9]*)?"
+        if re.fullmatch(grouped, mantissa):
+            mantissa, note = mantissa.replace(group_mark, "").replace(decimal_mark, "."), "grouping"
+        elif decimal_mark not in mantissa and mantissa.count(group_mark) == 1:
+            mantissa, note = mantissa.replace(group_mark, "."), "decimal"
+        else:
+            raise ParseError("separators", text, "digit groups of three, and one decimal mark")
+    else:
+        mantissa = mantissa.replace(decimal_mark, ".")  # a second one is left for parse_exact to refuse
+    canonical = sign + mantissa + e + exponent
+    parsed = parse_exact(canonical)
+    parsed = Parsed(s, parsed.value, parsed.special, parsed.negative_zero, parsed.out_of_range)
+    if note is None and e:
+        note = "exponent"
+    if note is None:
+        return LocalReading(parsed, canonical)
+    reading = canonical
+    if e and parsed.out_of_range is None:
+        positional = format(Decimal(canonical), "f")
+        if len(positional) <= _POSITIONAL_MAX:
+            reading = positional
+        elif note == "exponent":
+            return LocalReading(parsed, canonical)  # a long e-notation number reads best as typed
+    return LocalReading(parsed, canonical, note, reading.replace(".", decimal_mark))
+
+
+def local_text(text: str, lang: str) -> str:
+    """A number as :func:`parse_exact` reads it (a link's spelling), written so that :func:`parse_local` reads
+    the same number in ``lang``: ``"0.1"`` is ``"0,1"`` in Indonesian. Hex floats, ``inf``, ``nan`` and text
+    that is no number come back as they are."""
+    parsed = try_parse_exact(text)
+    s = text.strip()
+    if parsed is None or parsed.special is not None or s.lower().lstrip("+-\u2212").startswith("0x"):
+        return s
+    dotted = s.replace(",", ".")  # parse_exact took a lone comma as the decimal point; nothing else has one
+    return dotted.replace(".", _LOCAL_MARKS[lang][0])
 
 
 def try_parse_exact(text: str) -> Parsed | None:

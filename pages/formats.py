@@ -11,7 +11,25 @@ page = setup("formats")
 st.title(page.t("title"))
 st.markdown(f"#### {page.t('headline')}")
 st.markdown(page.t("intro"))
-text = widgets.text(page, "x", page.t("input"), help=page.t("input_help"), placeholder="0.1")
+
+
+def canonical(typed: str) -> str | None:
+    """The link's spelling of a number typed the page's language's way (Indonesian 65.504 is x=65504)."""
+    try:
+        return exact.parse_local(typed, page.lang).canonical
+    except exact.ParseError:
+        return None
+
+
+text = widgets.text(
+    page,
+    "x",
+    page.t("input"),
+    help=page.t("input_help"),
+    placeholder=exact.local_text("0.1", page.lang),
+    read=canonical,
+    write=lambda x: exact.local_text(x, page.lang),
+)
 layout.after_controls(page)
 
 
@@ -22,18 +40,22 @@ def flip(report: inspector.FormatReport, field: inspector.FieldBits, widget: str
     """
     toggled = set(field.set_positions).symmetric_difference(st.session_state.get(widget) or [])
     value = inspector.flip_bits(report, None, field.bit_numbers(toggled))
-    st.session_state[url_state.widget_key(page, "x")] = exact.canonical_text(value)
+    st.session_state[url_state.widget_key(page, "x")] = exact.local_text(exact.canonical_text(value), page.lang)
 
 
-parsed = exact.try_parse_exact(text)
-if parsed is None:
+try:
+    local = exact.parse_local(text, page.lang)
+except exact.ParseError:
     st.error(page.t("parse_error", raw=safe_echo(text, 40)), icon=":material/error:")
     st.stop()
+parsed = local.parsed
 
 reports = inspector.inspect_all(parsed)
 if parsed.out_of_range:
     st.info(page.t(f"out_of_range_{parsed.out_of_range}"), icon=":material/info:")
 st.caption(page.t("typed", value=safe_echo(parsed.text, 60)))
+if local.note is not None:  # a mark or an exponent the learner may have meant otherwise: say how it was read
+    st.caption(page.t(f"read_{local.note}", typed=safe_echo(parsed.text, 60), reading=local.reading))
 
 
 def category(report: inspector.FormatReport) -> str:

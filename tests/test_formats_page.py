@@ -155,3 +155,64 @@ def test_infinity_in_every_row_is_ml_dtypes_cast_or_the_legend_says_otherwise(la
         else:
             expected = str(cast) if not math.isfinite(cast) else format(Decimal(cast), "f")  # "inf", "-inf", "nan"
             assert shown == expected.replace(".", "," if lang == "id" else "."), f.label
+
+
+def url_x(at) -> str:
+    """The link's x (the page's default when the link leaves it out)."""
+    x = at.query_params.get("x", "0.1")
+    return x[0] if isinstance(x, list) else x
+
+
+def fp32_shown(x: str, lang: str) -> str:
+    """FP32's exact value of the decimal ``x``, as numpy rounds it, written the page's way."""
+    return format(Decimal(float(np.float32(x))), "f").replace(".", "," if lang == "id" else ".")
+
+
+@pytest.mark.parametrize(
+    ("lang", "typed", "x", "note", "reading"),
+    [
+        ("id", "65.504", "65504", "grouping", "65504"),  # how the Indonesian lesson writes FP16's largest value
+        ("id", "65,504", "65.504", None, ""),
+        ("id", "1.234.567,5", "1234567.5", "grouping", "1234567,5"),
+        ("id", "0.1", "0.1", "decimal", "0,1"),
+        ("id", "1,5e-3", "1.5e-3", "exponent", "0,0015"),
+        ("en", "65,504", "65504", "grouping", "65504"),
+        ("en", "65.504", "65.504", None, ""),
+        ("en", "1,5", "1.5", "decimal", "1.5"),
+        ("en", "1e-3", "1e-3", "exponent", "0.001"),
+    ],
+)
+def test_typing_reads_the_languages_marks_and_says_how(lang, typed, x, note, reading):
+    at = open_page("formats", lang=lang)
+    at.text_input[0].set_value(typed).run()
+    assert not at.exception and not at.error
+    assert rows(at, lang)["FP32"]["stored"] == fp32_shown(x, lang)
+    assert url_x(at) == x  # one spelling for every language: a link means the same number in both
+    notes = [c.value for c in at.caption if c.value in {read_note(lang, n, typed, reading) for n in NOTES}]
+    assert notes == ([] if note is None else [read_note(lang, note, typed, reading)])
+
+
+NOTES = ("grouping", "decimal", "exponent")
+
+
+def read_note(lang: str, note: str, typed: str, reading: str) -> str:
+    return text(lang, f"formats.read_{note}", typed=typed, reading=reading)
+
+
+@pytest.mark.parametrize("x", ["65504", "1.000", "0.1", "-2.5e-3"])
+def test_a_link_means_the_same_number_in_both_languages(x):
+    pages = {lang: open_page("formats", lang=lang, x=x) for lang in ("en", "id")}
+    en, id_ = (rows(pages[lang], lang)["FP32"]["stored"] for lang in ("en", "id"))
+    assert id_ == en.replace(".", ",")
+    box = pages["id"].text_input[0].value
+    assert box == x.replace(".", ",")  # the box writes it the Indonesian way, which reads back the same
+    assert url_x(pages["id"]) == x
+
+
+def test_switching_language_keeps_the_typed_number():
+    at = open_page("formats", lang="id")
+    at.text_input[0].set_value("65.504").run()
+    at.query_params["lang"] = "en"
+    at.run()
+    assert not at.exception
+    assert rows(at, "en")["FP32"]["stored"] == "65504" and url_x(at) == "65504"

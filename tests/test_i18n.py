@@ -277,6 +277,7 @@ def dynamic_keys() -> dict[str, set[str]]:
         "typed values out of range": family(
             "formats", "out_of_range_", _literal_values(get_type_hints(exact.Parsed)["out_of_range"])
         ),
+        "how the inspector read a typed number": family("formats", "read_", get_args(exact.Note)),
         "categories the inspector reports (a NaN is shown as NaN)": family(
             "category", "", set(get_args(formats.Category)) - {"nan"}
         ),

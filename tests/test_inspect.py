@@ -653,3 +653,43 @@ def test_no_nan_and_nan_cast_follow_ml_dtypes(name):
     r = I.nan_cast(name)
     assert r.code == int(cast.view(np.uint8 if f.bits <= 8 else f"u{f.dtype.itemsize}")[0])
     assert math.isnan(r.stored) == has_nan
+
+
+@pytest.mark.parametrize(
+    ("lang", "typed", "value", "canonical", "note"),
+    [
+        ("id", "65.504", Fraction(65504), "65504", "grouping"),
+        ("id", "−1.234.567,5", Fraction(-2469135, 2), "-1234567.5", "grouping"),
+        ("id", "65,504", Fraction(65504, 1000), "65.504", None),
+        ("id", "0.1", Fraction(1, 10), "0.1", "decimal"),  # a dot that cannot group thousands
+        ("id", "1,5e-3", Fraction(15, 10000), "1.5e-3", "exponent"),
+        ("id", "0x1.8p1", Fraction(3), "0x1.8p1", None),  # a hex float's dot is its own
+        ("en", "65,504", Fraction(65504), "65504", "grouping"),
+        ("en", "1,234,567.5", Fraction(2469135, 2), "1234567.5", "grouping"),
+        ("en", "65.504", Fraction(65504, 1000), "65.504", None),
+        ("en", "0,1", Fraction(1, 10), "0.1", "decimal"),
+        ("en", "1e-3", Fraction(1, 1000), "1e-3", "exponent"),
+        ("en", "-0", Fraction(0), "-0", None),
+    ],
+)
+def test_parse_local_reads_the_languages_marks(lang, typed, value, canonical, note):
+    r = E.parse_local(typed, lang)
+    assert (r.parsed.value, r.canonical, r.note, r.parsed.text) == (value, canonical, note, typed)
+    assert E.parse_exact(canonical).value == value  # the link's spelling reads the same without a language
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+@pytest.mark.parametrize("typed", ["1.2.3", "1,2,3", "12,34.5", "1.23,4", "12.3,4"])
+def test_parse_local_refuses_mixed_or_broken_groups(lang, typed):
+    with pytest.raises(E.ParseError):
+        E.parse_local(typed, lang)
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(["en", "id"]))
+@settings(max_examples=300, deadline=None)
+def test_local_text_reads_back_as_the_same_number(x, lang):
+    link = E.canonical_text(x)
+    r = E.parse_local(E.local_text(link, lang), lang)
+    got = r.parsed.as_float()
+    assert (math.isnan(got) and math.isnan(x)) or (got == x and math.copysign(1, got) == math.copysign(1, x))
+    assert E.parse_exact(r.canonical).value == E.parse_exact(link).value

@@ -171,16 +171,37 @@ def forget(page: Page, name: str) -> None:
     remembered(page.info.key).pop(name, None)
 
 
-def text(page: Page, name: str, label: str, help: str | None = None, placeholder: str | None = None) -> str:
-    """A URL-bound text box; the URL follows it only while it holds text the control accepts."""
+def text(
+    page: Page,
+    name: str,
+    label: str,
+    help: str | None = None,
+    placeholder: str | None = None,
+    read: Callable[[str], str | None] = lambda t: t.strip(),
+    write: Callable[[str], str] = lambda v: v,
+) -> str:
+    """A URL-bound text box; the URL follows it only while it holds text the control accepts.
+
+    ``read`` turns what the box holds into the control's value (None: not one, the box keeps the text) and
+    ``write`` a value into what the box shows: with them the box can hold a number the way the page's language
+    writes it while the URL keeps one spelling for every language.
+    """
     control = page.info.control(name)
     assert isinstance(control, TextControl)
-    value_from_url(page, control, label, str)
-    value = st.text_input(label, key=widget_key(page, name), placeholder=placeholder, max_chars=100)
+
+    def from_widget(typed: object) -> object:
+        if not isinstance(typed, str):
+            return typed
+        value = read(typed)
+        return typed if value is None else value  # text that is no value stays the learner's, for the page to say so
+
+    value_from_url(page, control, label, str, to_widget=lambda v: write(str(v)), from_widget=from_widget)
+    typed = st.text_input(label, key=widget_key(page, name), placeholder=placeholder, max_chars=100)
     _help(help)
-    if control.read(value).problem is None:
-        value_to_url(page, control, value.strip())
-    return value
+    value = read(typed)
+    if value is not None and control.read(value).problem is None:
+        value_to_url(page, control, value)
+    return typed
 
 
 def count(page: Page, name: str, label: str, show: Callable[[object], str], help: str | None = None) -> float:
