@@ -4,10 +4,11 @@ scale), bit by bit."""
 import streamlit as st
 
 from lensa import exact, inspector
-from lensa.ui import layout, url_state, widgets
+from lensa.ui import injected, layout, url_state, widgets
 from lensa.ui.frame import safe_echo, setup
 
 page = setup("formats")
+SUBSCRIPT = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 st.title(page.t("title"))
 st.markdown(f"#### {page.t('headline')}")
 st.markdown(page.t("intro"))
@@ -73,21 +74,22 @@ def neighbour(x: float | None) -> str:
     return "—" if x is None else decimal(exact.exact_decimal(x))
 
 
-st.dataframe(
-    [
-        {
-            page.t("col_format"): r.label,
-            page.t("col_stored"): "—" if r.no_nan else decimal(r.stored_exact),
-            page.t("col_category"): category(r),
-            page.t("col_error"): "—" if r.relative_error != r.relative_error else page.sci(r.relative_error, 3),
-            page.t("col_exponent"): "—" if r.exponent is None else page.num(r.exponent),
-            page.t("col_bits"): "—" if r.no_nan else r.bit_string,  # FP6's and FP4's NaN has no code
-        }
-        for r in reports
-    ],
-    hide_index=True,
-    width="stretch",
-)
+st.html(injected.INSPECTOR_STYLE)
+with st.container(key="lensa-inspector-table"):  # a static table that wraps: a grid would clip FP32's value
+    st.table(
+        [
+            {
+                page.t("col_format"): r.label,
+                page.t("col_stored"): "—" if r.no_nan else decimal(r.stored_exact),
+                page.t("col_category"): category(r),
+                page.t("col_error"): "—" if r.relative_error != r.relative_error else page.sci(r.relative_error, 3),
+                page.t("col_exponent"): "—" if r.exponent is None else page.num(r.exponent),
+                page.t("col_bits"): "—" if r.no_nan else r.bit_string,  # FP6's and FP4's NaN has no code
+            }
+            for r in reports
+        ],
+        hide_index=True,
+    )
 st.caption(page.t("legend"))
 st.caption(page.t("formats_mx.legend"))
 st.markdown(page.t("flip_hint"))
@@ -112,12 +114,17 @@ for r in reports:
             if not field.bits:
                 continue  # E8M0 has no sign and no significand bits
             key = f"bits.{r.name}.{field.name}.{r.code}"
+            top, bottom = field.numbers[0], field.numbers[-1]
             st.pills(
-                page.t(f"field_{field.name}"),
+                page.t(f"field_{field.name}")
+                + " · "
+                + (page.t("field_bit", n=top) if top == bottom else page.t("field_bits", top=top, bottom=bottom)),
                 list(range(len(field.bits))),
                 selection_mode="multi",
                 default=field.set_positions,
-                format_func=lambda i, numbers=field.numbers: str(numbers[i]),  # unique labels: the bit's number
+                # The bit's value, its number in small print after it: labels must differ (a pill is known by
+                # its label), and a screen reader or a hover still has the position.
+                format_func=lambda i, f=field: f.bits[i] + str(f.numbers[i]).translate(SUBSCRIPT),
                 key=key,
                 on_change=flip,
                 args=(r, field, key),

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
 
 
 def stored(at) -> dict[str, str]:
-    table = at.dataframe[0].value
+    table = at.table[0].value
     return dict(zip(table.iloc[:, 0], table.iloc[:, 1], strict=True))
 
 
@@ -87,7 +87,7 @@ def test_typing_junk_says_so_and_shows_nothing_wrong():
     at.text_input[0].set_value("12,3,4").run()
     assert not at.exception
     assert at.error and "is not a number the inspector can read" in at.error[0].value
-    assert not at.dataframe
+    assert not at.table
 
 
 def test_huge_numbers_overflow_everywhere():
@@ -99,7 +99,7 @@ def test_huge_numbers_overflow_everywhere():
 
 def rows(at, lang: str) -> dict[str, dict[str, str]]:
     """The table's rows by format label, each as {column key: cell} (``stored``, ``category``, ``bits``...)."""
-    table = at.dataframe[0].value
+    table = at.table[0].value
     keys = {text(lang, f"formats.col_{k}"): k for k in ("format", "stored", "category", "error", "exponent", "bits")}
     return {row.iloc[0]: {keys[c]: row[c] for c in table.columns} for _, row in table.iterrows()}
 
@@ -216,3 +216,18 @@ def test_switching_language_keeps_the_typed_number():
     at.run()
     assert not at.exception
     assert rows(at, "en")["FP32"]["stored"] == "65504" and url_x(at) == "65504"
+
+
+def test_the_table_is_static_and_the_switches_show_each_bit():
+    at = open_page("formats", lang="en", x="0.1")
+    assert not at.dataframe and len(at.table) == 1  # a grid clips FP32's 29-digit value; a static table wraps it
+    expected = format(int(np.array([0.1], dtype=np.float32).view(np.uint32)[0]), "032b")  # numpy's bits
+    assert rows(at, "en")["FP32"]["bits"].replace(" ", "") == expected
+    pills = {b.key.split(".")[2]: b for b in at.button_group if b.key and b.key.startswith("bits.fp32.")}
+    shown = "".join(o[0] for field in ("sign", "exponent", "significand") for o in pills[field].options)
+    assert shown == expected  # each switch shows its bit's value ...
+    numbers = [
+        int(o[1:].translate(str.maketrans("₀₁₂₃₄₅₆₇₈₉", "0123456789"))) for f in pills.values() for o in f.options
+    ]
+    assert numbers == list(range(31, -1, -1))  # ... and its number, for a hover or a screen reader
+    assert pills["exponent"].label == "exponent · bits 30 to 23"

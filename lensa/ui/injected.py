@@ -20,6 +20,19 @@ METRIC_STYLE = """<style>
     white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
 }
 </style>"""
+# The format inspector's table (st.table in a container keyed lensa-inspector-table): the exact value and the bits
+# wrap anywhere, so FP32's stay whole at 1280 px and the table fits a 390 px phone instead of running off it.
+INSPECTOR_STYLE = """<style>
+.st-key-lensa-inspector-table table { width: 100%; table-layout: auto; }
+.st-key-lensa-inspector-table :is(th, td) { padding: 0.25rem 0.4rem !important; }
+.st-key-lensa-inspector-table :is(th, td, th *, td *) { white-space: normal !important; }
+.st-key-lensa-inspector-table :is(td:nth-child(2), td:nth-child(6), td:nth-child(2) *, td:nth-child(6) *) {
+    overflow-wrap: anywhere !important;  /* the exact value and the bits; words and short numbers stay whole */
+}
+@media (max-width: 640px) {
+    .st-key-lensa-inspector-table :is(th, td) { font-size: 0.75rem !important; padding: 0.2rem 0.25rem !important; }
+}
+</style>"""
 # Runs in the page itself (st.html is not an iframe). It sets the document's language, which
 # Streamlit has no API for, on every run, so a switch of language updates it without a reload.
 # It also makes plotly's animation buttons (step 3's Play and Pause, drawn as SVG) reachable with

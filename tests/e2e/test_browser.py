@@ -267,7 +267,18 @@ def test_inspector_bit_flip_changes_the_number(server, page):
     page.goto(url_of(server, "formats", lang="en", x="1"))
     wait_for_app(page)
     fp16 = page.locator('[data-testid="stVerticalBlock"]').filter(has_text="FP16 · 16 bit").last
-    fp16.get_by_role("button", name="15", exact=True).click()  # the sign bit
+    fp16.get_by_role("button", name="0\u2081\u2085", exact=True).click()  # the sign bit: its value, its number small
     wait_until(page, lambda: query(page).get("x") == "-1")
     wait_for_app(page)
     assert page.locator('[data-testid="stTextInput"] input').input_value() == "-1"
+
+
+def test_inspector_table_fits_a_phone(server, page):
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(url_of(server, "formats", lang="id", x="1e-40"))  # FP32's and BF16's longest exact values
+    wait_for_app(page)
+    widths = page.evaluate(
+        """() => [document.querySelector('[data-testid="stMain"]'), document.querySelector('[data-testid="stTable"]')]
+            .map((e) => [e.scrollWidth, e.clientWidth])"""
+    )
+    assert all(scroll <= client for scroll, client in widths), widths
