@@ -111,13 +111,13 @@ def _read_percent(text: str) -> float:
 @pytest.mark.parametrize(
     ("counts", "en"),
     [
-        ((0, 130, 270, 0), ["0%", "32%", "68%", "0%"]),  # 32.5% + 67.5%: each on its own reads 33% + 68%
+        ((0, 130, 270, 0), ["0%", "32.5%", "67.5%", "0%"]),  # each on its own reads 33% + 68%: a decimal more, exact
         ((0, 129, 271, 0), ["0%", "32%", "68%", "0%"]),  # already whole: as percent() writes them
-        ((1, 129, 270, 0), ["0.2%", "32.3%", "67.5%", "0%"]),  # 0.25% is not 0: one more decimal for all
-        ((17, 383, 0, 0), ["4%", "96%", "0%", "0%"]),  # 4.25% + 95.75%: 4.3% + 96% on their own
+        ((1, 129, 270, 0), ["0.25%", "32.25%", "67.5%", "0%"]),  # 0.25% keeps its two digits: two decimals for all
+        ((17, 383, 0, 0), ["4.25%", "95.75%", "0%", "0%"]),  # 4.3% + 96% on their own; 4.3% + 95.8% still 100.1%
         ((0, 0, 0, 0), ["0%", "0%", "0%", "0%"]),
         ((400, 0, 0, 0), ["100%", "0%", "0%", "0%"]),
-        ((1, 1, 1, 0), ["34%", "33%", "33%", "0%"]),  # equal remainders and shares: the first in order
+        ((1, 1, 1, 0), ["34%", "33%", "33%", "0%"]),  # never exact: largest remainder; equal ones, the first in order
     ],
 )
 def test_shares_shown_together_add_up_to_100_as_written(counts, en):
@@ -133,7 +133,8 @@ def test_shares_shown_together_add_up_to_100_as_written(counts, en):
 @pytest.mark.parametrize("seed", range(5))
 def test_shares_shown_together_add_up_to_100_and_none_above_0_reads_0(seed):
     """Random splits, tiny shares among them (a recorded run's one value in a million): the written numbers add
-    up to 100, a share above 0 never reads 0%, and each is within one unit of its last digit of the share."""
+    up to 100, a share above 0 never reads 0% and keeps two significant digits, and each is within one unit of its
+    last digit of the share."""
     rng = np.random.default_rng(seed)
     for _ in range(300):
         raw = rng.random(4) * (10.0 ** rng.integers(-7, 1, 4)) * (rng.random(4) < 0.8)
@@ -146,6 +147,9 @@ def test_shares_shown_together_add_up_to_100_and_none_above_0_reads_0(seed):
         assert math.isclose(sum(values.values()), 100, abs_tol=10.0**-places / 2), shown
         for k, share in shares.items():
             assert (values[k] == 0) == (share == 0), (shares, shown)
+            if share:  # as close as percent()'s two significant digits, at least
+                second_digit = 10.0 ** (math.floor(math.log10(share * 100)) - 1)
+                assert abs(values[k] - share * 100) <= second_digit * (1 + 1e-9), (k, shares, shown)
             assert abs(values[k] - share * 100) < 10.0**-places + 1e-12, (k, shares, shown)
 
 
