@@ -4,7 +4,7 @@ from collections.abc import Sequence
 
 import streamlit as st
 
-from lensa.lessons.memory import MemorySetup, MemoryView, StatePart, axis_top_gb, memory_view
+from lensa.lessons.memory import MemorySetup, MemoryView, StatePart, memory_view, shared_axis_top_gb
 from lensa.memory import Fit, ModelShape
 from lensa.models import PRESETS, model_text_key, others_comparison, shape_for_params
 from lensa.ui import display, figures, layout, widgets
@@ -106,10 +106,11 @@ def frame(view: MemoryView, axis_top: float, model_name: str) -> scrub.Frame:
     """What the component shows at one stop of the tokens slider: the column, then the cards."""
     memory, gpu_gb = view.memory, view.setup.gpu_gb
     gpu_line = page.t("gpu_line", gb=page.num(gpu_gb))
+    parts = bar_parts(view)
     chart = scrub.Chart(
-        figures.stacked_memory(bar_parts(view), gpu_gb, gpu_line, page.t("axis"), page.lang, axis_top),
+        figures.stacked_memory(parts, gpu_gb, gpu_line, page.t("axis"), page.lang, axis_top),
         page.t("figure_title", model=model_name),
-        page.t("caption", formula=formula(view), states=page.gb(memory.model_states)),
+        page.t(f"caption_{view.setup.precision}", formula=formula(view), states=page.gb(memory.model_states)),
         alt=page.t(
             "alt",
             model=model_name,
@@ -119,7 +120,7 @@ def frame(view: MemoryView, axis_top: float, model_name: str) -> scrub.Frame:
             gpu=gpu_line,
         ),
         compact_height=COMPACT_CHART_PX,
-        compact_layout=figures.COMPACT_COLUMN_LAYOUT,
+        compact_layout=figures.compact_column_layout(parts, axis_top, COMPACT_CHART_PX),
     )
     cards = scrub.Cards(
         (
@@ -133,11 +134,13 @@ def frame(view: MemoryView, axis_top: float, model_name: str) -> scrub.Frame:
 
 
 def frames(memory_setup: MemorySetup, model_name: str) -> scrub.Build:
-    """The frames of the tokens slider's stops: one axis for all of them, so the column grows with the tokens."""
+    """The frames of the tokens slider's stops: one axis for all of them and for both precisions, so the column
+    grows with the tokens and FP32's is drawn taller than mixed precision's."""
 
     def build(states: Sequence[scrub.State]) -> list[scrub.Frame]:
-        views = [memory_view(memory_setup, int(state["tokens"])) for state in states]
-        top = axis_top_gb(views)
+        tokens = [int(state["tokens"]) for state in states]
+        views = [memory_view(memory_setup, t) for t in tokens]
+        top = shared_axis_top_gb(memory_setup, tokens)
         return [frame(v, top, model_name) for v in views]
 
     return build

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from lensa.estimators import how_others_count
-from lensa.memory import training_memory
+from lensa.memory import activation_bytes_per_token_per_layer, training_memory
 from lensa.models import PRESETS
 from lensa.speed import GPUS, days_to_train
 from lensa.ui import i18n
 from tests.conftest import requires_torch
-from tests.pagetools import chart_specs, metrics, notices, open_page, scrub_texts, unlinked
+from tests.pagetools import chart_specs, metrics, notices, open_page, scrub_frame, scrub_texts, unlinked
 
 
 def gb(x: float) -> str:
@@ -207,3 +209,59 @@ def test_lab_predicts_what_autograd_keeps():
     measured = list(table["Kept for backward, measured (MB)"])
     assert predicted == measured and len(predicted) == 3
     assert set(table["Peak, measured (MB)"]) == {"not measured on CPU"}
+
+
+# --- step 1's column: one scale for both precisions, labels apart at both widths -----------------------------------
+
+
+def column(at) -> dict:
+    """Step 1's chart block as the browser gets it (figure, caption, the phone's height and layout)."""
+    return next(block for block in scrub_frame(at) if block["k"] == "chart")
+
+
+@pytest.mark.parametrize("tokens", ["2048", "16384"])
+def test_both_precisions_are_drawn_on_one_scale_so_fp32s_taller_column_looks_taller(tokens):
+    model = PRESETS["chat7b"].shape()
+    drawn = {}
+    for precision in ("mixed", "fp32"):
+        fig = column(open_page("memory", lang="en", precision=precision, tokens=tokens))["fig"]
+        total = training_memory(model, int(tokens), precision).total / 1e9
+        assert sum(bar["y"][0] for bar in fig["data"]) == pytest.approx(total)
+        drawn[precision] = (fig["layout"]["yaxis"]["range"], total)
+    (mixed_range, mixed_total), (fp32_range, fp32_total) = drawn["mixed"], drawn["fp32"]
+    assert fp32_total > mixed_total
+    assert mixed_range == fp32_range and fp32_range[1] >= fp32_total  # so FP32's column is the taller one drawn
+
+
+def test_the_caption_says_how_each_precision_stores_its_activations():
+    mixed = unlinked(column(open_page("memory", lang="en", precision="mixed"))["caption"])
+    fp32 = unlinked(column(open_page("memory", lang="en", precision="fp32"))["caption"])
+    assert "16-bit" in mixed.split("Activations")[1] and "FP32" not in mixed.split("Activations")[1]
+    model = PRESETS["chat7b"].shape()
+    doubled = activation_bytes_per_token_per_layer(model, "fp32") / activation_bytes_per_token_per_layer(model)
+    assert doubled == 2 and "Activations in FP32: twice" in fp32
+
+
+def label_gaps_px(layout: dict, plot_px: float) -> list[float]:
+    """How far apart, in pixels, the column's neighbouring part labels are drawn (their text's y, bottom up)."""
+    top = layout["yaxis"]["range"][1]
+    ys = sorted(a.get("ay", a["y"]) for a in layout["annotations"])
+    return [(b - a) / top * plot_px for a, b in itertools.pairwise(ys)]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"precision": "mixed"}, {"precision": "fp32"}, {"zero": "3", "gpus": "8"}, {"model": "llama2-70b"}],
+)
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_part_labels_never_overlap_on_a_computer_or_a_phone(params, lang):
+    block = column(open_page("memory", lang=lang, **params))
+    layout = block["fig"]["layout"]
+    desktop_px = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
+    assert min(label_gaps_px(layout, desktop_px)) >= 1.2 * layout["font"]["size"]
+    compact = {**layout, **block["compact"]["layout"]}
+    phone_px = block["compact"]["height"] - layout["margin"]["t"] - layout["margin"]["b"]
+    assert min(label_gaps_px(compact, phone_px)) >= 1.2 * compact["font"]["size"]
+    # every label stays on the chart
+    for lay in (layout, compact):
+        assert all(0 <= a.get("ay", a["y"]) <= lay["yaxis"]["range"][1] for a in lay["annotations"])

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lensa.memory import (
     BYTES_PER_GB,
+    PRECISIONS,
     Checkpointing,
     Fit,
     MemoryBreakdown,
@@ -93,3 +94,9 @@ def axis_top_gb(views: Sequence[MemoryView]) -> float:
     to 1.1 times the tallest, so the column grows as the tokens do instead of the axis moving under it."""
     tallest = max((v.total_gb for v in views), default=0.0)
     return max(AXIS_MIN_GB, math.ceil(tallest * AXIS_HEADROOM / AXIS_STEP_GB) * AXIS_STEP_GB)
+
+
+def shared_axis_top_gb(setup: MemorySetup, tokens: Sequence[int]) -> float:
+    """One axis for both precisions of ``setup`` at every stop of ``tokens``: switching *Training with* keeps the
+    scale, so FP32's taller column is drawn taller instead of on an axis grown to fit it."""
+    return axis_top_gb([memory_view(replace(setup, precision=p), t) for p in PRECISIONS for t in tokens])

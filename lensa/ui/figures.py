@@ -289,7 +289,63 @@ PART_LABEL_X = 0.32
 GPU_LINE_END_X = 0.3
 COLUMN_HEIGHT_PX = 300
 # On a phone the labels are a size smaller (the component's compact layout).
-COMPACT_COLUMN_LAYOUT: Spec = {"font": {"size": 10.5}}
+COMPACT_COLUMN_FONT = 10.5
+# A part's label sits at its middle unless its neighbour's would overlap it; then the labels are pushed this many
+# font sizes apart and a short line leads from each to its part (2 GB weights are a few pixels tall on a phone).
+COLUMN_LABEL_GAP = 1.35
+
+
+def _column_label_ys(middles: Sequence[float], top: float, plot_px: float, font_px: float) -> list[float]:
+    """Where the column's labels go (GB): each part's middle, pushed up (or, near the axis's top, down) just
+    enough that neighbours stand ``COLUMN_LABEL_GAP`` font sizes apart on a plot ``plot_px`` tall."""
+    gap = COLUMN_LABEL_GAP * font_px * top / plot_px
+    ys: list[float] = []
+    for middle in middles:
+        ys.append(max(middle, gap / 2, ys[-1] + gap if ys else 0.0))
+    for i in reversed(range(len(ys))):
+        ys[i] = min(ys[i], top - gap / 2, ys[i + 1] - gap if i + 1 < len(ys) else top)
+    return ys
+
+
+def _column_annotations(parts: Sequence[BarPart], top: float, plot_px: float, font_px: float) -> list[Spec]:
+    """Each part's label beside the column, with a line from the column's edge to it (see _column_label_ys)."""
+    middles, bottom = [], 0.0
+    for part in parts:
+        middles.append(bottom + part.gb / 2)
+        bottom += part.gb
+    return [
+        {
+            "x": COLUMN_HALF_WIDTH,
+            "y": middle,
+            "ax": PART_LABEL_X,
+            "ay": y,
+            "axref": "x",
+            "ayref": "y",
+            "text": part.label,
+            "showarrow": True,
+            "arrowhead": 0,
+            "arrowwidth": 1,
+            "arrowcolor": NEUTRAL,
+            "xanchor": "left",
+        }
+        for part, middle, y in zip(parts, middles, _column_label_ys(middles, top, plot_px, font_px), strict=True)
+    ]
+
+
+def _column_plot_px(height: int) -> int:
+    """The height of the column's plot: the chart's less its top and bottom margins (``_layout``'s)."""
+    margin = _layout(height)["margin"]
+    return int(height - margin["t"] - margin["b"])
+
+
+def compact_column_layout(parts: Sequence[BarPart], axis_top_gb: float, height: int) -> Spec:
+    """What a phone changes in :func:`stacked_memory`'s layout, ``height`` px tall: a smaller font, and the labels
+    spread for it."""
+    font = COMPACT_COLUMN_FONT
+    return {
+        "font": {"size": font},
+        "annotations": _column_annotations(parts, axis_top_gb, _column_plot_px(height), font),
+    }
 
 
 def stacked_memory(
@@ -305,7 +361,7 @@ def stacked_memory(
     The axis reaches ``axis_top_gb`` when given (the same for every stop of the tokens slider, so the column
     grows), else 0-200 GB grown to fit the column.
     """
-    data, annotations = [], []
+    data = []
     bottom = 0.0
     for part in parts:
         data.append(
@@ -325,11 +381,9 @@ def stacked_memory(
                 "showlegend": False,
             }
         )
-        annotations.append(
-            {"x": PART_LABEL_X, "y": bottom + part.gb / 2, "text": part.label, "showarrow": False, "xanchor": "left"}
-        )
         bottom += part.gb
     top = axis_top_gb if axis_top_gb is not None else max(200.0, math.ceil(bottom * 1.1 / 50) * 50)
+    annotations = _column_annotations(parts, top, _column_plot_px(COLUMN_HEIGHT_PX), FONT["size"])
     line = {
         **_hline(gpu_gb),
         "xref": "x",
