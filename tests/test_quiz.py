@@ -302,3 +302,32 @@ def test_every_question_asked_names_only_controls_on_the_page(key, data):
     assert asked == [q for q in progress.questions(key) if set(quiz.MOVES.get(q, ())) <= on_page]
     if data == "illustration":
         assert asked == progress.questions(key)
+
+
+# Where a question sends the learner: the words for "above" and "below" in each language.
+DIRECTIONS = {"en": ("above", "below"), "id": ("di atas", "di bawah")}
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_step1_question_2_names_the_setup_where_it_is(lang):
+    at = open_page("memory", lang=lang)
+    at.radio(key="quiz.memory.1").set_value(i18n.answers()["memory_q1"]).run()
+    question = i18n.text(lang, "quiz.memory_q2")
+    title = i18n.text(lang, "memory.setup_title")
+    order: list[str] = []  # the setup's expander and the question's radio, in page order
+
+    def walk(node) -> None:
+        for child in node.children.values():
+            if getattr(child, "type", None) == "expander" and child.label == title:
+                order.append("setup")
+            elif getattr(child, "type", None) == "radio" and child.label == question:
+                order.append("question")
+            if isinstance(child, Block):
+                walk(child)
+
+    walk(at.main)
+    assert sorted(order) == ["question", "setup"]
+    above, below = DIRECTIONS[lang]
+    assert title.split(":")[0] in question  # named as its expander is, so the learner finds it
+    assert (above if order[0] == "setup" else below) in question
+    assert (below if order[0] == "setup" else above) not in question
