@@ -173,8 +173,9 @@ with run_area:
         st.session_state[JOB] = jobs.submit("compare", config=config)
         st.rerun()  # draw Stop enabled: this run drew it before the job existed, and would keep it so while waiting
 
-    if job is not None:
+    if job is not None and not job.done:
         jobs.follow(page, job, lambda j: page.t("running_pct", pct=page.pct(j.fraction)))
+        st.rerun()  # draw Stop disabled and the finished run: this run drew Stop while the job ran
 
 # --- results ---------------------------------------------------------------------------------------
 with results_area:

@@ -6,7 +6,7 @@ import streamlit as st
 
 from lensa.lessons.speed import Hardware, SpeedView, memory_axis_top_gb, speed_view, time_axis_top_s
 from lensa.live import LiveError
-from lensa.speed import GPUS, Gpu, measured_speedup, mixed_precision_mode, peak_speedup
+from lensa.speed import GPUS, Gpu, mixed_precision_mode
 from lensa.ui import figures, jobs, layout, live_view, widgets
 from lensa.ui.components import scrub
 from lensa.ui.controls import NumberControl
@@ -224,18 +224,9 @@ def measurement(gpu: Gpu, mixed: str) -> None:
             st.dataframe(live_view.benchmark_table(page, rows, gpu), hide_index=True, width="stretch")
             for note in live_view.matmul_emulation_notes(page, rows, clock):
                 st.info(note, icon=":material/speed:")
-            measured = measured_speedup(rows, mixed)
-            if measured is not None:
-                st.markdown(
-                    page.t(
-                        "measure_ratio",
-                        n=page.num(rows[0]["size"]),
-                        mode=mixed.upper(),
-                        gpu=gpu.name,
-                        ratio=page.ratio(measured),
-                        datasheet=page.ratio(peak_speedup(gpu, mixed)),
-                    )
-                )
+            ratio_text = live_view.matmul_ratio_text(page, rows, mixed, gpu)
+            if ratio_text is not None:
+                st.markdown(ratio_text)
             st.caption(page.t("lab.noisy"))
 
 

@@ -94,6 +94,9 @@ def test_language_choice_order(url, session, locale, expected):
         (i18n.seconds, (1.327,), "1.3 s", "1,3 s"),
         (i18n.ratio, (16.0,), "16×", "16×"),
         (i18n.ratio, (2.46,), "2.5×", "2,5×"),
+        (i18n.ratio, (1 / 57,), "0.018×", "0,018×"),  # a CPU's emulated BF16: not "0.0×"
+        (i18n.ratio, (0.5,), "0.50×", "0,50×"),
+        (i18n.ratio, (0.96,), "1.0×", "1,0×"),
         (i18n.number, (8192,), "8,192", "8.192"),
         (i18n.decimal, (0.5,), "0.5", "0,5"),
         (i18n.decimal, (1000.0,), "1,000", "1.000"),

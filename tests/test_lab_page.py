@@ -34,6 +34,7 @@ def test_lab_runs_a_tiny_comparison_and_keeps_the_results():
     table = at.dataframe[0].value
     assert list(table["Arm"]) == ["FP32 baseline", "FP16 autocast + GradScaler", "BF16 autocast"]
     assert table["Speed-up over FP32"].iloc[0] == "1.0×"
+    assert at.button(key="lab.stop").disabled and not at.button(key="lab.run").disabled  # the run has ended
     assert all(v == "not measured on CPU" for v in table["Peak memory (MB)"])
     assert set(metrics(at)) == {"BF16 speed-up", "FP16 speed-up", "Final loss, BF16 − FP32", "FP16 steps skipped"}
     proof = next(m.value for m in at.markdown if "Inside autocast" in m.value)
@@ -199,6 +200,7 @@ def test_lab_trace_matches_the_simulator():
     at = open_page("lab", lang="en", timeout=120, trace_k="30", trace_spike="10")
     at.button(key="lab.trace_run").click().run(timeout=120)
     assert not at.exception
+    assert [b for b in at.button if b.key == "lab.trace_cancel"] == []  # the trace has ended: no Cancel
     assert any(s.value.startswith("The prediction matched the real scaler at all 24 steps") for s in at.success)
 
 
@@ -231,7 +233,12 @@ def test_step6_measures_this_machine():
     assert all(v in (256, 512, 1024, 2048) for v in n.values()), n
     assert measured["TF32"] == "no TF32 on a CPU" and sizes["TF32"] == "—"
     assert list(table["NVIDIA A100 SXM 80GB datasheet (TFLOP/s)"]) == ["19.5", "156", "312", "312"]
-    assert any("as fast as FP32 here; the NVIDIA A100 SXM 80GB datasheet ratio is 16×" in m.value for m in at.markdown)
+    said = [m.value for m in at.markdown if "the NVIDIA A100 SXM 80GB datasheet ratio is 16×" in m.value]
+    assert len(said) == 1
+    # the sentence names the sizes the table says BF16 and FP32 were measured at, and their ratio
+    assert f"{sizes['BF16']} × {sizes['BF16']}" in said[0] and f"{sizes['FP32']} × {sizes['FP32']}" in said[0]
+    assert i18n.ratio(rates["BF16"] / rates["FP32"], "en") in said[0]
+    assert [b for b in at.button if b.key == "speed.measure_cancel"] == []  # the run has ended: no Cancel
     # A 16-bit format measured slower than FP32 (past the timing noise) is said to be, with the ratio and why.
     notes = [i.value for i in at.info if "product took" in i.value]
     for mode in ("BF16", "FP16"):
@@ -367,3 +374,29 @@ def test_lab_trains_the_recipes_below_16_bits(monkeypatch):
     assert any(m.value == "**NVFP4, NVIDIA's recipe: what each layer's tensors lost**" for m in at.markdown)
     at.selectbox(key="lab.recipe_layers").set_value("nvfp4_sr").run(timeout=60)
     assert any(m.value == "**NVFP4 + stochastic rounding: what each layer's tensors lost**" for m in at.markdown)
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_step6s_ratio_names_each_modes_size_and_keeps_a_small_ratios_digits(lang):
+    from lensa.speed import GPUS
+    from lensa.ui import live_view
+    from lensa.ui.frame import Page
+    from lensa.ui.site import PAGES_BY_KEY
+
+    page = Page(PAGES_BY_KEY["speed"], lang)
+    gpu = GPUS["a100"]
+
+    def row(mode: str, size: int, tflops: float) -> dict:
+        return {"mode": mode, "device": "cpu", "size": size, "tflops": tflops}
+
+    # the run: BF16 emulated at 512 x 512, 57 times slower than FP32 at 2,048 x 2,048
+    text = live_view.matmul_ratio_text(page, [row("fp32", 2048, 0.57), row("bf16", 512, 0.01)], "bf16", gpu)
+    assert text is not None
+    n32, n16 = i18n.number(2048, lang), i18n.number(512, lang)
+    assert f"{n16} × {n16}" in text and f"{n32} × {n32}" in text
+    assert i18n.ratio(1 / 57, lang) in text and ("0,0×" if lang == "id" else "0.0×") not in text
+    same = live_view.matmul_ratio_text(page, [row("fp32", 2048, 1.0), row("bf16", 2048, 2.0)], "bf16", gpu)
+    assert same == i18n.text(
+        lang, "speed.measure_ratio", n=n32, mode="BF16", gpu=gpu.name, ratio=i18n.ratio(2.0, lang), datasheet="16×"
+    )
+    assert live_view.matmul_ratio_text(page, [row("fp32", 2048, 1.0)], "bf16", gpu) is None

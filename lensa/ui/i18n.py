@@ -280,10 +280,16 @@ def seconds(s: float, lang: str) -> str:
 
 
 def ratio(r: float, lang: str) -> str:
-    """A speed-up or ratio: ``16×`` from 10 up, else one decimal (``2.5×``)."""
+    """A speed-up or ratio: ``16×`` from 10 up, one decimal down to where that still reads 1.0 (``2.5×``), and
+    below it two significant digits (``0.50×``, ``0.018×``): a CPU's emulated BF16 can run at a fiftieth of FP32's
+    speed, which one decimal would write as ``0.0×``."""
     if not math.isfinite(r):
         return _non_finite(r)
-    return f"{number(r, lang) if r >= 10 else number(r, lang, 1)}×"
+    if r >= 10:
+        return f"{number(r, lang)}×"
+    if r >= 0.95 or r <= 0:
+        return f"{number(r, lang, 1)}×"
+    return f"{significant(r, lang, 2)}×"
 
 
 def power_of_two(k: int) -> str:

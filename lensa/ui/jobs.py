@@ -106,9 +106,12 @@ def settle(page: Page, job: Job, state_key: str, cancel_key: str, running: str) 
     The job is dropped from ``st.session_state[state_key]`` once done. Returns ``(True, result)``, or
     ``(False, None)`` after showing the error in the page's language.
     """
-    if not job.done and st.button(page.t("live.cancel"), key=cancel_key, icon=":material/close:"):
+    # In a placeholder, so that the button goes once the run ends: this script run drew it while the job ran.
+    cancel = st.empty()
+    if not job.done and cancel.button(page.t("live.cancel"), key=cancel_key, icon=":material/close:"):
         job.cancel()
     follow(page, job, lambda _j: running)
+    cancel.empty()
     del st.session_state[state_key]
     if job.error is not None:
         st.error(live_view.error_text(page, job.error), icon=":material/error:")

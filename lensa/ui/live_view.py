@@ -213,6 +213,27 @@ def benchmark_table(page: Page, rows: Sequence[Any], gpu: Any) -> list[dict[str,
     return out
 
 
+def matmul_ratio_text(page: Page, rows: Sequence[Any], mode: str, gpu: Any) -> str | None:
+    """Step 6's sentence on ``mode``'s measured speed over FP32's (TFLOP/s over TFLOP/s) beside ``gpu``'s datasheet
+    ratio, naming the size each was measured at (an emulated mode is measured smaller); None unless both ran and the
+    datasheet has ``mode``."""
+    from lensa.speed import measured_speedup, peak_speedup
+
+    measured, datasheet = measured_speedup(rows, mode), peak_speedup(gpu, mode)
+    if measured is None or datasheet is None:
+        return None
+    size = {r["mode"]: r["size"] for r in rows}
+    values = {
+        "mode": mode.upper(),
+        "gpu": gpu.name,
+        "ratio": page.ratio(measured),
+        "datasheet": page.ratio(datasheet),
+        "n": page.num(size[mode]),
+        "n32": page.num(size["fp32"]),
+    }
+    return page.t("speed.measure_ratio" if size[mode] == size["fp32"] else "speed.measure_ratio_sizes", **values)
+
+
 def matmul_emulation_notes(page: Page, rows: Sequence[Any], clock: Any) -> list[str]:
     """Step 6's words for each 16-bit mode a CPU ran slower than FP32: the measured ratio of one product's time
     (FP32's TFLOP/s over the mode's) and why (:func:`why_emulated`)."""
