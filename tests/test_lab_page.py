@@ -400,3 +400,18 @@ def test_step6s_ratio_names_each_modes_size_and_keeps_a_small_ratios_digits(lang
         lang, "speed.measure_ratio", n=n32, mode="BF16", gpu=gpu.name, ratio=i18n.ratio(2.0, lang), datasheet="16×"
     )
     assert live_view.matmul_ratio_text(page, [row("fp32", 2048, 1.0)], "bf16", gpu) is None
+
+
+# What Transformer Engine's get_default_fp8_recipe() returns (transformer_engine/pytorch/fp8.py, 2.x): MXFP8 block
+# scaling where MXFP8 is supported (Blackwell), current scaling on compute capability 12.x, delayed scaling
+# otherwise, so on the FP8 GPUs before Blackwell: Hopper (9.0) and Ada (8.9).
+TE_DELAYED_DEFAULT_ON = ("Hopper", "Ada")
+
+
+@pytest.mark.parametrize("lang", ["en", "id"])
+def test_the_recipes_intro_says_on_which_gpus_delayed_scaling_is_transformer_engines_default(lang):
+    intro = i18n.text(lang, "lab.recipes_intro")
+    default = {"en": "Transformer Engine's default on", "id": "bawaan Transformer Engine pada"}[lang]
+    assert default in intro  # a default with its hardware, never "by default" alone
+    said = intro.split(default)[1].split(",")[0]
+    assert all(gpu in said for gpu in TE_DELAYED_DEFAULT_ON)
