@@ -438,3 +438,28 @@ def test_the_overview_heading_says_the_count_of_steps_in_words(lang):
     assert heading in [h.value for h in home.subheader]
     if STEP_COUNT == 6:  # the lesson as it ships
         assert heading == {"en": "Six ideas in six steps", "id": "Enam gagasan dalam enam langkah"}[lang]
+
+
+# "x times as fast" (a speed x times FP32's) is written the same way in both languages: "{x} as fast as" and
+# "{x} kecepatan FP32" (lensa/text/README.md). "x faster" / "x lebih cepat" reads as x more than as fast (1.2×
+# faster: 2.2 times the speed), so a number or ratio never comes before either.
+RATIO_FASTER = {
+    "en": re.compile(r"(\{\w+\}|\b\d[\d.,]*×?|\btimes|\btwice) faster"),
+    "id": re.compile(r"(\{\w+\}|\b\d[\d,.]*×?|\bkali|\blipat) lebih cepat"),
+}
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_a_speed_ratio_says_as_fast_as_never_x_faster(lang):
+    said = {k: m.group(0) for k, v in i18n.catalogue(lang).items() if (m := RATIO_FASTER[lang].search(v))}
+    assert said == {}
+    # and the pattern does catch the phrase it forbids, not a format's name before "faster"
+    assert RATIO_FASTER[lang].search({"en": "trained {speedup} faster", "id": "{speedup} lebih cepat"}[lang])
+    assert not RATIO_FASTER[lang].search({"en": "Is BF16 faster?", "id": "Apakah BF16 lebih cepat?"}[lang])
+
+
+def test_a_speed_ratio_is_said_in_both_languages_or_neither():
+    en, id_ = i18n.catalogue("en"), i18n.catalogue("id")
+    for key, text in en.items():
+        if re.search(r"(\{\w+\}|\b\d[\d.,]*×?|\btimes) as fast as", text):
+            assert "kecepatan" in id_[key], key  # "{x} kecepatan FP32", the same speed
