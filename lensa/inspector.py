@@ -277,6 +277,15 @@ class FieldBits:
         """The bit numbers of the given positions, for :func:`flip_bits`."""
         return [self.numbers[i] for i in positions]
 
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Each bit as its switch shows it: its value, then its bit number in subscript (``0₁₅``), so that no two
+        switches of a field share a label and the position is still there to read."""
+        return tuple(b + str(n).translate(_SUBSCRIPT) for b, n in zip(self.bits, self.numbers, strict=True))
+
+
+_SUBSCRIPT = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+
 
 def field_bits(report: FormatReport) -> tuple[FieldBits, FieldBits, FieldBits]:
     """The sign, exponent and significand fields of ``report``'s code, each with its bit numbers."""

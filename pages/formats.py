@@ -8,7 +8,6 @@ from lensa.ui import injected, layout, url_state, widgets
 from lensa.ui.frame import safe_echo, setup
 
 page = setup("formats")
-SUBSCRIPT = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 st.title(page.t("title"))
 st.markdown(f"#### {page.t('headline')}")
 st.markdown(page.t("intro"))
@@ -124,7 +123,7 @@ for r in reports:
                 default=field.set_positions,
                 # The bit's value, its number in small print after it: labels must differ (a pill is known by
                 # its label), and a screen reader or a hover still has the position.
-                format_func=lambda i, f=field: f.bits[i] + str(f.numbers[i]).translate(SUBSCRIPT),
+                format_func=lambda i, labels=field.labels: labels[i],
                 key=key,
                 on_change=flip,
                 args=(r, field, key),

@@ -62,3 +62,10 @@ def test_arm_scale_history_steps_and_exponents():
     h = arm_scale_history(arm)
     assert h.steps == (1, 2, 3) and h.log2_scales == (16.0, 15.0, 0.0) and h.skipped_steps == (1,)
     assert [scale_from_exp(k) for k in (16, 0, -24)] == [65536.0, 1.0, 2.0**-24]
+
+
+def test_each_switch_shows_its_bit_and_its_number():
+    sign, exponent, significand = inspector.field_bits(inspector.inspect("1", "fp16"))  # 0 01111 0000000000
+    assert sign.labels == ("0₁₅",)
+    assert exponent.labels == ("0₁₄", "1₁₃", "1₁₂", "1₁₁", "1₁₀")
+    assert significand.labels[0] == "0₉" and significand.labels[-1] == "0₀"
