@@ -75,6 +75,13 @@ class _Words:
         """A share as the pages' ``data.pct`` writes it: — for no values, ∞ for an overflow (None in JSON)."""
         return nan_text if share is None else i18n.percent(share, self.lang)
 
+    def pcts(self, shares: dict[str, float | None]) -> dict[str, str]:
+        """A whole's parts (a format's zones) as the pages' cards write them, adding up to 100%
+        (:func:`lensa.ui.i18n.percents`); each as :meth:`pct` where one is missing."""
+        if any(share is None for share in shares.values()):
+            return {key: self.pct(share) for key, share in shares.items()}
+        return i18n.percents({key: share for key, share in shares.items() if share is not None}, self.lang)
+
     def num(self, x: float) -> str:
         return i18n.number(x, self.lang)
 
@@ -212,9 +219,11 @@ def _write_kind(w: _Words, doc: dict[str, Any], kind: str, out: TextIO) -> None:
         label = w.t("report.fp8_raw", fmt=labels[f]) if f in scaled else labels[f]
         if f in marks:  # a format's row that is 0% by construction, or says nothing of a weight: never a bare 0%
             label = w.t("report.trivial_row", fmt=label, mark=marks[f])
-        rows.append([label, *(w.pct(shares[c]) for c in columns), _error_text(w, everything["error"][f], shares)])
+        written = w.pcts(shares)
+        rows.append([label, *(written[c] for c in columns), _error_text(w, everything["error"][f], shares)])
     for f, shares in scaled.items():
-        rows.append([w.t("report.fp8_scaled", fmt=labels[f]), *(w.pct(shares[c]) for c in columns), "—"])
+        written = w.pcts(shares)
+        rows.append([w.t("report.fp8_scaled", fmt=labels[f]), *(written[c] for c in columns), "—"])
     _table(rows, out, w.width)
     if scaled:
         w.say(w.t("report.fp8_note"), out)

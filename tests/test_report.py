@@ -123,6 +123,11 @@ def _pct(share, lang="en"):
     return "—" if share is None else i18n.percent(share, lang)
 
 
+def _pcts(shares, lang="en"):
+    """A format's zones, written together as the cards write them (adding up to 100%)."""
+    return i18n.percents(shares, lang)
+
+
 def _visit(key: str, content: bytes, **params: str) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
@@ -145,10 +150,13 @@ def test_every_number_equals_what_the_pages_show_for_the_same_file(upload_file):
 
     m = metrics(_visit("fp16_range", content))
     fp16 = grads["all"]["shares"]["fp16"]
-    assert m[T("fp16_range.metric_zero")] == _pct(fp16["zero"])
-    assert m[T("fp16_range.metric_subnormal")] == _pct(fp16["subnormal"])
-    assert m[T("fp16_range.metric_normal")] == _pct(fp16["normal"])
-    assert m[T("fp16_range_data.metric_overflow")] == _pct(fp16["overflow"])
+    written = _pcts(fp16)
+    assert m[T("fp16_range.metric_zero")] == written["zero"]
+    assert m[T("fp16_range.metric_subnormal")] == written["subnormal"]
+    assert m[T("fp16_range.metric_normal")] == written["normal"]
+    assert m[T("fp16_range_data.metric_overflow")] == written["overflow"]
+    fp16_row = next(line for line in text.splitlines() if line.split()[:1] == ["FP16"])
+    assert fp16_row.split()[1:4] == [written["zero"], written["subnormal"], written["overflow"]]  # the report's
 
     at = _visit("fp16_range", content, kind="activation")  # another kind, and the page's layer table
     table = at.dataframe[0].value
