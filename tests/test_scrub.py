@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 
 import pytest
@@ -396,3 +397,53 @@ def test_step3s_share_cards_at_every_stop_are_parts_of_one_whole(lang):
         total = sum(float(v.removesuffix("%").replace(",", ".")) for v in [*shown, normal])
         assert abs(total - 100) < 1e-9, (k, shown, normal)
         assert shown == [i18n.percents(view.shares, lang)[z] for z in ("zero", "subnormal", "overflow")]
+
+
+# How each language says that every gradient came back with FP16's precision, and that some are still subnormal.
+_PRECISION = {"en": "precision", "id": "presisi"}
+_SUBNORMAL = {"en": "subnormal", "id": "subnormal"}
+
+
+def _step3_paragraph(at, lang: str, k: int) -> str:
+    """Step 3's explanation at S = 2^k: the main area's paragraph that names that S."""
+    said = re.compile(rf"S = {re.escape(i18n.power_of_two(k))}(?!\d)")  # not 2^1 in the notes' 2^16
+    found = [m.value for m in at.main.markdown if said.search(m.value) and "loss_scale" in m.value]
+    assert len(found) == 1, (lang, k, found)
+    return found[0]
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_step3_explanation_is_true_at_every_stop_of_s(lang):
+    """At every S the slider reaches, the paragraph gives the shares the view computes, says subnormals keep
+    fewer bits where some remain, and claims FP16's precision only where every gradient is a normal number."""
+    from lensa.lessons.loss_scaling import loss_scaling_view
+
+    at = open_page("loss_scaling", lang=lang)
+    stops = slider_stops(at, "scale")
+    regimes = set()
+    for index, k in enumerate(stops):
+        if index:
+            move_scrub(at, "scale", index)
+        assert not at.exception, at.exception
+        view = loss_scaling_view(int(k))
+        text = _step3_paragraph(at, lang, int(k))
+        shares = view.shares
+        regimes.add(view.regime)
+        all_normal = shares["zero"] == shares["subnormal"] == shares["overflow"] == 0
+        assert (_PRECISION[lang] in text) == all_normal, (k, shares, text)
+        written = i18n.percents(shares, lang)  # as the cards write them, together
+        for zone in ("zero", "subnormal", "overflow"):
+            if shares[zone] > 0:
+                assert written[zone] in text, (k, zone, text)
+        if shares["subnormal"] > 0:
+            assert _SUBNORMAL[lang] in text, (k, text)
+    assert regimes == {"none", "some", "subnormal", "fits", "over"}  # every sentence is shown at some stop
+
+
+def test_step3_try_this_says_the_run_does_not_follow_s():
+    from lensa.lessons.loss_scaling import illustrative_run
+
+    start = i18n.power_of_two(illustrative_run().first_k)
+    for lang in i18n.LANGUAGES:
+        text = i18n.text(lang, "loss_scaling.try", top="2^32", start=start)
+        assert start in text and i18n.text(lang, "loss_scaling.play").strip("▶ ") in text
