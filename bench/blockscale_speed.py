@@ -1,8 +1,8 @@
-"""Block scaling throughput: every lensa.blockscale recipe against the plain FP8 E4M3 cast of the same values.
+"""Block scaling throughput: every lensa.numerics.blockscale recipe against the plain FP8 E4M3 cast of the same values.
 
     python -m bench.blockscale_speed [--n 10000000] [--repeats 7]
 
-One run, interleaved: for each repeat the plain cast (``lensa.formats.quantize(x, "fp8_e4m3")``, float64
+One run, interleaved: for each repeat the plain cast (``lensa.numerics.formats.quantize(x, "fp8_e4m3")``, float64
 out, as the recipes return) and then every recipe on the same 10^7 float32 values (a 2560-wide matrix of
 gradient-like values, so per-row, 1×128 and 128×128 blocks all tile it). The ratio is a recipe's median
 time over the cast's median time (target: at most 2×). Then quantize to FP16 against torch's
@@ -22,7 +22,7 @@ COLS = 2560
 
 
 def main() -> None:
-    from lensa import blockscale, formats
+    from lensa.numerics import blockscale, formats
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=10_000_000)
@@ -74,7 +74,7 @@ def main() -> None:
         )
     body = (
         f"{x.size:,} float32 values ({rows} × {COLS}), median of {args.repeats} interleaved runs, one thread. "
-        f"The plain FP8 E4M3 cast (`lensa.formats.quantize`, float64 out) took {base * 1e3:.0f} ms.\n\n"
+        f"The plain FP8 E4M3 cast (`lensa.numerics.formats.quantize`, float64 out) took {base * 1e3:.0f} ms.\n\n"
         + table(["recipe", "", "ms", "vs the FP8 cast", "≤ 2×"], body_rows)
     )
     if fp16_rows:

@@ -1,4 +1,4 @@
-"""Core rounding throughput: lensa.formats against torch's own casts on the same 10^7 float32 values.
+"""Core rounding throughput: lensa.numerics.formats against torch's own casts on the same 10^7 float32 values.
 
     python bench/core_rounding.py [--n 10000000] [--repeats 9]
 
@@ -132,7 +132,7 @@ def _fp16_fair(formats, torch, x, tx, repeats: int) -> list[list[str]]:
 def main() -> None:
     import torch
 
-    from lensa import formats
+    from lensa.numerics import formats
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=10_000_000)

@@ -5,7 +5,7 @@ all the recipes against its clock, natively and under older torch kernels.
 
 1. **Step cost.** In one process, the same model trained with each arm's step, interleaved round by round (so a
    neighbour slows every arm alike), the median of ``--steps`` steps after warm-up per arm and round, then the
-   median over rounds: FP32, BF16 autocast, and every recipe of :data:`lensa.lowp.TRAINING_RECIPES`
+   median over rounds: FP32, BF16 autocast, and every recipe of :data:`lensa.numerics.training_recipes.TRAINING_RECIPES`
    (:func:`lensa.live.lowp.quantize_model`, products in FP32), with the lab worker's threads (all cores but one).
    Two models: the lab's MLP at the size of the
    default comparison of all the recipes (:func:`lensa.live.recipes_defaults_for`), and 256 wide too where those
@@ -45,7 +45,7 @@ def _mlp_step(arm: str, cfg: Any) -> Any:
 
     from lensa.live import lowp
     from lensa.live.task import _build_mlp
-    from lensa.lowp import TRAINING_RECIPES
+    from lensa.numerics.training_recipes import TRAINING_RECIPES
 
     torch.manual_seed(0)
     model = _build_mlp(cfg.features, cfg.width, cfg.depth)
@@ -73,7 +73,7 @@ def _reference_step(arm: str, _cfg: Any) -> Any:
 
     from lensa.live import lowp
     from lensa.live.reference import Recipe, setup
-    from lensa.lowp import TRAINING_RECIPES
+    from lensa.numerics.training_recipes import TRAINING_RECIPES
 
     r = Recipe()
     model, opt, data = setup(r)
@@ -121,7 +121,7 @@ def quantization_costs(repeats: int = 30) -> list[list[str]]:
     import torch
 
     from lensa.live import lowp
-    from lensa.lowp import OPERAND_RECIPES
+    from lensa.numerics.training_recipes import OPERAND_RECIPES
 
     before = os.environ.get("LENSA_NUMBA")
     x = torch.randn(*QUANT_SHAPE, generator=torch.Generator().manual_seed(0))
@@ -211,7 +211,7 @@ def main() -> None:
 
     from lensa import live
     from lensa.live.clock import machine_clock
-    from lensa.lowp import TRAINING_RECIPES
+    from lensa.numerics.training_recipes import TRAINING_RECIPES
 
     arms = ("fp32", "bf16", *TRAINING_RECIPES)
     clock = machine_clock("cpu")

@@ -6,9 +6,9 @@ The same 10^7 float32 values as ``bench.runstats_speed`` (log-uniform over 2**-4
 shaped as a 10^4 × 10^3 matrix, so that every recipe's blocks (rows, 1×128 tiles, 128×128 blocks, MX's 32
 and NVFP4's 16) are real. Timed in the same run, interleaved; the ratio is the recipe record's median time
 over ``summarize``'s (target: at most 3×). ``summarize`` counts on ``WORKERS`` threads as in
-``bench.runstats_speed``, and hands the same threads on to the recipes (:func:`lensa.blockscale.lost_all`).
-Where numba is installed the recipes take the compiled pass (:mod:`lensa.blockscale_jit`), and a third row times
-the numpy pass on the same values (``LENSA_NUMBA=0``), for where it is not.
+``bench.runstats_speed``, and hands the same threads on to the recipes (:func:`lensa.numerics.blockscale.lost_all`).
+Where numba is installed the recipes take the compiled pass (:mod:`lensa.numerics.blockscale_dispatch`), and a third row
+times the numpy pass on the same values (``LENSA_NUMBA=0``), for where it is not.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from bench.runstats_speed import values
 
 
 def main() -> None:
-    from lensa import blockscale, blockscale_jit, runstats
+    from lensa import runstats
+    from lensa.numerics import blockscale, blockscale_dispatch
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=10_000_000)
@@ -44,7 +45,7 @@ def main() -> None:
         finally:
             os.environ.pop("LENSA_NUMBA")
 
-    compiled = blockscale_jit.available()
+    compiled = blockscale_dispatch.available()
     assert with_recipes() == runstats.summarize(x, recipes=True)  # threads change no number
     arms = {"today": today, "with_recipes": with_recipes, **({"numpy_alone": numpy_alone} if compiled else {})}
     times: dict[str, list[float]] = {k: [] for k in arms}

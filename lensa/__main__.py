@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lensa import report as R
-from lensa.blockscale import RECIPES
-from lensa.formats import FORMATS
+from lensa.numerics.blockscale import RECIPES
+from lensa.numerics.formats import FORMATS
 from lensa.runstats import KINDS, NotOneRunError, RunStats, RunStatsError, check_one_run, load, merge_ranks
 from lensa.ui import i18n
 

@@ -4,9 +4,9 @@ The torch path of :func:`lensa.live.lowp._quantize` makes about ten whole-tensor
 (the magnitudes, the block maxima, the division, the clamp, the rounding's mask, add and subtract, the product with
 the scale, the sign), each a read and a write of the tensor and a few microseconds of dispatch. Here the same
 arithmetic runs in two passes: the block maxima (as bits) and each block's scale
-(:func:`lensa.blockscale_kernels._scale_of`, the rules of :mod:`lensa.blockscale`); then, row by row, each value
-over its scale, saturated and rounded to the element's grid (to nearest, ties to even, or stochastically), and
-times the scale with its sign, the row still in the first-level cache (and, where asked, the values saturated,
+(:func:`lensa.numerics.blockscale_numba._scale_of`, the rules of :mod:`lensa.numerics.blockscale`); then, row by row,
+each value over its scale, saturated and rounded to the element's grid (to nearest, ties to even, or stochastically),
+and times the scale with its sign, the row still in the first-level cache (and, where asked, the values saturated,
 not 0 and flushed counted). Every operation is the torch path's IEEE float32 operation in the same order (neither
 reassociated nor contracted: numba's default), so the two give the same numbers bit for bit
 (``tests/test_lowp.py``), on every vector width (``make test-kernels`` compiles for the baseline x86-64 CPU too).
@@ -14,8 +14,9 @@ reassociated nor contracted: numba's default), so the two give the same numbers 
 Stochastic rounding's draws come from :func:`draw`, a hash of each value's place in the tensor and two 32-bit keys
 (drawn from the caller's ``torch.Generator``): the torch path computes the same hash, so both paths round alike.
 
-Only :mod:`lensa.live.lowp` imports this module, through :func:`lensa.blockscale_jit.available` (numba installed
-and not switched off); it shares :mod:`lensa.blockscale_kernels`' helpers and its on-disk cache setting.
+Only :mod:`lensa.live.lowp` imports this module, through :func:`lensa.numerics.blockscale_dispatch.available` (numba
+installed and not switched off); it shares :mod:`lensa.numerics.blockscale_numba`' helpers and its on-disk cache
+setting.
 """
 
 from __future__ import annotations
@@ -24,8 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from lensa.blockscale_kernels import NVFP4, SMALLEST_SCALE, _bits_of, _float_of, _inline, _jit, _scale_of, _to_grid
-from lensa.lowp import DRAW_HASH
+from lensa.numerics.blockscale_numba import (
+    NVFP4,
+    SMALLEST_SCALE,
+    _bits_of,
+    _float_of,
+    _inline,
+    _jit,
+    _scale_of,
+    _to_grid,
+)
+from lensa.numerics.training_recipes import DRAW_HASH
 
 MAGNITUDE = np.uint32(0x7FFFFFFF)
 SIGN = np.uint32(0x80000000)
@@ -36,8 +46,8 @@ DRAW_UNIT = np.float32(2.0**-24)
 
 @_inline
 def _mix(x: Any) -> Any:
-    """lowbias32 (:data:`lensa.lowp.DRAW_HASH`): a bijection of uint32 whose every output bit depends on every
-    input bit."""
+    """lowbias32 (:data:`lensa.numerics.training_recipes.DRAW_HASH`): a bijection of uint32 whose every output bit
+    depends on every input bit."""
     x = np.uint32(x ^ (x >> np.uint32(16)))
     x = np.uint32(x * np.uint32(HASH_A))
     x = np.uint32(x ^ (x >> np.uint32(15)))
@@ -171,7 +181,7 @@ def quantize(
     largest value, its saturation threshold (and whether a value at it saturates), its rounding's ``low``, ``shift``
     and fraction bits << 23, its largest exponent and the largest value's fraction bits (the MX rules), E4M3's
     smallest normal, largest value and rounding (NVFP4's block scales), NVFP4's tensor divisor 448 * 6, and the
-    scale rule's code (:mod:`lensa.blockscale_kernels`). ``given64``: a float32 scale given from outside (delayed
+    scale rule's code (:mod:`lensa.numerics.blockscale_numba`). ``given64``: a float32 scale given from outside (delayed
     scaling: values times it, elements times its float32 reciprocal) as a float, or NaN. ``stochastic``: round with
     :func:`draw` (keys ``k0``, ``k1``) instead of to nearest. ``counts``: None, or (int64, 3) to add (saturated,
     not 0, flushed) to.

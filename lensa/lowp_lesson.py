@@ -7,8 +7,8 @@ Three parts, each one function returning a frozen dataclass of the numbers, arra
   stochastic rounding gives the upper one with probability p (where the value lies between them), so the mean
   of its roundings tends to the value itself. The draws are numpy's, from :data:`ROUNDING_SEED`.
 - :func:`rotation_view`: a block of 16 values with one outlier, before and after the 16-point Hadamard rotation
-  (:func:`lensa.lowp.hadamard_matrix`), stored in MXFP4 (its E8M0 scale, a power of two, shows the block's amax
-  directly): the scale, what is flushed, and the SQNR of the block and of its other values.
+  (:func:`lensa.numerics.training_recipes.hadamard_matrix`), stored in MXFP4 (its E8M0 scale, a power of two, shows the
+  block's amax directly): the scale, what is flushed, and the SQNR of the block and of its other values.
 - :func:`comparison_view`: the shipped comparison of the recipes on the reference transformer
   (:data:`RECORDED`, made by ``python -m lensa.live.lowp_reference``): each arm's loss per step, its final loss,
   its gap to BF16's and FP32's, whether it diverged, and what its layers flushed and saturated.
@@ -28,9 +28,10 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa import blockscale, reference
-from lensa.formats import get_format, quantize
-from lensa.lowp import TRAINING_RECIPES, diverged, final_loss, hadamard_matrix
+from lensa import reference
+from lensa.numerics import blockscale
+from lensa.numerics.formats import get_format, quantize
+from lensa.numerics.training_recipes import TRAINING_RECIPES, diverged, final_loss, hadamard_matrix
 
 # --- stochastic rounding ----------------------------------------------------------------------------------------
 
@@ -243,9 +244,10 @@ def recorded(path: Path = RECORDED) -> RecordedRecipes:
 
 @dataclass(frozen=True)
 class ArmSummary:
-    """One arm of the comparison: its final loss (:func:`lensa.lowp.final_loss`), the gaps to BF16's and FP32's
-    final losses in percent of them, whether it diverged (:func:`lensa.lowp.diverged`), and the largest shares of
-    one layer's tensor flushed and saturated (0 for FP32 and BF16, which quantize nothing)."""
+    """One arm of the comparison: its final loss (:func:`lensa.numerics.training_recipes.final_loss`), the gaps to
+    BF16's and FP32's final losses in percent of them, whether it diverged
+    (:func:`lensa.numerics.training_recipes.diverged`), and the largest shares of one layer's tensor flushed and
+    saturated (0 for FP32 and BF16, which quantize nothing)."""
 
     arm: str
     final_loss: float
@@ -376,7 +378,8 @@ def _parameters(recipe_meta: object) -> int:
 
 
 def comparison_view(recipe: str, data: RecordedRecipes | None = None) -> ComparisonView:
-    """The recorded part for ``recipe`` (a key of :data:`lensa.lowp.TRAINING_RECIPES` the run holds)."""
+    """The recorded part for ``recipe`` (a key of :data:`lensa.numerics.training_recipes.TRAINING_RECIPES` the run
+    holds)."""
     data = recorded() if data is None else data
     if recipe not in data.arms or recipe in BASES:
         raise ValueError(f"the recorded comparison has no recipe {recipe!r}")

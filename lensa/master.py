@@ -16,11 +16,11 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from lensa.formats import FloatFormat, get_format, quantize, representable_between, scalar_rounder, spacing
+from lensa.numerics.formats import FloatFormat, get_format, quantize, representable_between, scalar_rounder, spacing
 
 
 def round_scalar(value: float, fmt: str | FloatFormat) -> float:
-    """Round one Python float to ``fmt`` (same rules as :func:`lensa.formats.quantize`)."""
+    """Round one Python float to ``fmt`` (same rules as :func:`lensa.numerics.formats.quantize`)."""
     return float(quantize(float(value), fmt))
 
 

@@ -19,8 +19,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa.formats import FORMATS, cast, get_format
 from lensa.master import MASTER_FORMAT, master_lost_count
+from lensa.numerics.formats import FORMATS, cast, get_format
 from lensa.runstats import RunStats, TensorStats, combine, combine_over_ranks
 from lensa.runstats.binning import CELL_CLASSES, cell_classes
 
@@ -452,7 +452,8 @@ def recipe_over_training(
 
 @dataclass(frozen=True)
 class DelayedReplay:
-    """Delayed scaling replayed on one tensor's amax at every step (:func:`lensa.blockscale.replay_delayed`)."""
+    """Delayed scaling replayed on one tensor's amax at every step
+    (:func:`lensa.numerics.blockscale.replay_delayed`)."""
 
     name: str
     steps: list[int]
@@ -464,7 +465,7 @@ def delayed_replays(
 ) -> list[DelayedReplay]:
     """Per layer of ``kind`` with an amax series (one layer, or every one for ``layer="all"``): the steps where
     Transformer Engine's delayed scaling (``"max"`` over the history, margin 0) would have overflowed."""
-    from lensa.blockscale import replay_delayed
+    from lensa.numerics.blockscale import replay_delayed
 
     names = run.amax_names(kind) if layer == ALL_LAYERS else [n for n in run.amax_names(kind) if n == layer]
     out = []

@@ -14,7 +14,7 @@ default, so each equals what the page shows for the same file:
 - at the last step with updates, the share of each layer's updates a weight held in each format would lose
   (step 4), and the layers FP16 weights would lose any of;
 - step 5's FP16-against-BF16 verdict;
-- per layer (file version 2), what every block recipe of :data:`lensa.blockscale.RECIPES` loses: the shares
+- per layer (file version 2), what every block recipe of :data:`lensa.numerics.blockscale.RECIPES` loses: the shares
   flushed to 0 and saturated and the SQNR (``recipes``; null for a version-1 file and for all layers together),
   and per kind every recipe on all its layers, each with its own scales (``recipes``: exact shares, the lowest
   SQNR, how many layers fit);
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lensa import measured
-from lensa.blockscale import RECIPES, get_recipe
-from lensa.formats import FORMATS, fp16_against_bf16
+from lensa.numerics.blockscale import RECIPES, get_recipe
+from lensa.numerics.formats import FORMATS, fp16_against_bf16
 from lensa.runstats import KINDS, SUMMARY_FORMATS, RunStats, TensorStats
 
 SCHEMA = "lensa-report"
@@ -303,8 +303,8 @@ def check(
     tensor, gradients and values alike, at its own power-of-two scale, the largest that overflows none
     (:func:`lensa.measured.per_tensor_scaled_shares`; ``loss_scaling=False``: the raw, unscaled cast). For
     ``update``: the share a weight held in ``fmt`` would lose (step 4). A block recipe (any key of
-    :data:`lensa.blockscale.RECIPES`): the share of the values it flushes to 0 or saturates, every layer with its
-    own scales, and its lowest SQNR, which must reach ``min_sqnr_db``; a run recorded without ``recipes=True``
+    :data:`lensa.numerics.blockscale.RECIPES`): the share of the values it flushes to 0 or saturates, every layer with
+    its own scales, and its lowest SQNR, which must reach ``min_sqnr_db``; a run recorded without ``recipes=True``
     raises ValueError. A kind the run did not record is left out.
     """
     if fmt not in CHECKABLE:

@@ -21,7 +21,7 @@ from typing import Literal, TypedDict, Unpack
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from lensa.formats import FloatFormat, category_shares, get_format, quantize
+from lensa.numerics.formats import FloatFormat, category_shares, get_format, quantize
 
 TORCH_INIT_SCALE = 2.0**16
 TORCH_GROWTH_FACTOR = 2.0

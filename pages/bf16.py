@@ -6,8 +6,8 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from lensa import measured
-from lensa.formats import FORMATS, fp16_against_bf16
 from lensa.lessons.bf16 import Bf16View, bf16_view, precision_grids
+from lensa.numerics.formats import FORMATS, fp16_against_bf16
 from lensa.ui import display, figures, format_table, layout, recorded_run, widgets, zone_charts
 from lensa.ui.components import scrub
 from lensa.ui.controls import NumberControl

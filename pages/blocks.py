@@ -4,7 +4,6 @@ from collections.abc import Sequence
 
 import streamlit as st
 
-from lensa import blockscale
 from lensa.lessons.blocks import (
     FP4_FLUSH_TIE,
     FP4_SMALLEST,
@@ -14,6 +13,7 @@ from lensa.lessons.blocks import (
     blocks_view,
     outlier_times,
 )
+from lensa.numerics import blockscale
 from lensa.ui import figures, layout, quiz, recorded_run, widgets
 from lensa.ui.components import scrub
 from lensa.ui.controls import NumberControl

@@ -1,9 +1,9 @@
-"""Format inspector: one number, as every format of lensa.formats.FORMATS stores it (FP32 down to FP4 and the E8M0
-scale), bit by bit."""
+"""Format inspector: one number, as every format of lensa.numerics.formats.FORMATS stores it (FP32 down to FP4 and the
+E8M0 scale), bit by bit."""
 
 import streamlit as st
 
-from lensa import exact, inspector
+from lensa.numerics import exact, inspector
 from lensa.ui import injected, layout, url_state, widgets
 from lensa.ui.frame import safe_echo, setup
 
@@ -65,7 +65,7 @@ def category(report: inspector.FormatReport) -> str:
 
 
 def decimal(text: str) -> str:
-    """An exact decimal from lensa.exact, with the language's decimal mark."""
+    """An exact decimal from lensa.numerics.exact, with the language's decimal mark."""
     return text.replace(".", ",") if page.lang == "id" else text
 
 

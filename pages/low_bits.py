@@ -5,7 +5,7 @@ import math
 import streamlit as st
 
 from lensa import lowp_lesson
-from lensa.lowp import TRAINING_RECIPES, element_of
+from lensa.numerics.training_recipes import TRAINING_RECIPES, element_of
 from lensa.ui import display, figures, layout, quiz, widgets
 from lensa.ui.figures import FORMAT_COLOURS
 from lensa.ui.frame import setup

@@ -9,8 +9,8 @@ differently in the last bits, on an AVX2-only EPYC than on an AVX-512 Xeon. Both
   where this CPU has it (``/proc/cpuinfo``'s flags, else ``lscpu``'s): torch would not run what the CPU lacks.
 - numpy: ``NPY_DISABLE_CPU_FEATURES`` naming every target numpy dispatches to at run time (X86_V3, X86_V4, ... as
   this numpy reports them), so only its baseline (X86_V2 for numpy 2.4's x86-64 wheels) is left.
-- numba (lensa.blockscale_jit's compiled pass): ``NUMBA_CPU_NAME=generic`` compiles for the baseline CPU of the
-  architecture instead of this one (numba keeps the two in its cache apart).
+- numba (lensa.numerics.blockscale_dispatch's compiled pass): ``NUMBA_CPU_NAME=generic`` compiles for the baseline CPU
+  of the architecture instead of this one (numba keeps the two in its cache apart).
 
 Three sets, the first the least any x86-64 CPU has:
 

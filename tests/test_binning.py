@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from lensa import runstats as R
-from lensa.formats import classify
+from lensa.numerics.formats import classify
 from lensa.runstats import binning as B
 from tests.conftest import requires_torch
 
@@ -30,7 +30,7 @@ def test_the_edges_and_exact_fractions_are_what_the_record_says():
 
 @pytest.mark.parametrize("fmt", R.SUMMARY_FORMATS)
 def test_every_cell_is_one_class_at_both_ends_for_any_binade(fmt):
-    # lensa.formats.classify of each cell's smallest and largest value, far past the table's clamped ends
+    # lensa.numerics.formats.classify of each cell's smallest and largest value, far past the table's clamped ends
     binades = np.arange(-260, 240)
     edges = np.array(B.significand_edges(), np.float64)
     ends = np.append(edges[1:] - 1, 2**23 - 1)

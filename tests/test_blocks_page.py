@@ -1,4 +1,5 @@
-"""The block scaling page: its numbers are lensa.blockscale's, and the two failures the issue names are reachable."""
+"""The block scaling page: its numbers are lensa.numerics.blockscale's, and the two failures the issue names are
+reachable."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from lensa import blockscale
 from lensa.lessons.blocks import SHOWN
+from lensa.numerics import blockscale
 from lensa.ui import i18n
 from tests.pagetools import chart_specs, metrics, open_page, page_keys, scrub_frame
 
@@ -170,8 +171,9 @@ def test_the_flush_sentence_gives_fp4s_rounding_to_0(lang):
 
 
 def test_the_notes_give_both_of_deepseek_v3s_scales():
-    # lensa.blockscale's 1×128 tile keeps DeepSeek-V3's inference code's unrounded FP32 scale (448 / amax, no power
-    # of two); the notes say so and that the report (section 3.3.3) rounds some activations' scales to powers of two.
+    # lensa.numerics.blockscale's 1×128 tile keeps DeepSeek-V3's inference code's unrounded FP32 scale (448 / amax, no
+    # power of two); the notes say so and that the report (section 3.3.3) rounds some activations' scales to powers of
+    # two.
     scale = float(blockscale.encode(np.full((1, 128), 0.3, np.float32), "fp8_1x128").block_scales[0])
     assert scale == pytest.approx(0.3 / 448, rel=1e-6) and not float(np.log2(scale)).is_integer()
     for lang in i18n.LANGUAGES:

@@ -1,4 +1,4 @@
-"""lensa.blockscale against gfloat (MX, every block of a property test) and NVFP4's formulas written out."""
+"""lensa.numerics.blockscale against gfloat (MX, every block of a property test) and NVFP4's formulas written out."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from lensa import blockscale as B
-from lensa import formats as F
+from lensa.numerics import blockscale as B
+from lensa.numerics import formats as F
 
 pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
 

@@ -1,4 +1,5 @@
-"""The compiled pass of lensa.blockscale.lost_all (lensa.blockscale_jit) against the numpy pass, and its summing order.
+"""The compiled pass of lensa.numerics.blockscale.lost_all (lensa.numerics.blockscale_dispatch) against the numpy pass,
+and its summing order.
 
 The numpy pass is itself checked against encode() (tests/test_blockscale.py), and encode against gfloat and NVFP4's
 formulas. Here both passes run on the same tensors: the counts must be equal and the SQNR equal to a relative
@@ -21,8 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from lensa import blockscale as B
-from lensa import blockscale_jit as J
+from lensa.numerics import blockscale as B
+from lensa.numerics import blockscale_dispatch as J
 from tests.test_blockscale import LOST_ALL_CASES
 
 pytest.importorskip("numba", reason="numba is not installed: lost_all takes the numpy pass")
@@ -191,7 +192,8 @@ def test_a_recipes_numbers_do_not_depend_on_the_recipes_asked_with_it(shape):
 def test_switched_off_it_is_not_loaded_and_small_tensors_never_load_it():
     code = (
         "import sys, numpy as np\n"
-        "from lensa import blockscale as B, runstats\n"
+        "from lensa import runstats\n"
+        "from lensa.numerics import blockscale as B\n"
         "x = np.linspace(-3, 3, 32, dtype=np.float32)  # the Block scaling page's largest block\n"
         "B.lost_all(x); B.quantize(x, 'nvfp4'); runstats.summarize(x, recipes=True)\n"
         "assert 'numba' not in sys.modules, 'a block of 32 loaded numba'\n"
@@ -208,7 +210,7 @@ def test_where_numba_can_keep_no_cache_it_compiles_in_the_process():
     code = (
         "import math, os, numpy as np, numba.core.caching as c\n"
         "c.CacheImpl._locator_classes = []  # as in a read-only install with a read-only home\n"
-        "from lensa import blockscale as B, blockscale_jit as J\n"
+        "from lensa.numerics import blockscale as B, blockscale_dispatch as J\n"
         "x = np.linspace(-3, 3, 8192, dtype=np.float32).reshape(64, 128)\n"
         "assert J.available()\n"
         "got = B.lost_all(x)\n"
@@ -227,7 +229,7 @@ def test_the_same_numbers_compiled_for_the_baseline_cpu():
     gives every number bit for bit as it does for this CPU."""
     code = (
         "import json, numpy as np\n"
-        "from lensa import blockscale as B\n"
+        "from lensa.numerics import blockscale as B\n"
         "rng = np.random.default_rng(24)\n"
         "x = (rng.standard_normal((300, 700)) * np.exp2(rng.uniform(-20, 10, (300, 1)))).astype(np.float32)\n"
         "print(json.dumps({k: [v.flushed, v.saturated, v.sqnr_db.hex()] for k, v in B.lost_all(x).items()}))"

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lensa import blockscale
 from lensa import runstats as R
+from lensa.numerics import blockscale
 from tests.conftest import requires_torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +117,7 @@ def test_fp32_summaries_equal_summaries_of_tensors_computed_by_hand():
     for (kind, name, step), want in expected.items():
         assert run.get(kind, name, step) == want, (kind, name, step)
     assert run.get("update", "0.weight", 3).lost_counts is not None
-    # The file's shares and SQNR per block recipe are lensa.blockscale's on the kept tensors, through a file.
+    # The file's shares and SQNR per block recipe are lensa.numerics.blockscale's on the kept tensors, through a file.
     back = R.load(run.to_bytes())
     assert back.has_recipes
     for (kind, name, step), t in kept.items():

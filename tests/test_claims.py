@@ -12,9 +12,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from lensa import formats as F
 from lensa import measured
 from lensa.master import NOTICEABLE_ROUNDING, accumulate, update_outcome
+from lensa.numerics import formats as F
 from lensa.scaling import per_tensor_scale_exp
 from lensa.ui import i18n
 from tests.conftest import requires_torch

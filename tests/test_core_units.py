@@ -8,7 +8,6 @@ import sys
 import numpy as np
 import pytest
 
-from lensa import formats as F
 from lensa.gradients import SAMPLE_SIZE, gradient_sample
 from lensa.master import accumulate, total_change
 from lensa.memory import (
@@ -19,6 +18,7 @@ from lensa.memory import (
     state_bytes_by_component,
     state_components,
 )
+from lensa.numerics import formats as F
 from lensa.speed import GPUS, step_time_s, tokens_per_second, training_flops
 from tests.conftest import requires_torch
 
@@ -166,8 +166,9 @@ def test_step_time_invariants():
 
 def test_core_imports_no_view_or_torch():
     code = (
-        "import sys, lensa, lensa.formats, lensa.gradients, lensa.memory, lensa.estimators, lensa.lab_memory,"
-        " lensa.scaling, lensa.master, lensa.speed, lensa.facts, lensa.measured, lensa.blockscale, lensa.runstats;"
+        "import sys, lensa, lensa.numerics.formats, lensa.gradients, lensa.memory, lensa.estimators, lensa.lab_memory,"
+        " lensa.scaling, lensa.master, lensa.speed, lensa.facts, lensa.measured, lensa.numerics.blockscale,"
+        " lensa.runstats;"
         "bad = [m for m in ('streamlit', 'plotly', 'torch', 'numba') if m in sys.modules];"
         "print(bad); sys.exit(bool(bad))"
     )

@@ -16,9 +16,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from lensa import blockscale as B
-from lensa import formats as F
 from lensa.facts import PROSE_NUMBERS
+from lensa.numerics import blockscale as B
+from lensa.numerics import formats as F
 from lensa.ui import i18n
 from tests.conftest import requires_torch
 from tests.pagetools import open_page

@@ -9,9 +9,9 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from lensa.formats import FORMATS, classify, representable_between
 from lensa.gradients import gradient_sample
 from lensa.lessons.common import log_histogram
+from lensa.numerics.formats import FORMATS, classify, representable_between
 from lensa.scaling import dynamic_run
 from lensa.ui import figures
 from lensa.ui.components import scrub
@@ -137,7 +137,7 @@ def test_measured_builders_make_valid_figures():
 
 @pytest.mark.parametrize("fmt", ["fp16", "bf16", "fp8_e4m3"])
 def test_number_line_draws_and_names_the_format_it_is_given(fmt):
-    from lensa.formats import quantize, spacing
+    from lensa.numerics.formats import quantize, spacing
 
     w, update = 1.0, 1e-3
     gap = float(spacing(w, fmt))

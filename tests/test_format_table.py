@@ -1,6 +1,6 @@
 """Steps 2, 3 and 5's table of formats side by side: its range column and the heading over it.
 
-The range ends are checked against ml_dtypes' own limits (an implementation independent of lensa.formats);
+The range ends are checked against ml_dtypes' own limits (an implementation independent of lensa.numerics.formats);
 the heading against the formats the table under it lists.
 """
 
@@ -10,8 +10,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from lensa.formats import FORMATS
 from lensa.gradients import gradient_sample
+from lensa.numerics.formats import FORMATS
 from lensa.ui import format_table
 from lensa.ui.frame import Page
 from lensa.ui.i18n import text

@@ -1,4 +1,4 @@
-"""lensa.formats against ml_dtypes, numpy and torch: every code point, every midpoint."""
+"""lensa.numerics.formats against ml_dtypes, numpy and torch: every code point, every midpoint."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lensa import formats as F
+from lensa.numerics import formats as F
 from tests.conftest import requires_torch
 
 pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels

@@ -9,8 +9,8 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from lensa.exact import try_parse_exact
-from lensa.formats import FORMATS
+from lensa.numerics.exact import try_parse_exact
+from lensa.numerics.formats import FORMATS
 from lensa.ui.i18n import text
 from tests.pagetools import notices, open_page
 

@@ -13,7 +13,7 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lensa.exact import try_parse_exact
+from lensa.numerics.exact import try_parse_exact
 from lensa.ui import i18n
 from lensa.ui.controls import ChoiceControl, CountControl, TextControl, parse_count
 from lensa.ui.site import MEASURED_ONLY, PAGES, PAGES_BY_KEY

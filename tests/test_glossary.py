@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1.element_tree import Block
 
-from lensa.formats import FORMATS, spacing
+from lensa.numerics.formats import FORMATS, spacing
 from lensa.scaling import TORCH_GROWTH_INTERVAL, TORCH_INIT_SCALE
 from lensa.speed import GPUS, TERA
 from lensa.ui import glossary, i18n, layout

@@ -239,13 +239,14 @@ def dynamic_keys() -> dict[str, set[str]]:
     import inspect
     from typing import get_args, get_type_hints
 
-    from lensa import blockscale, estimators, exact, formats, inspector, lowp_lesson, master, memory
+    from lensa import estimators, lowp_lesson, master, memory
     from lensa.lessons import blocks as lesson_blocks
     from lensa.lessons import master_weights as lesson_master
     from lensa.live import ALL_ARMS
     from lensa.live.errors import ErrorKind
-    from lensa.lowp import ROLES
     from lensa.models import PRESETS
+    from lensa.numerics import blockscale, exact, formats, inspector
+    from lensa.numerics.training_recipes import ROLES
     from lensa.runstats import KINDS
     from lensa.speed import GPUS, mixed_precision_mode
     from lensa.ui.glossary import TERM_KEYS

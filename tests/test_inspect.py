@@ -1,4 +1,5 @@
-"""lensa.exact and lensa.inspector: exact parsing, rounding against quantize/torch/ml_dtypes, the report, bit flips."""
+"""lensa.numerics.exact and lensa.numerics.inspector: exact parsing, rounding against quantize/torch/ml_dtypes, the
+report, bit flips."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lensa import exact as E
-from lensa import formats as F
-from lensa import inspector as I
+from lensa.numerics import exact as E
+from lensa.numerics import formats as F
+from lensa.numerics import inspector as I
 from tests.conftest import requires_torch
 
 pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
@@ -612,7 +613,8 @@ def test_flip_bits_flips_them_in_one_code():
 
 def test_importing_the_modules_pulls_in_no_torch_or_streamlit():
     code = (
-        "import lensa.exact, lensa.inspector, sys; assert 'torch' not in sys.modules and 'streamlit' not in sys.modules"
+        "import lensa.numerics.exact, lensa.numerics.inspector, sys;"
+        " assert 'torch' not in sys.modules and 'streamlit' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -27,8 +27,8 @@ EXEMPT: dict[tuple[str, str], str] = {
         "shows; it checks link parsing, not a number torch computes"
     ),
     ("tests/test_fuzz_links.py", "numpy_kernels"): (
-        "fuzzes the pages' link parsing, which is exact arithmetic on Python ints and Fractions (lensa.exact); "
-        "it checks no number a numpy kernel computes, and takes ~50 s a rerun"
+        "fuzzes the pages' link parsing, which is exact arithmetic on Python ints and Fractions "
+        "(lensa.numerics.exact); it checks no number a numpy kernel computes, and takes ~50 s a rerun"
     ),
     ("tests/test_lab_page.py", "torch_kernels"): (
         "the lab page around lensa.live's runs, which tests/test_live.py and tests/test_worker.py rerun under each "
@@ -167,7 +167,7 @@ def test_the_rule_sees_what_it_should():
     tests = ROOT / "tests"
     assert required_marks(tests / "test_reference.py") == {"torch_kernels", "numpy_kernels"}  # imports inside a test
     assert required_marks(tests / "test_models.py") == {"torch_kernels"}
-    assert required_marks(tests / "test_core_reference.py") == {"numpy_kernels"}  # through lensa.formats
+    assert required_marks(tests / "test_core_reference.py") == {"numpy_kernels"}  # through lensa.numerics.formats
     assert required_marks(tests / "test_pages.py") == set()
     assert carried_marks(tests / "test_capture.py") == {"torch_kernels", "numpy_kernels"}
     assert carried_marks(tests / "test_pages.py") == set()

@@ -667,7 +667,7 @@ LOWP_CLOCK = replace(
 
 
 def test_an_arm_below_16_bits_costs_fp32s_step_and_each_quantization():
-    from lensa.lowp import TRAINING_RECIPES, model_passes
+    from lensa.numerics.training_recipes import TRAINING_RECIPES, model_passes
 
     cfg = live.RunConfig(width=64, depth=2, batch_size=32, features=16, steps=20, warmup_steps=2, eval_size=200)
     passes = model_passes(TRAINING_RECIPES["nvfp4_recipe"], cfg.linear_shapes())
@@ -695,11 +695,15 @@ def test_the_recipes_defaults_are_the_largest_within_their_target():
 
 
 def test_final_loss_gap_and_divergence_from_the_losses():
-    from lensa import lowp
+    from lensa.numerics import training_recipes
 
-    assert lowp.final_loss([5.0] * 9 + [1.0, 3.0]) == 3.0  # the last tenth of 11 steps: one step
-    assert lowp.final_loss([4.0] * 10 + [2.0] * 10) == 2.0
-    assert lowp.diverged([1.0, 0.5, float("nan")]) and lowp.diverged([1.0, 2.0, 3.0]) and not lowp.diverged([1.0, 0.5])
+    assert training_recipes.final_loss([5.0] * 9 + [1.0, 3.0]) == 3.0  # the last tenth of 11 steps: one step
+    assert training_recipes.final_loss([4.0] * 10 + [2.0] * 10) == 2.0
+    assert (
+        training_recipes.diverged([1.0, 0.5, float("nan")])
+        and training_recipes.diverged([1.0, 2.0, 3.0])
+        and not training_recipes.diverged([1.0, 0.5])
+    )
 
 
 @requires_torch

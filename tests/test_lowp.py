@@ -1,6 +1,7 @@
-"""lensa.live.lowp: fake quantization against lensa.blockscale (bit for bit) and torchao's emulated MX, stochastic
-rounding's bias at a stated power, the Hadamard rotation, NVFP4 against Transformer Engine's formula written out,
-delayed scaling against lensa.blockscale.delayed_scales, and the quantized linear layer's three products."""
+"""lensa.live.lowp: fake quantization against lensa.numerics.blockscale (bit for bit) and torchao's emulated MX,
+stochastic rounding's bias at a stated power, the Hadamard rotation, NVFP4 against Transformer Engine's formula written
+out, delayed scaling against lensa.numerics.blockscale.delayed_scales, and the quantized linear layer's three
+products."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lensa import blockscale as B
-from lensa import lowp as L
+from lensa.numerics import blockscale as B
+from lensa.numerics import training_recipes as L
 
 torch = pytest.importorskip("torch")
 lowp = pytest.importorskip("lensa.live.lowp")
@@ -48,7 +49,7 @@ SHAPES = [(), (1,), (7,), (3, 5), (16, 16), (33, 50), (130, 300), (2, 3, 70), (4
 @pytest.mark.parametrize("key", EVERY_OPERAND)
 def test_nearest_is_blockscale_quantize_bit_for_bit(key: str) -> None:
     """Every operand recipe (RECIPES, their square-block versions, E5M2 per tensor) on shapes that are and are
-    not multiples of the block: the float64 values equal lensa.blockscale.quantize's, the float32 ones the same
+    not multiples of the block: the float64 values equal lensa.numerics.blockscale.quantize's, the float32 ones the same
     values rounded once to FP32."""
     r = L.OPERAND_RECIPES[key]
     rng = np.random.default_rng(abs(hash(key)) % 2**32)
@@ -99,7 +100,7 @@ def test_blocks_down_a_matrix_are_the_transposes(key: str) -> None:
 
 def test_a_tensor_of_subnormals_is_blockscale_too() -> None:
     """Blocks so small that amax / the element's largest underflows FP32: the scale stops at 2**-149 (as
-    lensa.blockscale's), and the values past the element's largest then saturate."""
+    lensa.numerics.blockscale's), and the values past the element's largest then saturate."""
     x = (np.random.default_rng(4).standard_normal((4, 48)) * 1e-44).astype(np.float32)
     for key in EVERY_OPERAND:
         r = L.OPERAND_RECIPES[key]
@@ -155,7 +156,8 @@ def test_the_torch_path_is_used_where_numba_is_switched_off(monkeypatch: pytest.
 
 
 def _mix(x: int) -> int:
-    """lowbias32 with lensa.lowp.DRAW_HASH, in Python's integers (the documented formula, written out)."""
+    """lowbias32 with lensa.numerics.training_recipes.DRAW_HASH, in Python's integers (the documented formula, written
+    out)."""
     a, b = L.DRAW_HASH
     x ^= x >> 16
     x = (x * a) & 0xFFFFFFFF

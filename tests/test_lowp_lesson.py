@@ -1,6 +1,7 @@
 """lensa.lowp_lesson, the "Training below 16 bits" page's numbers, against their definitions: E2M1's grid and
-rounding (lensa.formats), a binomial mean, the Hadamard rotation as a matrix product, MXFP4 (lensa.blockscale),
-and the shipped comparison's file (its seed, command, arms and what lensa.lowp says of their losses)."""
+rounding (lensa.numerics.formats), a binomial mean, the Hadamard rotation as a matrix product, MXFP4
+(lensa.numerics.blockscale), and the shipped comparison's file (its seed, command, arms and what
+lensa.numerics.training_recipes says of their losses)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from typing import get_args
 import numpy as np
 import pytest
 
-from lensa import blockscale, lowp, reference
 from lensa import lowp_lesson as LL
-from lensa.formats import quantize
+from lensa import reference
+from lensa.numerics import blockscale, training_recipes
+from lensa.numerics.formats import quantize
 from lensa.ui import i18n
 from tests.pagetools import open_page
 
@@ -49,7 +51,7 @@ def test_rotation_view_against_its_definition(k: float) -> None:
     v = LL.rotation_view(k)
     x = LL.outlier_block(k)
     assert np.array_equal(v.values, x.astype(np.float64))
-    r = lowp.hadamard_matrix()
+    r = training_recipes.hadamard_matrix()
     assert np.array_equal(v.rotated, (x.astype(np.float64) @ r).astype(np.float32).astype(np.float64))
     others = np.abs(np.delete(x, LL.OUTLIER_AT))
     assert x[LL.OUTLIER_AT] == np.float32(others.max() * 2.0**k)
@@ -99,9 +101,9 @@ def test_comparison_view_from_a_file_of_ones_own() -> None:
     data = _synthetic()
     view = LL.comparison_view("fp8_current", data)
     by = {s.arm: s for s in view.summaries}
-    bf16 = lowp.final_loss(data.losses_of("bf16"))
+    bf16 = training_recipes.final_loss(data.losses_of("bf16"))
     assert by["fp8_current"].gap_bf16_pct == pytest.approx(
-        (lowp.final_loss(data.losses_of("fp8_current")) - bf16) / bf16 * 100
+        (training_recipes.final_loss(data.losses_of("fp8_current")) - bf16) / bf16 * 100
     )
     assert by["bf16"].gap_bf16_pct == 0.0 and by["fp32"].flushed == 0.0 and by["fp32"].flushed_at is None
     assert by["nvfp4"].diverged and math.isnan(by["nvfp4"].gap_bf16_pct)
@@ -120,13 +122,13 @@ def test_the_shipped_comparison_is_what_its_command_made() -> None:
     """The file the page shows: every arm of lensa.live.lowp_reference, the reference run's steps, its seed and
     command; FP32 and BF16 train, and a recipe's counts are consistent (flushed <= not 0 <= values)."""
     data = LL.recorded()
-    assert data.arms[:2] == ("fp32", "bf16") and set(data.arms[2:]) == set(lowp.TRAINING_RECIPES)
+    assert data.arms[:2] == ("fp32", "bf16") and set(data.arms[2:]) == set(training_recipes.TRAINING_RECIPES)
     recipe = data.meta["recipe"]
     assert isinstance(recipe, dict) and data.losses.shape == (len(data.arms), recipe["steps"])
     assert data.meta["command"].startswith("python -m lensa.live.lowp_reference")
     assert data.meta["seed"] == recipe["seed"]
     for base in ("fp32", "bf16"):
-        assert not lowp.diverged(data.losses_of(base))
+        assert not training_recipes.diverged(data.losses_of(base))
     c = data.counts
     assert (c[..., 2] <= c[..., 1]).all() and (c[..., 1] <= c[..., 0]).all() and (c[..., 3] <= c[..., 0]).all()
     assert not c[:2].any() and all(c[i].any() for i in range(2, len(data.arms)))
@@ -245,7 +247,7 @@ def test_the_recorded_paragraph_sizes_the_model_against_the_papers(lang: str) ->
     assert {"en": "output head in BF16", "id": "output head dalam BF16"}[lang] in text
     assert "thousands of times" not in text and "ribuan kali" not in text
     data = LL.recorded()
-    assert data.layers[-1] == "head" and lowp.TRAINING_RECIPES["nvfp4_recipe"].keep_bf16 == 1
+    assert data.layers[-1] == "head" and training_recipes.TRAINING_RECIPES["nvfp4_recipe"].keep_bf16 == 1
 
     def head_lost(arm: str) -> int:  # the head's values flushed or saturated over the counted steps
         return int(data.counts[data.arms.index(arm), data.layers.index("head"), :, 2:].sum())
@@ -267,4 +269,4 @@ def test_the_notes_give_the_bf16_layers_to_the_framework_and_cite_te_by_version(
         assert "`num_layers_at_end_in_bf16`" in notes and "Megatron-LM" in notes
         ref_text = i18n.text(lang, "refs.te_nvfp4")
         assert re.search(r"quantization_nvfp4\.py` (in version|pada versi) 2\.15", ref_text), ref_text
-    assert "quantization_nvfp4.py`` of TE v2.15" in inspect.getsource(lowp)  # HADAMARD_SIGNS' source
+    assert "quantization_nvfp4.py`` of TE v2.15" in inspect.getsource(training_recipes)  # HADAMARD_SIGNS' source

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lensa import measured
-from lensa.formats import FORMATS, classify, quantize
+from lensa.numerics.formats import FORMATS, classify, quantize
 from lensa.runstats import RunStats, summarize, summarize_update
 from tests.runfixtures import SKIPPED, reference_arms
 

@@ -15,9 +15,9 @@ import math
 import numpy as np
 import pytest
 
-from lensa.formats import FORMATS, classify
 from lensa.gradients import gradient_sample
 from lensa.lessons.common import log_histogram
+from lensa.numerics.formats import FORMATS, classify
 from lensa.ui import figures
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels

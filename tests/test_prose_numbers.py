@@ -126,7 +126,7 @@ def test_a_number_typed_into_the_prose_fails(lang, typed):
     ("lang", "typed"),
     [
         ("en", " The spacing at 1 is {spacing}."),  # a placeholder
-        ("en", " FP16's largest value is 65,504."),  # listed: lensa.formats
+        ("en", " FP16's largest value is 65,504."),  # listed: lensa.numerics.formats
         ("id", " Nilai terbesar FP16 adalah 65.504, jaraknya di 1 adalah 9,77e-4."),
     ],
 )

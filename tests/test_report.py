@@ -273,7 +273,7 @@ def test_python_m_lensa_runs_without_streamlit_plotly_or_torch(upload_file):
 
 
 def test_per_layer_recipe_shares_are_the_records_and_blockscale_s():
-    from lensa import blockscale
+    from lensa.numerics import blockscale
 
     x = np.random.default_rng(22).standard_normal((48, 80)).astype(np.float32) * np.float32(1e-3)
     run = RunStats({"arm": "fp32"})
@@ -375,7 +375,7 @@ def test_fp8s_verdict_is_the_scaled_one_and_the_raw_cast_is_named():
 
 
 def test_check_takes_any_block_recipe_and_counts_it_over_the_layers():
-    from lensa import blockscale
+    from lensa.numerics import blockscale
 
     rng = np.random.default_rng(9)
     a = (rng.standard_normal((32, 64)) * np.exp(rng.uniform(-9, 0, (32, 64)))).astype(np.float32)

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.runstats_speed import values as bench_values
-from lensa import formats as F
 from lensa import runstats as R
+from lensa.numerics import formats as F
 from tests.conftest import requires_torch
 
 pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
@@ -86,7 +86,7 @@ def torch_counts(x: np.ndarray, name: str) -> dict[str, int]:
 
 
 def classify_counts(x64: np.ndarray, name: str) -> dict[str, int]:
-    """The class counts of exact (float64) values by lensa.formats.classify."""
+    """The class counts of exact (float64) values by lensa.numerics.formats.classify."""
     cats = F.classify(x64, name)
     nonzero = x64 != 0
     out = {"exact_zero": int(np.count_nonzero(x64 == 0))}
@@ -96,7 +96,7 @@ def classify_counts(x64: np.ndarray, name: str) -> dict[str, int]:
 
 
 def relative_errors(x: np.ndarray, name: str) -> np.ndarray:
-    """|stored - x| / |x| of every finite non-zero value, straight from lensa.formats."""
+    """|stored - x| / |x| of every finite non-zero value, straight from lensa.numerics.formats."""
     x = np.asarray(x, np.float32)
     keep = np.isfinite(x) & (x != 0)
     with np.errstate(over="ignore"):
@@ -305,8 +305,8 @@ def test_a_small_array_sorted_gives_the_record_its_fine_bins_give(label, monkeyp
 
 @pytest.mark.parametrize("name", R.SUMMARY_FORMATS)
 def test_stored_float32_is_the_library_cast_and_back(name):
-    """The lost-update counts round in float32 arithmetic (:func:`lensa.formats.stored_float32`) where the library
-    cast and back took 7 ns a value each way for FP8; every value must come back as the cast gives it, NaN as
+    """The lost-update counts round in float32 arithmetic (:func:`lensa.numerics.formats.stored_float32`) where the
+    library cast and back took 7 ns a value each way for FP8; every value must come back as the cast gives it, NaN as
     NaN. (All 2**32 float32 patterns were compared once, for the four formats: 0 differ; here a sample.)"""
     with np.errstate(invalid="ignore"):
         x = np.concatenate([random_bits(200_000, seed=13), boundary_values()])
@@ -708,7 +708,7 @@ def test_summarize_equals_the_whole_array_reference_for_any_workers(case):
 
 @pytest.mark.parametrize("shape", [(), (7,), (300,), (40, 50), (3, 130, 33), (2, 2, 5, 70)])
 def test_recipe_records_equal_blockscale_lost(shape):
-    from lensa import blockscale as B
+    from lensa.numerics import blockscale as B
 
     rng = np.random.default_rng(22)
     x = (rng.standard_normal(shape) * np.exp(rng.uniform(-12, 6, shape))).astype(np.float32)
@@ -721,7 +721,7 @@ def test_recipe_records_equal_blockscale_lost(shape):
 
 
 def test_recipe_records_with_nan_and_inf_and_in_a_file():
-    from lensa import blockscale as B
+    from lensa.numerics import blockscale as B
 
     x = np.random.default_rng(3).standard_normal((64, 96)).astype(np.float32)
     x[5, 7], x[40, 90] = np.nan, np.inf
@@ -826,7 +826,7 @@ def test_version_3_keeps_each_tensors_dtype_and_the_intended_updates_fp32_losses
 def test_records_of_each_ranks_part_combine_as_the_whole_would():
     """Two ranks' halves of an activation: counts and sums add as the concatenation's; the recipes' shares flushed
     and saturated are the counts over both halves; the SQNR is the lower of the two halves'."""
-    from lensa import blockscale as B
+    from lensa.numerics import blockscale as B
 
     rng = np.random.default_rng(5)
     x = (rng.standard_normal((8, 64)) * np.exp(rng.uniform(-20, 2, (8, 64)))).astype(np.float32)

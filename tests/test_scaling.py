@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from lensa import formats as F
 from lensa.gradients import gradient_sample
+from lensa.numerics import formats as F
 from lensa.scaling import (
     DynamicLossScaler,
     SpikeModel,

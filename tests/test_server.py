@@ -120,8 +120,14 @@ def test_serving_every_page_imports_nothing_after_start_up():
 
 def test_preload_brings_every_lensa_module_but_not_torch_or_numba():
     names = serve.lensa_modules()
-    assert {"lensa.formats", "lensa.ui.frame", "lensa.ui.widgets", "lensa.live", "lensa.blockscale_jit"} <= set(names)
-    assert {"lensa.blockscale_kernels", "lensa.lowp_kernels"}.isdisjoint(names)  # numba's: never a page's
+    assert {
+        "lensa.numerics.formats",
+        "lensa.ui.frame",
+        "lensa.ui.widgets",
+        "lensa.live",
+        "lensa.numerics.blockscale_dispatch",
+    } <= set(names)
+    assert {"lensa.numerics.blockscale_numba", "lensa.lowp_kernels"}.isdisjoint(names)  # numba's: never a page's
     script = (
         "import sys; from lensa.ui import serve; serve.preload(); print('torch' in sys.modules, 'numba' in sys.modules)"
     )

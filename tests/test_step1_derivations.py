@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from lensa.estimators import how_others_count
-from lensa.formats import FORMATS
 from lensa.memory import (
     OPTIMIZERS,
     SEVEN_B,
@@ -21,6 +20,7 @@ from lensa.memory import (
     training_memory,
 )
 from lensa.models import COMPARISON_GPUS, PRESETS, others_comparison, shape_for_params
+from lensa.numerics.formats import FORMATS
 from lensa.ui import figures, i18n
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels

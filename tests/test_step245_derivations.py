@@ -8,7 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from lensa.formats import (
+from lensa.gradients import gradient_sample
+from lensa.master import accumulate, master_weight_example
+from lensa.numerics.formats import (
     category_shares,
     fp16_against_bf16,
     largest_magnitude,
@@ -16,8 +18,6 @@ from lensa.formats import (
     most_common_category,
     quantize,
 )
-from lensa.gradients import gradient_sample
-from lensa.master import accumulate, master_weight_example
 from lensa.ui import i18n
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from lensa.formats import FORMATS
 from lensa.gradients import gradient_sample
 from lensa.measured import history_of
+from lensa.numerics.formats import FORMATS
 from lensa.scaling import (
     TORCH_INIT_SCALE,
     SpikeModel,

@@ -10,15 +10,15 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa.formats import (
+from lensa.gradients import gradient_sample
+from lensa.lessons.common import FormatLimits, LogCounts, limits_of, log_counts
+from lensa.numerics.formats import (
     Fp16AgainstBf16,
     category_shares,
     fp16_against_bf16,
     mean_relative_error,
     representable_between,
 )
-from lensa.gradients import gradient_sample
-from lensa.lessons.common import FormatLimits, LogCounts, limits_of, log_counts
 
 LESSON_FORMATS = ("fp32", "bf16", "fp16")
 PRECISION_FORMATS = ("fp16", "bf16")

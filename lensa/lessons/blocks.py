@@ -9,8 +9,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa import blockscale
-from lensa.formats import FORMATS
+from lensa.numerics import blockscale
+from lensa.numerics.formats import FORMATS
 
 # Side by side: MXFP8 with OCP's scale and with the scale rounded up, MXFP6, MXFP4 and NVFP4.
 SHOWN = ("mxfp8_e4m3", "mxfp8_e4m3_ceil", "mxfp6_e2m3", "mxfp4_e2m1", "nvfp4")
@@ -78,7 +78,7 @@ class BlocksView:
     @property
     def floor_regime(self) -> blockscale.FloorRegime:
         """Where MXFP8 with OCP's (floor) scale stands on the block: fits, rounds back, or saturates
-        (:func:`lensa.blockscale.floor_regime`)."""
+        (:func:`lensa.numerics.blockscale.floor_regime`)."""
         return blockscale.floor_regime(self.values, "mxfp8_e4m3")
 
 

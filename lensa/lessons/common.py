@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from lensa.formats import FORMATS, category_shares, classify, get_format
+from lensa.numerics.formats import FORMATS, category_shares, classify, get_format
 
 # What a format does to a value, in the order the figures stack and list them.
 CATEGORIES = ("zero", "subnormal", "normal", "overflow")
@@ -106,7 +106,7 @@ class FormatOnSample:
 
 
 def formats_on(values: ArrayLike, keys: Sequence[str]) -> tuple[FormatOnSample, ...]:
-    """Each format of ``keys`` on ``values``: its limits and :func:`lensa.formats.category_shares`."""
+    """Each format of ``keys`` on ``values``: its limits and :func:`lensa.numerics.formats.category_shares`."""
     return tuple(FormatOnSample(limits_of(k), category_shares(values, k)) for k in keys)
 
 

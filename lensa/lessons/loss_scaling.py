@@ -10,10 +10,10 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa.formats import largest_magnitude
 from lensa.gradients import default_sample
 from lensa.lessons.common import FormatOnSample, LogHistogram, format_histogram, formats_on
 from lensa.measured import ScalerHistory, history_of
+from lensa.numerics.formats import largest_magnitude
 from lensa.scaling import (
     SpikeModel,
     StaticRegime,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lensa.formats import get_format, next_down, spacing
 from lensa.master import (
     EXAMPLE_GRAD,
     EXAMPLE_LR,
@@ -15,6 +14,7 @@ from lensa.master import (
     master_weight_example,
     update_outcome,
 )
+from lensa.numerics.formats import get_format, next_down, spacing
 
 STEPS = 1000
 TICKS_EACH_SIDE = 4

@@ -24,8 +24,8 @@ Public API
 - :func:`calibrate` / :func:`machine_clock` -> :class:`CostModel`: this machine's clock, measured here
 - :func:`compare` -> :class:`Comparison` of :class:`ArmResult`; :func:`speedup`,
   :func:`comparison_rows`, :func:`rows_to_csv`; the arms below 16 bits (:data:`LOWP_ARMS`, one per recipe of
-  :data:`lensa.lowp.TRAINING_RECIPES`, emulated by :mod:`lensa.live.lowp`), :func:`recipes_defaults_for`,
-  :func:`recipe_rows`, :func:`final_loss`, :func:`gap_percent`, :func:`diverged`
+  :data:`lensa.numerics.training_recipes.TRAINING_RECIPES`, emulated by :mod:`lensa.live.lowp`),
+  :func:`recipes_defaults_for`, :func:`recipe_rows`, :func:`final_loss`, :func:`gap_percent`, :func:`diverged`
 - :func:`matmul_benchmark` -> list of :class:`MatmulRow`
 - :func:`gradscaler_trace` -> list of :class:`TraceStep`
 - :func:`device_info` -> :class:`DeviceInfo`; :func:`resolve_device`

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import torch
 
     from lensa.live.capture import Recorder
-    from lensa.lowp import LayerShare
+    from lensa.numerics.training_recipes import LayerShare
     from lensa.runstats import RunStats
 
 

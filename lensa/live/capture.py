@@ -3,8 +3,8 @@
 :class:`Recorder` hooks a model (and its optimizer) and, at a few chosen steps, summarises five kinds of
 tensor with :func:`summarize_tensor` / :func:`summarize_update_tensors`: :func:`lensa.runstats.summarize` /
 :func:`lensa.runstats.summarize_update` bit for bit, with the per-value work done by torch, each with what every
-block recipe of :data:`lensa.blockscale.RECIPES` loses on the tensor as it is shaped (``recipes=True``: the
-shares flushed and saturated and the SQNR, equal to :func:`lensa.blockscale.lost`). Only those small
+block recipe of :data:`lensa.numerics.blockscale.RECIPES` loses on the tensor as it is shaped (``recipes=True``: the
+shares flushed and saturated and the SQNR, equal to :func:`lensa.numerics.blockscale.lost`). Only those small
 summaries are kept (a :class:`lensa.runstats.TensorStats` is a few kilobytes, whatever the tensor's size), so
 memory stays flat however long the run; :meth:`Recorder.stats` gives a :class:`lensa.runstats.RunStats` and
 :meth:`Recorder.save` writes it to a file that the measured-data pages read.
@@ -67,7 +67,7 @@ Per step (every step, recorded or not): with ``amax=True``, each tensor's amax, 
 weights, weight gradients, activations and activation gradients, not updates; the true
 gradient's with ``scaler=``): one reduction per tensor, kept as float32 in the run
 (:meth:`lensa.runstats.RunStats.amax`), what a delayed-scaling FP8 recipe's amax history would hold
-(:func:`lensa.blockscale.replay_delayed`); the loss passed to :meth:`Recorder.step` (NaN when none is
+(:func:`lensa.numerics.blockscale.replay_delayed`); the loss passed to :meth:`Recorder.step` (NaN when none is
 given), and with ``scaler=`` the loss scale that step used and whether its optimizer step was skipped.
 A step is *skipped* when the optimizer was given and its ``step()`` did not run (GradScaler found inf or
 NaN in the gradients) or ran as a fused step that GradScaler told of an inf or NaN (``found_inf``: such a
@@ -94,12 +94,12 @@ that records nothing 1.01 to 1.02 times (``bench.recorder_cost``, step by step, 
 gave 1.36 to 1.63 times at a recorded step; docs/performance.md); summarised inside the step
 (``background=False``), 7 to 10 times on these two models: about 1 to 2 ns per value of torch integer work
 plus 100 to 300 microseconds per tensor (``make bench``, docs/performance.md). With ``recipes=True`` the summary
-process also computes what every block recipe loses: compiled where numba is installed (:mod:`lensa.blockscale_jit`,
-about 0.4 ns per value and recipe, 70 ms for the activations and their gradients of a recorded step of the reference
-model), with numpy elsewhere (2 to 3 ns, 170 ms); the recorder waits at its start for the summary process to
-have loaded it. With ``amax=True`` too, a recorded step costs about 1.2 to 1.25 times a bare one at the median
-on a shared machine (at a recorded step a summarised tensor's amax is taken by its summary, from the copy); inside
-the step, about 11 times. When the ring is full, a hook
+process also computes what every block recipe loses: compiled where numba is installed
+(:mod:`lensa.numerics.blockscale_dispatch`, about 0.4 ns per value and recipe, 70 ms for the activations and their
+gradients of a recorded step of the reference model), with numpy elsewhere (2 to 3 ns, 170 ms); the recorder waits at
+its start for the summary process to have loaded it. With ``amax=True`` too, a recorded step costs about 1.2 to 1.25
+times a bare one at the median on a shared machine (at a recorded step a summarised tensor's amax is taken by its
+summary, from the copy); inside the step, about 11 times. When the ring is full, a hook
 waits for the process (:attr:`Recorder.waited_seconds` says how long), so memory stays bounded; a tensor larger
 than the ring is summarised in the hook. Fewer ``kinds`` or ``modules`` cost less either way.
 

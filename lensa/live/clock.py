@@ -26,10 +26,10 @@ models, and :class:`CostModel` holds what it measured:
   ``record_scale``: each other arm's recorded step over fp32's (16-bit tensors
   cost more to summarise);
 - for the arms below 16 bits (:mod:`lensa.live.lowp`), whose products are FP32's: ``lowp_pass_s`` and
-  ``lowp_value_s``, each kind of quantization's fixed cost and cost per value (:func:`lensa.lowp.pass_class`:
-  recipe, rounding, rotation, direction), timed on a small and a larger tensor; ``lowp_layer_s``, what the
-  quantized layer's own Python adds per layer and step; ``count_pass_s`` and ``count_value_s``, what counting a
-  pass's flushed and saturated values adds at a counted step.
+  ``lowp_value_s``, each kind of quantization's fixed cost and cost per value
+  (:func:`lensa.numerics.training_recipes.pass_class`: recipe, rounding, rotation, direction), timed on a small and a
+  larger tensor; ``lowp_layer_s``, what the quantized layer's own Python adds per layer and step; ``count_pass_s`` and
+  ``count_value_s``, what counting a pass's flushed and saturated values adds at a counted step.
 
 The whole calibration takes at most about :data:`CALIBRATION_BUDGET_S`; the
 lab's worker process runs it once when it starts and keeps the result for
@@ -128,8 +128,9 @@ class CostModel:
     count_value_s: float = 0.0
 
     def pass_cost(self, cls: str) -> tuple[float, float]:
-        """(seconds, seconds per value) of one quantization of kind ``cls`` (:func:`lensa.lowp.pass_class`); a kind
-        not timed takes the medians of those that were (0 when none was)."""
+        """(seconds, seconds per value) of one quantization of kind ``cls``
+        (:func:`lensa.numerics.training_recipes.pass_class`); a kind not timed takes the medians of those that were (0
+        when none was)."""
         if cls in self.lowp_pass_s:
             return self.lowp_pass_s[cls], self.lowp_value_s[cls]
         if not self.lowp_pass_s:
@@ -510,7 +511,7 @@ def _time_lowp(device: str, deadline: float) -> dict[str, Any]:
 
     from lensa.live import lowp
     from lensa.live.task import _build_mlp
-    from lensa.lowp import TRAINING_RECIPES, TrainingRecipe, model_passes
+    from lensa.numerics.training_recipes import TRAINING_RECIPES, TrainingRecipe, model_passes
 
     shapes = [(256, 64, 256, False), (256, 256, 256, True), (256, 256, 1, True)]
     kinds: dict[str, tuple[Any, bool]] = {}

@@ -12,7 +12,7 @@ from lensa.live.clock import CostModel, machine_clock
 from lensa.live.device import DEVICES, resolve_device
 from lensa.live.errors import LiveError
 from lensa.live.schedule import log_spaced_steps
-from lensa.lowp import TRAINING_RECIPES, model_passes
+from lensa.numerics.training_recipes import TRAINING_RECIPES, model_passes
 
 Progress = Callable[[float, str], None]
 ShouldStop = Callable[[], bool]
@@ -25,7 +25,7 @@ ARM_LABELS: dict[str, str] = {
     **{key: r.label for key, r in TRAINING_RECIPES.items()},
 }
 LOWP_ARMS: tuple[str, ...] = tuple(TRAINING_RECIPES)
-"""The arms below 16 bits: one per recipe of :data:`lensa.lowp.TRAINING_RECIPES`, emulated by
+"""The arms below 16 bits: one per recipe of :data:`lensa.numerics.training_recipes.TRAINING_RECIPES`, emulated by
 :mod:`lensa.live.lowp` (each linear layer's three products read quantized operands, in FP32)."""
 ALL_ARMS: tuple[str, ...] = ARMS + LOWP_ARMS
 """Every arm a comparison may ask for; the lab's default comparison of all the recipes runs them all."""
@@ -153,7 +153,8 @@ class RunConfig:
 
     def quantize_seconds(self, clock: CostModel, arm: str) -> tuple[float, float]:
         """(seconds per step, seconds more per counted step) that ``arm``'s quantizations add, from ``clock``'s
-        timing of each kind of pass (:func:`lensa.lowp.pass_class`); (0, 0) for the 16- and 32-bit arms."""
+        timing of each kind of pass (:func:`lensa.numerics.training_recipes.pass_class`); (0, 0) for the 16- and 32-bit
+        arms."""
         if arm not in TRAINING_RECIPES:
             return 0.0, 0.0
         per_step = clock.lowp_layer_s * (self.depth + 1)

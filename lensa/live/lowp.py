@@ -4,9 +4,9 @@
     model = lowp.quantize_model(model, "nvfp4_recipe")      # or "mxfp8", "fp8_delayed", ... (TRAINING_RECIPES)
     # ... train as usual: each nn.Linear now quantizes the operands of its three products
 
-:func:`fake_quantize` stores a tensor as a recipe of :data:`lensa.blockscale.RECIPES` does and gives the values it
-stands for. With ``rounding="nearest"`` it is :func:`lensa.blockscale.quantize`, bit for bit, for every recipe,
-block shape and tensor shape (``dtype=torch.float64`` gives its float64 values; the default float32 result is
+:func:`fake_quantize` stores a tensor as a recipe of :data:`lensa.numerics.blockscale.RECIPES` does and gives the values
+it stands for. With ``rounding="nearest"`` it is :func:`lensa.numerics.blockscale.quantize`, bit for bit, for every
+recipe, block shape and tensor shape (``dtype=torch.float64`` gives its float64 values; the default float32 result is
 those values rounded once to FP32, the numbers an emulated FP32 product reads): the same scale rules, computed in
 the same FP32 operations, and the same rounding (ties to even, saturation at the element's largest value).
 
@@ -15,31 +15,32 @@ the same FP32 operations, and the same rounding (ties to even, saturation at the
 probability is a multiple of 2**-24, which it is for every ``y`` at least 2**-24 steps above ``lo`` (the uniform
 draws are multiples of 2**-24); nearer ``lo`` it rounds up with probability 2**-24, slightly more often than it
 should. A value past the element's largest is clamped to it, not rounded (counted as saturated only past what
-rounding to nearest would keep, as :mod:`lensa.blockscale` counts). The draws are a hash of each value's place in
-the tensor under two 32-bit keys that each quantization takes from the seeded ``torch.Generator``
-(:data:`lensa.lowp.DRAW_HASH`: lowbias32 twice, the top 24 bits over 2**24), so they are the same numbers on every
-device and path, and a quantization moves the generator on by one draw whatever the tensor's size.
+rounding to nearest would keep, as :mod:`lensa.numerics.blockscale` counts). The draws are a hash of each value's place
+in the tensor under two 32-bit keys that each quantization takes from the seeded ``torch.Generator``
+(:data:`lensa.numerics.training_recipes.DRAW_HASH`: lowbias32 twice, the top 24 bits over 2**24), so they are the same
+numbers on every device and path, and a quantization moves the generator on by one draw whatever the tensor's size.
 
 ``hadamard=True`` rotates each 16 values along the last axis by R = diag(s) · H16 / 4 (Sylvester's Hadamard
-matrix, the sign vector ``s`` = :data:`lensa.lowp.HADAMARD_SIGNS`, Transformer Engine's), quantizes, and rotates
-back by Rᵀ; a last axis that is not a multiple of 16 is padded with zeros for the rotation. R is orthogonal, so the
-rotation changes a product of two rotated operands by float32 rounding only: :func:`rotate` then
+matrix, the sign vector ``s`` = :data:`lensa.numerics.training_recipes.HADAMARD_SIGNS`, Transformer Engine's),
+quantizes, and rotates back by Rᵀ; a last axis that is not a multiple of 16 is padded with zeros for the rotation. R is
+orthogonal, so the rotation changes a product of two rotated operands by float32 rounding only: :func:`rotate` then
 ``rotate(..., inverse=True)`` gives each value back within :data:`ROTATION_ERROR` times its 16-block's amax.
 
 :func:`quantize_model` makes a model's ``nn.Linear`` layers run :class:`LinearFunction`: the three products of a
 step (fprop ``x @ w.T``, dgrad ``dy @ w``, wgrad ``dy.T @ x``) each read operands quantized per a
-:class:`lensa.lowp.TrainingRecipe`, blocks along the axis summed over, and are computed in FP32 (autocast is off
-inside them), as torchao's emulated kernels and Transformer Engine's reference GEMMs do. The bias and its gradient
-stay FP32. What each layer and tensor lost is counted at the steps asked for (:func:`set_counting`,
+:class:`lensa.numerics.training_recipes.TrainingRecipe`, blocks along the axis summed over, and are computed in FP32
+(autocast is off inside them), as torchao's emulated kernels and Transformer Engine's reference GEMMs do. The bias and
+its gradient stay FP32. What each layer and tensor lost is counted at the steps asked for (:func:`set_counting`,
 :func:`layer_shares`).
 
-NVFP4 here is :mod:`lensa.blockscale`'s rule (torchao's: ``nvfp4_tensor``), which differs from Transformer Engine's
-reference quantizer (``NVFP4QuantizerRef`` in ``transformer_engine/pytorch/custom_recipes/quantization_nvfp4.py`` of
-TE v2.15; ``quantization_ref_nvfp4.py`` from v2.16, ``reference_nvfp4.py`` after it) in four places: the block scale
-is clamped below at E4M3's smallest normal 2**-6 (TE's only at 448 above, so a block far below the tensor's amax
-there gets a subnormal scale or 0, and its values flush); the tensor scale is ``amax / (448 * 6)`` (TE's is the
-reciprocal of ``448 * 6 / amax``, which can differ in the last bit); values are divided by ``tensor scale * block
-scale`` (TE multiplies by the reciprocal of that product); and the value a code stands for is ``code * tensor scale
+NVFP4 here is :mod:`lensa.numerics.blockscale`'s rule (torchao's: ``nvfp4_tensor``), which differs from Transformer
+Engine's reference quantizer (``NVFP4QuantizerRef`` in
+``transformer_engine/pytorch/custom_recipes/quantization_nvfp4.py`` of TE v2.15; ``quantization_ref_nvfp4.py`` from
+v2.16, ``reference_nvfp4.py`` after it) in four places: the block scale is clamped below at E4M3's smallest normal 2**-6
+(TE's only at 448 above, so a block far below the tensor's amax there gets a subnormal scale or 0, and its values
+flush); the tensor scale is ``amax / (448 * 6)`` (TE's is the reciprocal of ``448 * 6 / amax``, which can differ in the
+last bit); values are divided by ``tensor scale * block scale`` (TE multiplies by the reciprocal of that product); and
+the value a code stands for is ``code * tensor scale
 * block scale`` rounded once to FP32 (TE's multiplies by its two scales in turn, rounding twice). Only the first
 changes which codes are stored; the last moves most values of a tensor by one or two units in FP32's last place.
 ``tests/test_lowp.py`` measures all four against TE's formula written out.
@@ -71,11 +72,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lensa import blockscale_jit
-from lensa.blockscale import _RULE_CODES, Recipe, _tie_goes_up, get_recipe
-from lensa.blockscale_jit import attempt
-from lensa.formats import FORMATS, FloatFormat
-from lensa.lowp import (
+from lensa.numerics import blockscale_dispatch
+from lensa.numerics.blockscale import _RULE_CODES, Recipe, _tie_goes_up, get_recipe
+from lensa.numerics.blockscale_dispatch import attempt
+from lensa.numerics.formats import FORMATS, FloatFormat
+from lensa.numerics.training_recipes import (
     BF16,
     DRAW_HASH,
     HADAMARD_SIZE,
@@ -96,7 +97,7 @@ ROTATION_ERROR = 2.0**-20
 
 _NVFP4_TENSOR_DIVISOR = 448.0 * 6.0
 T = TypeVar("T")
-_SMALLEST_SCALE = 2.0**-149  # as lensa.blockscale: where an FP32 scale stops instead of underflowing to 0
+_SMALLEST_SCALE = 2.0**-149  # as lensa.numerics.blockscale: where an FP32 scale stops instead of underflowing to 0
 _E4M3 = FORMATS["fp8_e4m3"]
 _NATIVE = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
@@ -130,7 +131,7 @@ def _rows_shape(shape: tuple[int, ...] | torch.Size) -> tuple[int, int, int]:
 
 def _blocked(x: torch.Tensor, block: tuple[int | None, int | None] | None) -> tuple[torch.Tensor, tuple[Any, ...]]:
     """``x`` as (matrices, row blocks, rows per block, column blocks, values per column block), zero-padded to whole
-    blocks (zeros leave a block's amax alone), and how to undo it; as :func:`lensa.blockscale._blocked`."""
+    blocks (zeros leave a block's amax alone), and how to undo it; as :func:`lensa.numerics.blockscale._blocked`."""
     shape = tuple(x.shape)
     if block is None:
         return x.reshape(1, 1, 1, 1, -1), (shape, None)
@@ -170,15 +171,15 @@ def _block_amax(a: torch.Tensor) -> torch.Tensor:
 
 def _powers_of_two(e: torch.Tensor) -> torch.Tensor:
     """2**e in float32 for integer e in -127 ... 127, from the bits (2**-127, a subnormal, where (e + 127) << 23
-    gives 0), as :func:`lensa.blockscale._powers_of_two`."""
+    gives 0), as :func:`lensa.numerics.blockscale._powers_of_two`."""
     bits = torch.clamp_min((e + 127) << 23, 0x400000)
     return bits.view(torch.float32)
 
 
 def _block_scales(r: Recipe, amax: torch.Tensor) -> torch.Tensor:
     """Each block's scale (what its values are divided by) from its amax (0 for a block with a NaN or an inf), as
-    :func:`lensa.blockscale._block_scales` computes it, in the same float32 operations (an FP32 scale that would
-    underflow to 0 stops at 2**-149, as there)."""
+    :func:`lensa.numerics.blockscale._block_scales` computes it, in the same float32 operations (an FP32 scale that
+    would underflow to 0 stops at 2**-149, as there)."""
     f = r.element_format
     if r.rule == "amax":
         return torch.where(amax > 0, torch.clamp_min(amax / f.max, _SMALLEST_SCALE), torch.ones_like(amax))
@@ -199,7 +200,7 @@ def _block_scales(r: Recipe, amax: torch.Tensor) -> torch.Tensor:
 
 def _saturation(f: FloatFormat) -> tuple[float, bool]:
     """(threshold, inclusive): a scaled magnitude past it (at it, when inclusive) is counted as saturated, whatever
-    the rounding: past the largest value by more than rounding to nearest absorbs (:mod:`lensa.blockscale`'s
+    the rounding: past the largest value by more than rounding to nearest absorbs (:mod:`lensa.numerics.blockscale`'s
     definition). Stochastic rounding clamps anything past the largest value, but counting the values a hair above
     it (a block's amax, when the block's scale was rounded down) would make it look worse than it is."""
     return f.overflow_threshold, _tie_goes_up(f)
@@ -208,8 +209,8 @@ def _saturation(f: FloatFormat) -> tuple[float, bool]:
 def _to_grid(a: torch.Tensor, f: FloatFormat, draws: torch.Tensor | None) -> torch.Tensor:
     """Magnitudes ``a`` (float32, >= 0 or NaN, at most ``f.max``) rounded to ``f``'s grid, in place.
 
-    Nearest (``draws`` None): ties to even, by :func:`lensa.formats.round_float32`'s magic-number addition (2**(b +
-    23 - m), b the binade, emin at least, added and taken away again: float32's own rounding does the work).
+    Nearest (``draws`` None): ties to even, by :func:`lensa.numerics.formats.round_float32`'s magic-number addition
+    (2**(b + 23 - m), b the binade, emin at least, added and taken away again: float32's own rounding does the work).
     Stochastic: ``a`` over its grid step ``u`` (a power of two, so exactly) is ``t``; the result is ``(floor(t) +
     (draw < t - floor(t))) * u``, with ``draws`` (:func:`_draws`, shaped as ``a``).
     """
@@ -227,9 +228,9 @@ _MASK32 = 0xFFFFFFFF
 
 
 def _mix(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """:func:`lensa.lowp_kernels._mix` (lowbias32, :data:`lensa.lowp.DRAW_HASH`) on int64 tensors holding uint32
-    values, in place (``t``: scratch of the same shape): a product of one with a multiplier below 2**31 fits an
-    int64, and its low 32 bits are uint32's."""
+    """:func:`lensa.lowp_kernels._mix` (lowbias32, :data:`lensa.numerics.training_recipes.DRAW_HASH`) on int64 tensors
+    holding uint32 values, in place (``t``: scratch of the same shape): a product of one with a multiplier below 2**31
+    fits an int64, and its low 32 bits are uint32's."""
     x ^= torch.bitwise_right_shift(x, 16, out=t)
     x.mul_(DRAW_HASH[0]).bitwise_and_(_MASK32)
     x ^= torch.bitwise_right_shift(x, 15, out=t)
@@ -259,9 +260,9 @@ def draw_keys(generator: torch.Generator | None, device: torch.device) -> tuple[
 
 
 def _kernels() -> ModuleType | None:
-    """:mod:`lensa.lowp_kernels` where numba compiles here (:func:`lensa.blockscale_jit.available`: installed, not
-    switched off with ``LENSA_NUMBA=0``, not given up after a failure); None: the torch path."""
-    return _load_kernels() if blockscale_jit.available() else None
+    """:mod:`lensa.lowp_kernels` where numba compiles here (:func:`lensa.numerics.blockscale_dispatch.available`:
+    installed, not switched off with ``LENSA_NUMBA=0``, not given up after a failure); None: the torch path."""
+    return _load_kernels() if blockscale_dispatch.available() else None
 
 
 @functools.cache
@@ -384,7 +385,8 @@ def _quantize(
     ``scale``: a per-tensor scale given from outside (delayed scaling, Transformer Engine's: values are multiplied
     by it and the elements by its float32 reciprocal); None computes each block's from the block. ``wide``: the
     values in float64 (element times scale, exactly), else float32. ``counts``: add what was flushed and
-    saturated. A NaN or an inf in a block makes its scale, and so its every value, NaN (as :mod:`lensa.blockscale`).
+    saturated. A NaN or an inf in a block makes its scale, and so its every value, NaN (as
+    :mod:`lensa.numerics.blockscale`).
     """
     f = r.element_format
     if x.numel() == 0:
@@ -438,8 +440,8 @@ def _quantize(
 
 
 def rotate(t: torch.Tensor, inverse: bool = False, *, down: bool = False) -> torch.Tensor:
-    """Each 16 values along the last axis times R (:func:`lensa.lowp.hadamard_matrix`), or times Rᵀ with
-    ``inverse``, in float32; a last axis that is not a multiple of 16 is padded with zeros first and the result has
+    """Each 16 values along the last axis times R (:func:`lensa.numerics.training_recipes.hadamard_matrix`), or times Rᵀ
+    with ``inverse``, in float32; a last axis that is not a multiple of 16 is padded with zeros first and the result has
     the padded length (cut it back after the inverse). ``down``: along the first axis of a 2-D tensor instead."""
     x = t.to(torch.float32)
     if x.dim() == 0:
@@ -476,10 +478,11 @@ def fake_quantize(
     hadamard: bool = False,
     dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """The values ``recipe`` (a key of :data:`lensa.blockscale.RECIPES`, or a Recipe) stores for ``t``, blocks along
-    the last axis, in float32 (``dtype=torch.float64``: exactly, as :func:`lensa.blockscale.quantize` gives them).
+    """The values ``recipe`` (a key of :data:`lensa.numerics.blockscale.RECIPES`, or a Recipe) stores for ``t``, blocks
+    along the last axis, in float32 (``dtype=torch.float64``: exactly, as :func:`lensa.numerics.blockscale.quantize`
+    gives them).
 
-    ``t`` is read as float32 (a float64 tensor is rounded to float32 first, as :mod:`lensa.blockscale` does).
+    ``t`` is read as float32 (a float64 tensor is rounded to float32 first, as :mod:`lensa.numerics.blockscale` does).
     ``rounding``: ``"nearest"`` (ties to even) or ``"stochastic"`` (draws from ``generator``, or torch's default
     one on the device). ``hadamard``: rotate each 16 values of the last axis first and back after (see the module's
     docstring); the result then is not what the recipe stores, but what it stands for once rotated back.
@@ -508,8 +511,8 @@ class DelayedScale:
     The scale a quantization uses is ``(fmt_max * 2**-margin) / max(history)`` in FP32, the history holding the
     amaxes of the last ``history`` quantizations before it; 1.0 before any, unchanged while that maximum is 0 or
     not finite, and FP32's largest finite value where the quotient overflows (TE's ``delayed_scaling.cu``). The
-    same numbers as :func:`lensa.blockscale.delayed_scales` on the amaxes recorded (:attr:`amaxes`), kept on the
-    tensor's device (no read back per step).
+    same numbers as :func:`lensa.numerics.blockscale.delayed_scales` on the amaxes recorded (:attr:`amaxes`), kept on
+    the tensor's device (no read back per step).
     """
 
     def __init__(self, fmt: FloatFormat, history: int, margin: int) -> None:
@@ -660,7 +663,8 @@ class LinearFunction(torch.autograd.Function):
     ``forward(x, weight, bias, layer)``: ``y = Q(x) @ Q(w).T + b`` (blocks along K); backward: ``dx = Q(dy) @ Q(w)``
     (blocks along N; not computed where ``x`` needs no gradient) and ``dw = Q(dy).T @ Q(x)`` (blocks along M, both
     rotated first with the recipe's ``hadamard``), ``db = sum(dy)``; every product in FP32. A tensor read by two
-    products is quantized once where :func:`lensa.lowp.passes` says the two copies are the same numbers.
+    products is quantized once where :func:`lensa.numerics.training_recipes.passes` says the two copies are the same
+    numbers.
     """
 
     @staticmethod
@@ -812,9 +816,10 @@ def _lowp_class(m: nn.Module) -> type[_Lowp] | None:
 
 
 def training_recipe(recipe: str | TrainingRecipe | Recipe, **options: Any) -> TrainingRecipe:
-    """A :class:`lensa.lowp.TrainingRecipe`: a key of :data:`lensa.lowp.TRAINING_RECIPES`, a TrainingRecipe, or a
-    block recipe (a key of :data:`lensa.blockscale.RECIPES` or a Recipe) for all three tensors; ``options`` replace
-    its fields (``grad_rounding="stochastic"``, ``hadamard=True``, ``weight_2d=True``, ``keep_bf16=2`` ...)."""
+    """A :class:`lensa.numerics.training_recipes.TrainingRecipe`: a key of
+    :data:`lensa.numerics.training_recipes.TRAINING_RECIPES`, a TrainingRecipe, or a block recipe (a key of
+    :data:`lensa.numerics.blockscale.RECIPES` or a Recipe) for all three tensors; ``options`` replace its fields
+    (``grad_rounding="stochastic"``, ``hadamard=True``, ``weight_2d=True``, ``keep_bf16=2`` ...)."""
     if isinstance(recipe, TrainingRecipe):
         base = recipe
     elif isinstance(recipe, str) and recipe in TRAINING_RECIPES:
@@ -842,11 +847,11 @@ def quantize_model(
     layers, whose weight is stored transposed). ``recipe`` and ``options`` as :func:`training_recipe`. The layers
     change in place (their class becomes :class:`LowpLinear`, or ``LowpConv1D``): parameters, names, hooks and a
     Recorder's view of them stay as they were, so an optimizer made before keeps working. The recipe's
-    ``keep_bf16`` last of them (in ``model.named_modules()`` order) run in BF16 (:func:`lensa.lowp.bf16_layer`).
-    ``seed`` seeds the stochastic rounding's draws (one generator per device for the whole model). Subclasses of
-    ``nn.Linear`` with forwards of their own are left alone. A model with no layer to quantize, or whose every
-    layer ``keep_bf16`` keeps in BF16, is told so in a warning. Calling it again replaces the recipe;
-    :func:`restore_model` undoes it.
+    ``keep_bf16`` last of them (in ``model.named_modules()`` order) run in BF16
+    (:func:`lensa.numerics.training_recipes.bf16_layer`). ``seed`` seeds the stochastic rounding's draws (one generator
+    per device for the whole model). Subclasses of ``nn.Linear`` with forwards of their own are left alone. A model with
+    no layer to quantize, or whose every layer ``keep_bf16`` keeps in BF16, is told so in a warning. Calling it again
+    replaces the recipe; :func:`restore_model` undoes it.
     """
     chosen = training_recipe(recipe, **options)
     skipped = set(skip)

@@ -6,9 +6,9 @@
 The reference run's model, text, batches and schedule (:mod:`lensa.live.reference`: a two-block byte-level
 transformer, AdamW, warm-up then cosine, clipping), trained once per arm from the same initial weights on the same
 batches: ``fp32``; ``bf16`` (``torch.autocast("cpu", dtype=torch.bfloat16)``); and each recipe of
-:data:`lensa.lowp.TRAINING_RECIPES`, every ``nn.Linear`` (the tied head included) made a quantized layer by
-:func:`lensa.live.lowp.quantize_model` (seeded from the recipe's seed), everything else in FP32. Each arm's loss at
-every step is kept, and at :data:`COUNTED_STEPS` log-spaced steps what each layer's input, weight and gradient
+:data:`lensa.numerics.training_recipes.TRAINING_RECIPES`, every ``nn.Linear`` (the tied head included) made a quantized
+layer by :func:`lensa.live.lowp.quantize_model` (seeded from the recipe's seed), everything else in FP32. Each arm's
+loss at every step is kept, and at :data:`COUNTED_STEPS` log-spaced steps what each layer's input, weight and gradient
 flushed and saturated. Deterministic on one machine (one thread, :data:`THREADS`, and deterministic algorithms): the
 same torch and kernel set give the same file bit for bit.
 
@@ -34,7 +34,7 @@ from torch.nn import functional as F
 from lensa.live import lowp
 from lensa.live.reference import DATA_DIR, Recipe, lr_at, setup
 from lensa.live.schedule import log_spaced_steps
-from lensa.lowp import ROLES, TRAINING_RECIPES
+from lensa.numerics.training_recipes import ROLES, TRAINING_RECIPES
 
 OUTPUT = DATA_DIR / "reference_recipes.npz"
 ARMS: tuple[str, ...] = ("fp32", "bf16", *TRAINING_RECIPES)

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from lensa import lowp
 from lensa.live.config import LOWP_ARMS
 from lensa.measured import ScalerHistory
+from lensa.numerics import training_recipes
 
 if TYPE_CHECKING:
     from lensa.live.arms import ArmResult, Comparison
@@ -114,13 +114,14 @@ CLOSE_TO_BF16_PCT = 1.0
 
 
 def final_loss(result: ArmResult) -> float:
-    """:func:`lensa.lowp.final_loss` of ``result``'s training losses: the mean of the last tenth."""
-    return lowp.final_loss(result.losses)
+    """:func:`lensa.numerics.training_recipes.final_loss` of ``result``'s training losses: the mean of the last
+    tenth."""
+    return training_recipes.final_loss(result.losses)
 
 
 def diverged(result: ArmResult) -> bool:
-    """:func:`lensa.lowp.diverged` of ``result``'s training losses."""
-    return lowp.diverged(result.losses)
+    """:func:`lensa.numerics.training_recipes.diverged` of ``result``'s training losses."""
+    return training_recipes.diverged(result.losses)
 
 
 def gap_percent(comparison: Comparison, arm: str, base: str = "bf16") -> float | None:

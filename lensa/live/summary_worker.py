@@ -23,8 +23,8 @@ recorded step's few hundred items several times faster than JSON):
 - ``{"op": "stop"}``, or the end of standard input: exit.
 
 Before the first message it answers ``{"ready": True}``, once it can summarise: with ``RECIPES``, once the
-compiled block-recipe pass is loaded (:mod:`lensa.blockscale_jit`, where numba is installed: its import and
-cache take a few tenths of a second, and its first compile on a machine 10 to 15 seconds), so that this happens
+compiled block-recipe pass is loaded (:mod:`lensa.numerics.blockscale_dispatch`, where numba is installed: its import
+and cache take a few tenths of a second, and its first compile on a machine 10 to 15 seconds), so that this happens
 while the parent waits at its start rather than while its ring fills during the first recorded steps.
 
 Answers go to standard output in the same framing: ``{"seqs": [...], "size": N}`` followed by ``N`` bytes of

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from lensa.formats import FORMATS
+from lensa.numerics.formats import FORMATS
 from lensa.runstats import SUMMARY_FORMATS, TensorStats, from_histograms
 from lensa.runstats.binning import (
     ABS_MASK,
@@ -159,7 +159,7 @@ def summarize_tensor(t: torch.Tensor) -> TensorStats:
 
 
 # SUMMARY_FORMATS: torch's type, and the saturation bound of a format without inf (E4M3 saturates, as
-# lensa.formats: clamp first; torch would give NaN past 464).
+# lensa.numerics.formats: clamp first; torch would give NaN past 464).
 _CASTS: tuple[tuple[torch.dtype, float | None], ...] = tuple(
     (getattr(torch, FORMATS[k].dtype_name or ""), None if FORMATS[k].has_inf else FORMATS[k].max)
     for k in SUMMARY_FORMATS
@@ -167,7 +167,8 @@ _CASTS: tuple[tuple[torch.dtype, float | None], ...] = tuple(
 
 
 def _stored(x: torch.Tensor, dtype: torch.dtype, bound: float | None) -> torch.Tensor:
-    """``x`` (float32) stored in the format and read back as float32, as :func:`lensa.formats.cast` stores it."""
+    """``x`` (float32) stored in the format and read back as float32, as :func:`lensa.numerics.formats.cast` stores
+    it."""
     if bound is not None:
         x = x.clamp(-bound, bound)  # NaN stays NaN
     return x.to(dtype).to(torch.float32)
@@ -179,7 +180,7 @@ def summarize_update_tensors(w_before: torch.Tensor, w_after: torch.Tensor, reci
 
     Both are read as float32 and must have the same shape (ValueError otherwise). The update is
     ``w_after - w_before`` in float32; the lost counts use torch's casts (round to nearest, ties to even,
-    FP8 E4M3 saturating at ±448 like :func:`lensa.formats.cast`).
+    FP8 E4M3 saturating at ±448 like :func:`lensa.numerics.formats.cast`).
     """
     if w_before.shape != w_after.shape:
         raise ValueError(f"w_before has shape {tuple(w_before.shape)} but w_after has {tuple(w_after.shape)}")

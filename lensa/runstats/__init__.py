@@ -21,7 +21,7 @@ One room per idea, each module's text says the rest:
 - :mod:`lensa.runstats.run`: a run's records, :class:`RunStats`, its ``.npz`` file (:func:`load`), and one run of
   a distributed run's parts (:func:`merge_ranks`, after :func:`check_one_run` says they can be).
 
-This package imports numpy (and :mod:`lensa.formats`, :mod:`lensa.blockscale`) only.
+This package imports numpy (and :mod:`lensa.numerics.formats`, :mod:`lensa.numerics.blockscale`) only.
 """
 
 from __future__ import annotations

@@ -17,20 +17,20 @@ smallest normal, the half of the smallest subnormal, the overflow point). Multip
 binades and leaves F alone, and whether a value rounds to 0, stays subnormal, becomes normal or overflows in a
 format depends only on its binade and on which side of those cut points F lies. So each (binade + k,
 interval) cell has one class (:data:`CELL_CLASSES`), found once per format by asking
-:func:`lensa.formats.classify` about the cell's smallest value (and checked against its largest): the table
+:func:`lensa.numerics.formats.classify` about the cell's smallest value (and checked against its largest): the table
 :func:`cell_classes` reads. This is exact for every integer k (below 2**-150 every format rounds to 0 and above
 2**129 every one overflows): it answers what happens to the exact product x * 2**k, which is also what torch's
 cast of the float32 product gives whenever that product is itself exact in float32. Ties go to even; the cut
 points, found by bisection with ``classify``, put ``2**-25`` (half the smallest FP16 subnormal) in ``zero`` and
 the next float32 above it in ``subnormal``, 65520 (FP16's max plus half a step) in ``overflow``, and for FP8
-E4M3, which saturates (see :mod:`lensa.formats`), 464 in ``normal`` (it becomes 448) and everything above 464,
+E4M3, which saturates (see :mod:`lensa.numerics.formats`), 464 in ``normal`` (it becomes 448) and everything above 464,
 ±inf included, in ``overflow`` (stored as ±448).
 
 Exact fractions. A cut point that is not a fine-bin edge lies one past one (checked): the values of that bin
 whose F is one below the cut (:func:`exact_fractions`) belong to the interval before it, and are counted
 exactly, found by a cheap bit test (:func:`candidate_mask`).
 
-This module imports numpy and :mod:`lensa.formats` only.
+This module imports numpy and :mod:`lensa.numerics.formats` only.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from functools import cache
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa.formats import FloatFormat, classify, formats_in, get_format
+from lensa.numerics.formats import FloatFormat, classify, formats_in, get_format
 
 # The formats a recorded run is summarised for: the registry's 16-bit and FP8 groups (torch can store a tensor in
 # each of them; FP6 and FP4 have no torch type to record with). Their order is the file's.
@@ -86,7 +86,7 @@ def summary_format(fmt: str | FloatFormat) -> FloatFormat:
 
 
 def _class_index(f: FloatFormat, binade: NDArray[np.int64], frac: NDArray[np.int64]) -> NDArray[np.int8]:
-    """Index into CELL_CLASSES of (1 + frac / 2**23) * 2**binade, as lensa.formats.classify decides."""
+    """Index into CELL_CLASSES of (1 + frac / 2**23) * 2**binade, as lensa.numerics.formats.classify decides."""
     values = np.ldexp(1.0 + frac.astype(np.float64) / (1 << FRAC_BITS), binade.astype(np.int64))  # exact
     cats = classify(values, f)
     out = np.zeros(cats.shape, np.int8)

@@ -14,12 +14,12 @@ integers, so any split gives the same record, bit for bit. The record itself is 
 Lost updates. :func:`summarize_update` takes a weight before and after a step, reads the update as
 ``u = w_after - w_before`` in float32 arithmetic, and for each format counts the non-zero updates that a weight
 held in that format would lose: with ``q`` the weight before stored in the format (the library cast of
-:func:`lensa.formats.cast`), ``q + u`` computed in float32 and stored in the format again equals ``q``. That is
+:func:`lensa.numerics.formats.cast`), ``q + u`` computed in float32 and stored in the format again equals ``q``. That is
 how PyTorch applies a float32 update to a low-precision tensor (it computes in float32 and rounds the result
 once into the tensor's type). :func:`summarize_intended` takes the update itself instead (the one the optimizer
 meant to make, which a low-precision weight's after − before hides) and counts FP32's losses too.
 
-This module imports numpy (and the rest of :mod:`lensa.runstats`, :mod:`lensa.formats`) only.
+This module imports numpy (and the rest of :mod:`lensa.runstats`, :mod:`lensa.numerics.formats`) only.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from lensa.formats import stored_float32
+from lensa.numerics.formats import stored_float32
 from lensa.runstats.binning import (
     ABS_MASK,
     EXP_SPECIAL,

@@ -12,10 +12,10 @@ of |stored - x| over the bin is exact; only the division by |x| uses the bin's m
 2**-11 of each value's own |x|. The mean relative error is therefore within a relative 2**-11 (0.05%) of the
 exact mean, and exact when every value is rounded to 0 or stored exactly.
 
-Block recipes (file version 2). A record may also keep, for every recipe of :data:`lensa.blockscale.RECIPES`,
-what :func:`lensa.blockscale.lost` says of the tensor: the share of non-zero values flushed to 0, the share
+Block recipes (file version 2). A record may also keep, for every recipe of :data:`lensa.numerics.blockscale.RECIPES`,
+what :func:`lensa.numerics.blockscale.lost` says of the tensor: the share of non-zero values flushed to 0, the share
 saturated, and the SQNR in dB, computed at record time from the values themselves
-(:func:`lensa.blockscale.lost_all`, the same code as ``lost``), so ``record.recipe(r) == lost(tensor, r)``
+(:func:`lensa.numerics.blockscale.lost_all`, the same code as ``lost``), so ``record.recipe(r) == lost(tensor, r)``
 exactly: 36 float64 numbers a tensor. Blocks need the tensor's shape: the record is made from the array as it
 is shaped, and ``lost`` reads a shape the same way: blocks of a row run along the last axis, 128×128 blocks
 over the last two, each index of the axes before them its own matrix; a 1-D tensor is one row, a 0-D one a
@@ -32,7 +32,7 @@ lose too; for an update read as after − before of an FP32 weight that count is
 Records of one tensor that several ranks each hold a part of (each rank's activations, in data-parallel
 training) become one with :func:`combine_over_ranks`: counts and sums add, and the block recipe records too.
 
-This module imports numpy (and :mod:`lensa.formats`, :mod:`lensa.blockscale`) only.
+This module imports numpy (and :mod:`lensa.numerics.formats`, :mod:`lensa.numerics.blockscale`) only.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from lensa.blockscale import RECIPES, Lost, get_recipe, lost_all
-from lensa.formats import FloatFormat, get_format, quantize
+from lensa.numerics.blockscale import RECIPES, Lost, get_recipe, lost_all
+from lensa.numerics.formats import FloatFormat, get_format, quantize
 from lensa.runstats.binning import (
     BINADE_MAX,
     BINADE_MIN,
@@ -163,8 +163,8 @@ class TensorStats:
         return self.recipes is not None
 
     def recipe(self, recipe: str) -> Lost:
-        """What ``recipe`` (a key of :data:`lensa.blockscale.RECIPES`) loses on this tensor: the same record as
-        ``lensa.blockscale.lost(tensor, recipe)``. ValueError when the record has none, saying why (its
+        """What ``recipe`` (a key of :data:`lensa.numerics.blockscale.RECIPES`) loses on this tensor: the same record as
+        ``lensa.numerics.blockscale.lost(tensor, recipe)``. ValueError when the record has none, saying why (its
         ``origin``): made without recipes, read from a version-1 file, or several tensors combined."""
         key = get_recipe(recipe).key
         if self.recipes is None:
@@ -299,7 +299,7 @@ def _check_tensor_stats(s: TensorStats) -> None:
 
 
 def recipe_records(values: ArrayLike, workers: int = 1) -> tuple[tuple[float, float, float], ...]:
-    """Per recipe of :data:`RECIPE_KEYS`: (flushed, saturated, sqnr_db) of :func:`lensa.blockscale.lost`, on
+    """Per recipe of :data:`RECIPE_KEYS`: (flushed, saturated, sqnr_db) of :func:`lensa.numerics.blockscale.lost`, on
     ``workers`` threads (the same numbers on any count)."""
     got = lost_all(values, RECIPE_KEYS, workers=workers)
     return tuple((got[k].flushed, got[k].saturated, got[k].sqnr_db) for k in RECIPE_KEYS)

@@ -3,7 +3,7 @@
 A run keeps one :class:`~lensa.runstats.record.TensorStats` per (kind, name, step) and, per step, the loss,
 the loss scale and whether the step was skipped. Amax at every step (version 2): a run may also keep, per
 (kind, name), the largest magnitude of the tensor at every step (float32, NaN where not read): what a
-delayed-scaling recipe's history holds (see :func:`lensa.blockscale.replay_delayed`).
+delayed-scaling recipe's history holds (see :func:`lensa.numerics.blockscale.replay_delayed`).
 
 It is saved as a ``.npz`` file read with ``allow_pickle=False``: int64 counts, float64 sums, labels as JSON
 text, a version number, and every count checked on load (:func:`load`). Version 3 adds each tensor's dtype and,

@@ -35,7 +35,7 @@ def parse_url_number(raw: str) -> float | None:
 
     For snapping a control to its stops, so a float is enough; the format
     inspector reads a number exactly, with more spellings, through
-    :func:`lensa.exact.parse_exact`.
+    :func:`lensa.numerics.exact.parse_exact`.
 
     Accepts plain and e-notation, any case, surrounding spaces, a comma as the
     decimal mark when it is the only mark (``0,001``). Rejects the words nan

@@ -38,8 +38,8 @@ import numpy as np
 import plotly.graph_objects as go
 from numpy.typing import ArrayLike
 
-from lensa.formats import FORMATS
 from lensa.lessons.common import FormatLimits, LogHistogram
+from lensa.numerics.formats import FORMATS
 from lensa.ui import i18n
 
 # What FP16 (or any format) does to a value.
@@ -860,7 +860,7 @@ def number_line(
     lang: str,
     fmt: str = "fp16",
 ) -> go.Figure:
-    """The values of ``fmt`` (a key of :data:`lensa.formats.FORMATS`) around w as ticks; marks for w, the exact
+    """The values of ``fmt`` (a key of :data:`lensa.numerics.formats.FORMATS`) around w as ticks; marks for w, the exact
     w + update, and what ``fmt`` stores.
 
     ``grid`` and ``spacing`` are ``fmt``'s values and spacing near w, and ``stored`` is w + update as ``fmt``

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import streamlit as st
 
-from lensa.formats import FORMATS, category_shares, formats_in, relative_error
+from lensa.numerics.formats import FORMATS, category_shares, formats_in, relative_error
 from lensa.scaling import loss_scaled
 from lensa.ui import widgets
 from lensa.ui.frame import Page

@@ -8,8 +8,8 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from lensa import inspector
-from lensa.formats import FORMATS
+from lensa.numerics import inspector
+from lensa.numerics.formats import FORMATS
 from lensa.ui import glossary, quiz
 from lensa.ui.components import scrub
 from lensa.ui.frame import (

@@ -290,11 +290,12 @@ def cpu_bf16_key(info: DeviceInfo) -> str | None:
 # --- the recipes below 16 bits -------------------------------------------------------------------------------------
 
 RECIPE_GROUPS: dict[str, tuple[str, ...]] = {}
-"""The lab's choice of recipes to compare, each beside FP32 and BF16 (filled below from lensa.lowp)."""
+"""The lab's choice of recipes to compare, each beside FP32 and BF16 (filled below from
+lensa.numerics.training_recipes)."""
 
 
 def _groups() -> dict[str, tuple[str, ...]]:
-    from lensa.lowp import TRAINING_RECIPES
+    from lensa.numerics.training_recipes import TRAINING_RECIPES
 
     def bits(key: str) -> int:
         r = TRAINING_RECIPES[key].operand("input")
@@ -313,8 +314,8 @@ RECIPE_GROUPS.update(_groups())
 
 
 def arm_colour_key(arm: str) -> str:
-    """The format whose colour draws ``arm`` (:func:`lensa.lowp.element_of`)."""
-    from lensa.lowp import element_of
+    """The format whose colour draws ``arm`` (:func:`lensa.numerics.training_recipes.element_of`)."""
+    from lensa.numerics.training_recipes import element_of
 
     return element_of(arm)
 

@@ -27,7 +27,7 @@ from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from lensa import measured
-from lensa.formats import FORMATS
+from lensa.numerics.formats import FORMATS
 from lensa.runstats import MAX_FILE_BYTES, RunStats, RunStatsError, TensorStats, load
 from lensa.ui import format_table, i18n, limits, widgets
 from lensa.ui.controls import ChoiceControl, NumberControl
@@ -514,7 +514,7 @@ def _db(page: Page, x: float) -> str:
 
 
 def recipe_label(page: Page, key: str) -> str:
-    from lensa.blockscale import RECIPES
+    from lensa.numerics.blockscale import RECIPES
 
     return RECIPES[key].label
 
@@ -593,7 +593,7 @@ def _lost_cells(page: Page, lost: tuple[float, float, float]) -> dict[str, str]:
 
 def _recipe_at_step(page: Page, sel: Selection, recipe: str) -> None:
     """The chosen recipe on every layer at the chosen step; with one layer chosen, every recipe on it too."""
-    from lensa.blockscale import RECIPES
+    from lensa.numerics.blockscale import RECIPES
 
     kind, step = sel.kind, sel.step
     rows = measured.recipe_rows(sel.run, kind, step, tuple(RECIPES))

@@ -24,7 +24,7 @@ from typing import Any
 import plotly.io as pio
 
 from lensa import measured
-from lensa.formats import FORMATS
+from lensa.numerics.formats import FORMATS
 from lensa.runstats import RunStats
 from lensa.ui import figures, i18n
 

@@ -84,8 +84,8 @@ THIRD_PARTY = (
 
 # Modules of lensa that the server never imports: numba's kernels (loaded only where a recorder or a bench
 # summarises a tensor of 64 values or more, or the lab's worker quantizes one below 16 bits; never a page's, see
-# lensa.blockscale_jit and lensa.live.lowp).
-NOT_PRELOADED = ("lensa.blockscale_kernels", "lensa.lowp_kernels")
+# lensa.numerics.blockscale_dispatch and lensa.live.lowp).
+NOT_PRELOADED = ("lensa.numerics.blockscale_numba", "lensa.lowp_kernels")
 
 
 def lensa_modules() -> list[str]:

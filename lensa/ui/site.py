@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lensa.blockscale import RECIPES
-from lensa.exact import try_parse_exact
-from lensa.formats import FormatGroup
-from lensa.lowp import TRAINING_RECIPES
 from lensa.memory import CHECKPOINTING, OPTIMIZERS
 from lensa.models import DEFAULT_PRESET, PRESETS
+from lensa.numerics.blockscale import RECIPES
+from lensa.numerics.exact import try_parse_exact
+from lensa.numerics.formats import FormatGroup
+from lensa.numerics.training_recipes import TRAINING_RECIPES
 from lensa.runstats import KINDS
 from lensa.speed import DEFAULT_GPU, DEFAULT_MFU, GPUS
 from lensa.ui.controls import (
@@ -46,10 +46,10 @@ TOKENS_STOPS = power_of_two_stops(512, 32768)
 # keeps doubling while the steps are clean; nothing caps it at 2^24.
 LOSS_SCALE_EXPONENTS = tuple(range(33))
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-# Steps 2, 3 and 5 can also show the narrower format groups of lensa.formats: FP8, and FP6 with FP4 (OCP MX's
+# Steps 2, 3 and 5 can also show the narrower format groups of lensa.numerics.formats: FP8, and FP6 with FP4 (OCP MX's
 # element formats); none by default, so the lesson reads as the seed's.
 ALSO = ChoiceControl("also", ("none", "fp8", "narrow", "all"), "none")
-# What each choice adds, as format groups of the registry (lensa.formats.FloatFormat.group).
+# What each choice adds, as format groups of the registry (lensa.numerics.formats.FloatFormat.group).
 ALSO_GROUPS: dict[str, tuple[FormatGroup, ...]] = {
     "none": (),
     "fp8": ("fp8",),
@@ -66,7 +66,7 @@ DATA = ChoiceControl("data", DATA_SOURCES, "illustration")
 MEASURED_ONLY = ("kind", "layer", "step", "recipe")
 LAYER = ChoiceControl("layer", ("all",), "all")
 STEP = NumberControl("step", (1,), 1, integer=True)
-# The block recipe whose shares a recorded run's tables show (file version 2; lensa.blockscale.RECIPES).
+# The block recipe whose shares a recorded run's tables show (file version 2; lensa.numerics.blockscale.RECIPES).
 RECIPE = ChoiceControl("recipe", tuple(RECIPES), "mxfp8_e4m3")
 
 

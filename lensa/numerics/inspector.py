@@ -1,8 +1,8 @@
 """The format inspector's report: one typed number, seen through every format.
 
-A learner types a number; for each format of :data:`lensa.formats.FORMATS`
+A learner types a number; for each format of :data:`lensa.numerics.formats.FORMATS`
 the inspector shows what the format stores, bit by bit. The typed number is
-read and rounded exactly by :mod:`lensa.exact`; this module turns the stored
+read and rounded exactly by :mod:`lensa.numerics.exact`; this module turns the stored
 value into the report a page shows.
 
 Public API
@@ -23,8 +23,8 @@ from typing import Literal
 
 import numpy as np
 
-from lensa.exact import Parsed, exact_decimal, parse_exact, round_exact_overflow
-from lensa.formats import FORMATS, BitFields, Category, FloatFormat, code_of, get_format, value_of
+from lensa.numerics.exact import Parsed, exact_decimal, parse_exact, round_exact_overflow
+from lensa.numerics.formats import FORMATS, BitFields, Category, FloatFormat, code_of, get_format, value_of
 
 __all__ = ["FieldBits", "FormatReport", "field_bits", "flip_bit", "flip_bits", "inspect", "inspect_all", "nan_cast"]
 
@@ -44,12 +44,12 @@ class FormatReport:
     normals, 0.f for subnormals), so that
     ``stored == ±significand * 2**exponent``; both are None for inf and NaN.
 
-    ``category`` is as :func:`lensa.formats.classify`, decided from the exact
+    ``category`` is as :func:`lensa.numerics.formats.classify`, decided from the exact
     value (E4M3's saturation to 448 is ``"overflow"``). ``relative_error``
     is |stored - x| / |x| computed exactly, then rounded to float64: 0 when
     exact and for x = ±0 and ±inf stored as ±inf; 1.0 when a nonzero x
     rounds to 0 and for ±inf saturated to ±448 (the limit; 448 is nothing
-    next to infinity, where ``lensa.formats.relative_error`` says NaN); inf
+    next to infinity, where ``lensa.numerics.formats.relative_error`` says NaN); inf
     when a finite x overflows to inf; NaN for NaN. ``abs_error`` is
     |stored - x| as a float64 (inf where it is beyond float64, NaN for NaN
     and 0 for ±inf stored as ±inf).
@@ -108,7 +108,7 @@ class FormatReport:
     @property
     def no_nan(self) -> bool:
         """NaN typed into a format that has no NaN code (FP6, FP4): nothing stores it, and ``code`` is only
-        the stand-in :attr:`lensa.formats.FloatFormat.nan_code` (-0's), not a NaN a page may show as one."""
+        the stand-in :attr:`lensa.numerics.formats.FloatFormat.nan_code` (-0's), not a NaN a page may show as one."""
         return self.parsed.is_nan and self.fmt.nan_codes == 0
 
 
@@ -237,7 +237,7 @@ def inspect(parsed: Parsed | str, fmt: str | FloatFormat) -> FormatReport:
 
 
 def inspect_all(parsed: Parsed | str) -> list[FormatReport]:
-    """:func:`inspect` for every format, in the order of ``lensa.formats.FORMATS``."""
+    """:func:`inspect` for every format, in the order of ``lensa.numerics.formats.FORMATS``."""
     if isinstance(parsed, str):
         parsed = parse_exact(parsed)
     return [inspect(parsed, f) for f in FORMATS.values()]

@@ -1,5 +1,5 @@
-"""The numba kernels of :mod:`lensa.blockscale_jit` (this module imports numba: only that module imports it, and
-only when a tensor needs it).
+"""The numba kernels of :mod:`lensa.numerics.blockscale_dispatch` (this module imports numba: only that module imports
+it, and only when a tensor needs it).
 
 Compiled once per machine (10 to 15 seconds) and kept in numba's on-disk cache: beside this file, or in
 ``NUMBA_CACHE_DIR`` or the user's cache directory where this one is read-only; a process reads it back in a fraction
@@ -20,8 +20,8 @@ from numba.extending import intrinsic
 LANES = 8  # running sums per chunk and recipe
 PAD = 128  # zeros after a stretch's values: a block that the stretch's end cuts short is read whole
 
-# Kept in numba's on-disk cache unless LENSA_NUMBA_CACHE=0 (lensa.blockscale_jit sets it where numba finds no
-# writable place for its cache: neither beside this file, nor NUMBA_CACHE_DIR, nor the user's cache directory).
+# Kept in numba's on-disk cache unless LENSA_NUMBA_CACHE=0 (lensa.numerics.blockscale_dispatch sets it where numba finds
+# no writable place for its cache: neither beside this file, nor NUMBA_CACHE_DIR, nor the user's cache directory).
 _CACHE = os.environ.get("LENSA_NUMBA_CACHE", "1").strip() != "0"
 _jit = numba.njit(nogil=True, error_model="numpy", cache=_CACHE)
 _inline = numba.njit(nogil=True, error_model="numpy", inline="always", cache=_CACHE)
@@ -43,7 +43,7 @@ _bits_of: Any = _bitcast(types.uint32, types.float32, ir.IntType(32))  # numpy's
 _float_of: Any = _bitcast(types.float32, types.uint32, ir.FloatType())  # and back
 
 
-# Scale rules, as lensa.blockscale_jit.Constants codes them
+# Scale rules, as lensa.numerics.blockscale_dispatch.Constants codes them
 AMAX, MX_FLOOR, MX_CEIL, NVFP4 = 0, 1, 2, 3
 SMALLEST_SCALE = np.float32(2.0**-149)  # an FP32 scale that would underflow to 0 stops here (blockscale says why)
 WHOLE = -1  # a block dimension that is the whole axis (None in a Recipe's block)
@@ -71,8 +71,9 @@ def _add_lanes(sq: Any, n: Any, acc: Any) -> None:
 
 @_inline
 def _to_grid(y: Any, low: Any, shift: Any) -> Any:
-    """``lensa.formats.round_float32``'s rounding: add and take away 2**(max(exponent of y, emin) + 23 - fraction
-    bits), whose last bit is the element's spacing there (``low`` and ``shift`` as in ``blockscale._Rounding``)."""
+    """``lensa.numerics.formats.round_float32``'s rounding: add and take away 2**(max(exponent of y, emin) + 23 -
+    fraction bits), whose last bit is the element's spacing there (``low`` and ``shift`` as in
+    ``blockscale._Rounding``)."""
     e = _bits_of(y) & np.uint32(0x7F800000)
     e = low if e < low else e
     magic = _float_of(e + shift)
@@ -81,7 +82,7 @@ def _to_grid(y: Any, low: Any, shift: Any) -> Any:
 
 @_inline
 def _scale_of(rule: Any, amax_bits: Any, sr: Any) -> Any:
-    """A block's scale from its amax (as bits), as ``lensa.blockscale._block_scales`` computes it. ``sr``: the
+    """A block's scale from its amax (as bits), as ``lensa.numerics.blockscale._block_scales`` computes it. ``sr``: the
     recipe's (largest element, emax, the largest element's fraction bits) and the tensor's NVFP4 scale, E4M3's
     (smallest normal, largest, -) and its rounding's (low, shift)."""
     max_elem, emax, frac_top, ts, e4m3, grid = sr
@@ -93,7 +94,7 @@ def _scale_of(rule: Any, amax_bits: Any, sr: Any) -> Any:
         block = min(max(block, e4m3[0]), e4m3[1])
         return max(np.float32(_to_grid(block, grid[0], grid[1]) * ts), SMALLEST_SCALE)
     # MX: 2**(E - emax) from amax's exponent field E (one more, rounded up, where amax's significand passes
-    # max_elem's), at least 2**-127 (lensa.blockscale._mx_exponent says why this is exact)
+    # max_elem's), at least 2**-127 (lensa.numerics.blockscale._mx_exponent says why this is exact)
     e = np.int32(amax_bits >> np.uint32(23)) - np.int32(127) - np.int32(emax)
     if rule == MX_CEIL and (amax_bits & np.uint32(0x7FFFFF)) > frac_top:
         e += np.int32(1)
@@ -371,8 +372,8 @@ def chunks_pass(
     out_signal: Any,
     out_nonzero: Any,
 ) -> None:
-    """Chunks ``k0`` to ``k1`` (see :func:`lensa.blockscale_jit.stretches`) under every recipe: per chunk and
-    recipe the values saturated, the elements not 0 and eight sums of squared errors; per chunk eight sums of
+    """Chunks ``k0`` to ``k1`` (see :func:`lensa.numerics.blockscale_dispatch.stretches`) under every recipe: per chunk
+    and recipe the values saturated, the elements not 0 and eight sums of squared errors; per chunk eight sums of
     x**2 and the count of values not 0. ``bits`` are the tensor's rows as uint32; the block maxima as
     :func:`block_maxima` lays them out, each block's scale made from its maximum as it is read."""
     n_rec = first.size
@@ -483,7 +484,7 @@ def store_pass(
     shift: Any,
     out: Any,
 ) -> None:
-    """What one recipe stores (``lensa.blockscale.quantize``) for every stretch of ``table``, into ``out`` (the
+    """What one recipe stores (``lensa.numerics.blockscale.quantize``) for every stretch of ``table``, into ``out`` (the
     tensor's rows, float64); its block maxima as :func:`block_maxima` lays them out (``first`` 0)."""
     longest = 0
     for u in range(table.shape[0]):

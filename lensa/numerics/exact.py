@@ -3,7 +3,7 @@
 Everything here works from the *exact* typed value (a rational), never from
 a float64 approximation of it, so a decimal just above a midpoint rounds up
 even where float64 would first land on the midpoint and then round to even
-(double rounding). :mod:`lensa.inspector` builds its report on it.
+(double rounding). :mod:`lensa.numerics.inspector` builds its report on it.
 
 Public API
 ----------
@@ -19,7 +19,7 @@ Public API
     ``Parsed.from_float(x)`` wraps a float exactly.
 ``round_exact(value, fmt) -> float``
     Round a Parsed, Fraction, int or float to ``fmt``: nearest, ties to even,
-    overflow as :func:`lensa.formats.quantize` does it (±inf, or ±448 for
+    overflow as :func:`lensa.numerics.formats.quantize` does it (±inf, or ±448 for
     FP8 E4M3). Agrees with ``quantize`` on every float64.
     ``round_exact_overflow`` also says whether rounding went past ``max``.
 ``parse_local(text, lang) -> LocalReading`` / ``local_text(text, lang) -> str``
@@ -71,7 +71,7 @@ from typing import Literal
 
 import numpy as np
 
-from lensa.formats import FloatFormat, get_format
+from lensa.numerics.formats import FloatFormat, get_format
 
 __all__ = [
     "MAX_CHARS",
@@ -439,7 +439,7 @@ def round_exact(value: Parsed | Fraction | int | float, fmt: str | FloatFormat) 
     Parsed or a float for that). NaN gives NaN. Overflow, and ±inf, give
     ±inf, except in FP8 E4M3, which saturates to ±448: magnitudes above 464
     do, and 464 itself rounds to 448 as a tie to even. For every float64
-    this is ``lensa.formats.quantize``.
+    this is ``lensa.numerics.formats.quantize``.
     """
     return round_exact_overflow(value, fmt)[0]
 

@@ -1,8 +1,9 @@
-""":func:`lensa.blockscale.lost_all`'s pass, compiled with numba: every recipe over each stretch of a row, in one read.
+""":func:`lensa.numerics.blockscale.lost_all`'s pass, compiled with numba: every recipe over each stretch of a row, in
+one read.
 
-The numpy pass of :mod:`lensa.blockscale` makes about ten whole-array passes per recipe over each cached piece.
-Compiled (:mod:`lensa.blockscale_kernels`), each recipe is one loop over values already in the first-level cache,
-and the twelve recipes of :data:`lensa.blockscale.RECIPES` together cost about a quarter of the numpy pass
+The numpy pass of :mod:`lensa.numerics.blockscale` makes about ten whole-array passes per recipe over each cached piece.
+Compiled (:mod:`lensa.numerics.blockscale_numba`), each recipe is one loop over values already in the first-level cache,
+and the twelve recipes of :data:`lensa.numerics.blockscale.RECIPES` together cost about a quarter of the numpy pass
 (``bench.recipes_speed``). The arithmetic is the numpy pass's, value for value: ``|x| / scale`` in FP32 (times
 the exact inverse where the scale is a power of two, the same number), the saturation test, the magic-number
 rounding to the element's grid, and the squared error ``(|x| - element * scale)**2``, exact in float64. So the
@@ -14,9 +15,9 @@ The sums are made in an order fixed by the tensor's shape alone, not by the reci
 values are read in *stretches* (whole short rows end to end, or parts of a long row, up to :data:`STRETCH`
 values), gathered into *chunks* of about :data:`CHUNK` values (:func:`stretches`); a recipe's blocks are cut
 where a stretch starts or ends inside one. So a recipe's numbers do not depend on which recipes are asked with
-it, and :func:`lensa.blockscale.lost` is :func:`lensa.blockscale.lost_all` with one recipe. Within a chunk each
-squared error goes to one of eight running sums by its place in its stretch (``i % 8``); each chunk's eight sums
-are added in order, and the chunks in order. Threads take whole chunks.
+it, and :func:`lensa.numerics.blockscale.lost` is :func:`lensa.numerics.blockscale.lost_all` with one recipe. Within a
+chunk each squared error goes to one of eight running sums by its place in its stretch (``i % 8``); each chunk's eight
+sums are added in order, and the chunks in order. Threads take whole chunks.
 Every operation is IEEE float32 or float64 arithmetic, neither reassociated nor contracted (numba's default), so
 the numbers are the same whatever vector width LLVM compiles for (``make test-kernels`` compiles for the
 baseline x86-64 CPU too, and ``tests/test_blockscale_jit.py`` compares the two).
@@ -51,17 +52,17 @@ _loading = threading.Lock()
 
 @dataclass(frozen=True)
 class Constants:
-    """Recipes as the compiled pass reads them: one entry per recipe in each array (``lensa.blockscale`` makes them,
-    once per tuple of recipes).
+    """Recipes as the compiled pass reads them: one entry per recipe in each array (``lensa.numerics.blockscale`` makes
+    them, once per tuple of recipes).
 
-    ``rule``: the scale rule's code (:mod:`lensa.blockscale_kernels`' ``AMAX``, ``MX_FLOOR``, ``MX_CEIL``,
+    ``rule``: the scale rule's code (:mod:`lensa.numerics.blockscale_numba`' ``AMAX``, ``MX_FLOOR``, ``MX_CEIL``,
     ``NVFP4``). ``block_rows``, ``block_cols``: the block shape, ``WHOLE`` (-1) for a whole axis, and
     ``block_rows`` ``TENSOR`` (-2) for one block over the tensor. ``max_elem``, ``emax``, ``frac_top``: the
     element's largest value, its largest exponent and the largest value's fraction bits (the MX rules). ``two``:
     a power-of-two scale (divide by multiplying by its exact inverse). ``top``: a scaled value above it saturates
     (inf where the rule keeps every value within range). ``limit``, ``low``, ``shift``: the element's largest
-    value and the rounding's constants, as ``lensa.blockscale._Rounding``. ``e4m3``: E4M3's smallest normal, its
-    largest value, and NVFP4's tensor divisor 448 * 6; ``grid``: E4M3's ``low`` and ``shift`` (NVFP4's scales).
+    value and the rounding's constants, as ``lensa.numerics.blockscale._Rounding``. ``e4m3``: E4M3's smallest normal,
+    its largest value, and NVFP4's tensor divisor 448 * 6; ``grid``: E4M3's ``low`` and ``shift`` (NVFP4's scales).
     """
 
     rule: NDArray[np.int64]
@@ -113,14 +114,14 @@ def attempt(run: Callable[[], Any], what: str = "the block-recipe pass, numpy's 
 def _kernels() -> ModuleType | None:
     with _loading:
         try:
-            from lensa import blockscale_kernels
+            from lensa.numerics import blockscale_numba
         except ImportError:  # numba (or its llvmlite) is not installed
             return None
         except RuntimeError:  # numba found nowhere writable to keep its cache: compile in each process instead
-            sys.modules.pop("lensa.blockscale_kernels", None)
+            sys.modules.pop("lensa.numerics.blockscale_numba", None)
             os.environ["LENSA_NUMBA_CACHE"] = "0"
-            from lensa import blockscale_kernels
-        return blockscale_kernels
+            from lensa.numerics import blockscale_numba
+        return blockscale_numba
 
 
 def stretches(rows: int, cols: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -161,7 +162,7 @@ def row_maxima(
     bits: NDArray[np.uint32], width: int, workers: int, on_threads: Callable[[Callable[[int, int], Any], int, int], Any]
 ) -> NDArray[np.uint32]:
     """Each row's largest magnitudes, as bits, in blocks of ``width`` columns (a last partial block included):
-    what ``lensa.blockscale._amax16`` gives, in one compiled read."""
+    what ``lensa.numerics.blockscale._amax16`` gives, in one compiled read."""
     k = _loaded()
     rows, cols = bits.shape
     out = np.empty((rows, -(-cols // width)), np.uint32)
@@ -181,7 +182,7 @@ OnThreads = Callable[[Callable[[int, int], Any], int, int], Any]
 
 def _maxima(bits: NDArray[np.uint32], lead: int, rows: int, c: Constants, workers: int, on_threads: OnThreads) -> Any:
     """(maxima, first, per_row, width, the NVFP4 tensor scale) for the recipes of ``c``
-    (:func:`lensa.blockscale_kernels.block_maxima`), or None for a tensor with an infinity or a NaN."""
+    (:func:`lensa.numerics.blockscale_numba.block_maxima`), or None for a tensor with an infinity or a NaN."""
     k = _loaded()
     a16 = row_maxima(bits, 16, workers, on_threads)
     top = np.uint32(a16.max())
@@ -200,7 +201,7 @@ def lost(
     """The pass over a tensor (``bits``: its rows as uint32; ``lead`` matrices of ``rows`` rows) for every recipe of
     ``c``: (the sum of x**2, the count of values not 0, and per recipe (values saturated, elements not 0, the sum of
     squared errors)); None for a tensor with an infinity or a NaN. ``on_threads(fn, count, workers)`` runs
-    ``fn(start, stop)`` over ranges of the chunks (``lensa.blockscale._on_threads``)."""
+    ``fn(start, stop)`` over ranges of the chunks (``lensa.numerics.blockscale._on_threads``)."""
     k = _loaded()
     got = _maxima(bits, lead, rows, c, workers, on_threads)
     if got is None:
@@ -231,9 +232,10 @@ def lost(
 def store(
     bits: NDArray[np.uint32], lead: int, rows: int, c: Constants, out: NDArray[np.float64], on_threads: OnThreads
 ) -> bool:
-    """What the one recipe of ``c`` stores for the tensor whose rows are ``bits`` (``lensa.blockscale.quantize``),
-    into ``out`` (float64, the same rows): element * scale with each value's sign, as
-    ``lensa.blockscale._store_piece``. False (and ``out`` untouched) for a tensor with an infinity or a NaN."""
+    """What the one recipe of ``c`` stores for the tensor whose rows are ``bits``
+    (``lensa.numerics.blockscale.quantize``), into ``out`` (float64, the same rows): element * scale with each value's
+    sign, as ``lensa.numerics.blockscale._store_piece``. False (and ``out`` untouched) for a tensor with an infinity or
+    a NaN."""
     k = _loaded()
     got = _maxima(bits, lead, rows, c, 1, on_threads)
     if got is None:

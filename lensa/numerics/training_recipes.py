@@ -7,14 +7,14 @@ A linear layer ``y = x @ w.T + b`` runs three matrix products a step (``x`` is (
 - *wgrad*: ``dw = dy.T @ x``, summed over M.
 
 A :class:`TrainingRecipe` says, for the three tensors the products read (the layer's input ``x``, its weight ``w``,
-the gradient of its output ``dy``), which block recipe of :mod:`lensa.blockscale` stores it (an *operand recipe*:
-a key of :data:`OPERAND_RECIPES`, ``"bf16"`` for a plain BF16 copy, or None for FP32 as it is), how it rounds
+the gradient of its output ``dy``), which block recipe of :mod:`lensa.numerics.blockscale` stores it (an *operand
+recipe*: a key of :data:`OPERAND_RECIPES`, ``"bf16"`` for a plain BF16 copy, or None for FP32 as it is), how it rounds
 (``"nearest"``, ties to even, or ``"stochastic"``), whether the two inputs of the wgrad product are first rotated
 by the 16-point Hadamard transform (:func:`hadamard_matrix`), whether the weight takes square blocks (16×16 for
 NVFP4: the weight and its transpose are then stored alike, so fprop and dgrad read the same numbers), how a
 per-tensor FP8 scale is found (``"current"``: from the tensor itself; ``"delayed"``: from the largest amax of the
-last ``amax_history`` steps, as Transformer Engine's ``DelayedScaling``, :func:`lensa.blockscale.delayed_scales`),
-and how many of the model's last linear layers stay in BF16.
+last ``amax_history`` steps, as Transformer Engine's ``DelayedScaling``,
+:func:`lensa.numerics.blockscale.delayed_scales`), and how many of the model's last linear layers stay in BF16.
 
 Each product reads each of its two tensors with the blocks running along the axis it sums over (K, N or M), as
 the hardware's block-scaled products do; a tensor read along two different axes is quantized twice, each time
@@ -35,7 +35,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa.blockscale import RECIPES, Recipe
+from lensa.numerics.blockscale import RECIPES, Recipe
 
 Rounding = Literal["nearest", "stochastic"]
 Scaling = Literal["current", "delayed"]
@@ -154,7 +154,7 @@ class TrainingRecipe:
 
 def element_of(key: str) -> str:
     """The element format that draws an arm: ``key`` itself for ``"fp32"``, ``"fp16"`` and ``"bf16"``; for a
-    recipe of :data:`TRAINING_RECIPES`, its input's element format (a key of :data:`lensa.formats.FORMATS`)."""
+    recipe of :data:`TRAINING_RECIPES`, its input's element format (a key of :data:`lensa.numerics.formats.FORMATS`)."""
     recipe = TRAINING_RECIPES.get(key)
     if recipe is None:
         return key

@@ -1,6 +1,6 @@
 """Block scaling as data: how FP8, MX and NVFP4 training recipes store a tensor, and what they lose.
 
-A :class:`Recipe` is an element format (a key of :data:`lensa.formats.FORMATS`),
+A :class:`Recipe` is an element format (a key of :data:`lensa.numerics.formats.FORMATS`),
 a block shape, a scale format and a scale rule. A block's values are divided
 by the block's scale, rounded to the element format (nearest, ties to even;
 a scaled value past the element's largest value saturates to it, in every
@@ -74,8 +74,8 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from lensa import blockscale_jit
-from lensa.formats import FORMATS, FloatFormat, classify, get_format, round_float32
+from lensa.numerics import blockscale_dispatch
+from lensa.numerics.formats import FORMATS, FloatFormat, classify, get_format, round_float32
 
 ScaleRule = Literal["amax", "mx_floor", "mx_ceil", "nvfp4"]
 Outcome = Literal["kept", "rounded", "flushed", "saturated"]
@@ -304,7 +304,7 @@ def _per_row(per_block: NDArray[Any], br: int, rows: int) -> NDArray[Any]:
 
 
 def _past_the_top(scaled: NDArray[np.float32], f: FloatFormat) -> NDArray[np.bool_]:
-    """Which scaled values round beyond the element's largest value (:func:`lensa.formats.classify`'s
+    """Which scaled values round beyond the element's largest value (:func:`lensa.numerics.formats.classify`'s
     ``"overflow"``): the ones that saturation, not rounding, brings down to it."""
     threshold = f.overflow_threshold
     tie_goes_up = str(classify(threshold, f)) == "overflow"
@@ -447,7 +447,7 @@ def _block_scales(r: Recipe, amax: NDArray[np.float32], tensor_amax: np.float32)
             block /= ts
             e4m3 = FORMATS["fp8_e4m3"]
             np.clip(block, np.float32(e4m3.smallest_normal), np.float32(e4m3.max), out=block)
-            # E4M3's rounding in float32 arithmetic (lensa.formats.round_float32: the same values as ml_dtypes'
+            # E4M3's rounding in float32 arithmetic (lensa.numerics.formats.round_float32: the same values as ml_dtypes'
             # cast, checked code by code in tests/test_formats.py), several times faster; the clip keeps every
             # value within E4M3's normal range, so nothing saturates
             scales: NDArray[np.float32] = round_float32(block, e4m3, inplace=True)
@@ -620,10 +620,10 @@ def _amax16(m_bits: NDArray[np.uint32], workers: int) -> NDArray[np.uint32]:
     return out
 
 
-def _compiled(t: _Rows, chosen: tuple[Recipe, ...]) -> blockscale_jit.Constants | None:
+def _compiled(t: _Rows, chosen: tuple[Recipe, ...]) -> blockscale_dispatch.Constants | None:
     """The compiled pass's constants for ``chosen`` where that pass runs on ``t`` (numba there, the tensor not
     small, the recipes within its reach); None for the numpy pass."""
-    if t.n < blockscale_jit.MIN_VALUES or not blockscale_jit.available():
+    if t.n < blockscale_dispatch.MIN_VALUES or not blockscale_dispatch.available():
         return None
     return _jit_constants(chosen)
 
@@ -738,13 +738,13 @@ def _stored_in_pieces(x: NDArray[np.float32], r: Recipe) -> NDArray[np.float64] 
     Per piece (:func:`_store_piece`): the values divided by their scales in float32, clamped to the element's
     largest value, rounded to its grid by the magic-number addition (``round_float32``'s arithmetic, with the
     bounds held as arrays), and multiplied back by the scale in float64. Compiled where numba is
-    (:func:`lensa.blockscale_jit.store`): the same arithmetic, value by value, in one loop."""
+    (:func:`lensa.numerics.blockscale_dispatch.store`): the same arithmetic, value by value, in one loop."""
     t = _as_rows(x)
     out = np.empty(t.n, np.float64)
     consts = _compiled(t, (r,))
     if consts is not None:
-        ran, stored = blockscale_jit.attempt(
-            lambda: blockscale_jit.store(t.bits, t.lead, t.rows, consts, out.reshape(-1, t.cols), _on_threads)
+        ran, stored = blockscale_dispatch.attempt(
+            lambda: blockscale_dispatch.store(t.bits, t.lead, t.rows, consts, out.reshape(-1, t.cols), _on_threads)
         )
         if ran:
             return out.reshape(x.shape) if stored else None
@@ -799,8 +799,8 @@ def lost_all(values: ArrayLike, recipes: Iterable[str | Recipe] | None = None, w
     the two agree exactly, whatever the recipes of :data:`RECIPES` asked together. The shares are exact counts;
     the SQNR's sums are float64 sums of exact squared errors, numpy's pairwise sum over each piece (not BLAS: the
     same on every CPU), the pieces added in order. Where numba is installed, tensors of 64 values or more take
-    the compiled pass of :mod:`lensa.blockscale_jit` instead: the same counts and squared errors, summed in an
-    order of its own (the SQNR can differ from the numpy pass's in its last bits), the same on every CPU. A tensor
+    the compiled pass of :mod:`lensa.numerics.blockscale_dispatch` instead: the same counts and squared errors, summed
+    in an order of its own (the SQNR can differ from the numpy pass's in its last bits), the same on every CPU. A tensor
     with a NaN or an infinity takes the slower path through :func:`encode` (the blocks holding them are left out
     of both powers).
     """
@@ -814,8 +814,8 @@ def lost_all(values: ArrayLike, recipes: Iterable[str | Recipe] | None = None, w
     signal, nonzero = 0.0, 0
     ran, got = False, None
     if consts is not None:
-        ran, got = blockscale_jit.attempt(
-            lambda: blockscale_jit.lost(t.bits, t.lead, t.rows, consts, workers, _on_threads)
+        ran, got = blockscale_dispatch.attempt(
+            lambda: blockscale_dispatch.lost(t.bits, t.lead, t.rows, consts, workers, _on_threads)
         )
     if ran:
         if got is None:  # an infinity or a NaN
@@ -859,13 +859,13 @@ def _layouts(chosen: list[Recipe], t: _Rows, a16: NDArray[np.uint32], tensor_ama
     return layouts
 
 
-_RULE_CODES = {"amax": 0, "mx_floor": 1, "mx_ceil": 2, "nvfp4": 3}  # lensa.blockscale_kernels' codes
+_RULE_CODES = {"amax": 0, "mx_floor": 1, "mx_ceil": 2, "nvfp4": 3}  # lensa.numerics.blockscale_numba' codes
 
 
 @cache
-def _jit_constants(chosen: tuple[Recipe, ...]) -> blockscale_jit.Constants | None:
-    """The recipes as the compiled pass reads them (:class:`lensa.blockscale_jit.Constants`), made once per tuple
-    of recipes; None where one is beyond it (an MX element format of one's own with emax below 1). A threshold
+def _jit_constants(chosen: tuple[Recipe, ...]) -> blockscale_dispatch.Constants | None:
+    """The recipes as the compiled pass reads them (:class:`lensa.numerics.blockscale_dispatch.Constants`), made once
+    per tuple of recipes; None where one is beyond it (an MX element format of one's own with emax below 1). A threshold
     that saturates when reached becomes the float32 just below it (above it, then); a rule that cannot saturate
     gets inf."""
     if any(r.rule in ("mx_floor", "mx_ceil") and r.element_format.emax < 1 for r in chosen):
@@ -882,7 +882,7 @@ def _jit_constants(chosen: tuple[Recipe, ...]) -> blockscale_jit.Constants | Non
 
     e4m3 = FORMATS["fp8_e4m3"]
     grid = _rounding(Recipe("", "", "fp8_e4m3", None, "fp32", "amax"), np.zeros(1, np.float32))
-    return blockscale_jit.Constants(
+    return blockscale_dispatch.Constants(
         rule=np.array([_RULE_CODES[r.rule] for r in chosen], np.int64),
         block_rows=np.array([-2 if r.block is None else side(r.block[0]) for r in chosen], np.int64),
         block_cols=np.array([-2 if r.block is None else side(r.block[1]) for r in chosen], np.int64),

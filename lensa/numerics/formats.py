@@ -30,7 +30,7 @@ Arrays go through :func:`quantize`, :func:`to_bits` and :func:`from_bits`.
 One value at a time, where numpy's per-call cost would dominate, goes
 through their plain-Python counterparts :func:`scalar_rounder`,
 :func:`code_of` and :func:`value_of`, tested against them at every code
-point and midpoint. (:mod:`lensa.exact` rounds a typed number's exact
+point and midpoint. (:mod:`lensa.numerics.exact` rounds a typed number's exact
 rational value, which no float64 path can hold.)
 """
 
