@@ -3,8 +3,8 @@
 The lesson's numbers are of three kinds. Those that follow the controls are
 placeholders, filled by the pages from the core. Citations carry their own
 years and identifiers (the ``refs`` keys), the GPU datasheet lines carry the
-figures of :data:`lensa.speed.GPUS` and the model names those of
-:data:`lensa.models.PRESETS`. The rest are written into the text, and each is
+figures of :data:`lensa.models.speed.GPUS` and the model names those of
+:data:`lensa.models.configs.PRESETS`. The rest are written into the text, and each is
 listed here: its value (computed from the core wherever the core has it) and
 its source. ``tests/test_prose_numbers.py`` reads every number in both
 catalogues and fails on one that is none of these, so a number typed into
@@ -21,17 +21,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lensa.gradients import SAMPLE_SIZE, SPREAD_DECADES
 from lensa.lowp_lesson import FP4_ALL_THE_WAY_RUN, NVIDIA_NVFP4_RUN, ROUNDING_LOW
-from lensa.master import accumulate
 from lensa.measured import KEEP_SHARE
-from lensa.memory import ACTIVATION_BYTES_PER_TOKEN_PER_D_MODEL
+from lensa.models.gradients import SAMPLE_SIZE, SPREAD_DECADES
+from lensa.models.master import accumulate
+from lensa.models.memory import ACTIVATION_BYTES_PER_TOKEN_PER_D_MODEL
+from lensa.models.scaling import TORCH_GROWTH_INTERVAL, SpikeModel
+from lensa.models.speed import DEFAULT_MFU, FLOPS_PER_PARAM_PER_TOKEN, GPUS, TERA
 from lensa.numerics.blockscale import RECIPES
 from lensa.numerics.formats import FORMATS, quantize, spacing
 from lensa.numerics.training_recipes import HADAMARD_SIZE, hadamard_matrix
 from lensa.runstats import MAX_FILE_BYTES
-from lensa.scaling import TORCH_GROWTH_INTERVAL, SpikeModel
-from lensa.speed import DEFAULT_MFU, FLOPS_PER_PARAM_PER_TOKEN, GPUS, TERA
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(
         _FP16.exponent_bits, "FP16's and E5M2's exponent bits (lensa.numerics.formats); 5 × heads (Korthikanti et al.)"
     ),
-    ProseNumber(FLOPS_PER_PARAM_PER_TOKEN, "lensa.speed.FLOPS_PER_PARAM_PER_TOKEN (Kaplan et al. 2020)"),
+    ProseNumber(FLOPS_PER_PARAM_PER_TOKEN, "lensa.models.speed.FLOPS_PER_PARAM_PER_TOKEN (Kaplan et al. 2020)"),
     ProseNumber(
         _BF16.significand_bits, "BF16's stored significand bits (lensa.numerics.formats); Llama 2 7B, Mistral 7B"
     ),
@@ -97,14 +97,16 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
         _FP16.significand_bits, "FP16's stored significand bits (lensa.numerics.formats); w = 10; the 10-to-1,000 spike"
     ),
     ProseNumber(_FP16.significand_bits + 1, "FP16 normal numbers' significant bits, the implicit 1 included"),
-    ProseNumber(12, "K = 12 bytes of mixed-precision Adam state per parameter (ZeRO paper; lensa.memory)"),
+    ProseNumber(12, "K = 12 bytes of mixed-precision Adam state per parameter (ZeRO paper; lensa.models.memory)"),
     ProseNumber(_FP32.significand_bits - _FP16.significand_bits, "FP32's significand bits beyond FP16's (23 − 10)"),
     ProseNumber(
         -_FP16.emin, "FP16's smallest normal exponent, 2^−14 (lensa.numerics.formats); 2 + 14 ÷ N bytes (ZeRO-2)"
     ),
     ProseNumber(_FP16.bias, "FP16's exponent bias (lensa.numerics.formats)"),
-    ProseNumber(16, "16 bits; 16 bytes per parameter with Adam (lensa.memory); 2^16, GradScaler's first scale"),
-    ProseNumber(18, "DeepSpeed's ZeRO estimators: 18 bytes a parameter with an FP32 gradient copy (lensa.estimators)"),
+    ProseNumber(16, "16 bits; 16 bytes per parameter with Adam (lensa.models.memory); 2^16, GradScaler's first scale"),
+    ProseNumber(
+        18, "DeepSpeed's ZeRO estimators: 18 bytes a parameter with an FP32 gradient copy (lensa.models.estimators)"
+    ),
     ProseNumber(
         1 + _FP32.exponent_bits + _FP16.significand_bits, "TF32's bits in all: sign, FP32's exponent, FP16's fraction"
     ),
@@ -119,23 +121,25 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(30, "the low end of typical model FLOPs utilisation (speed.mfu_help); 2^30 bytes in a GiB (IEC)"),
     ProseNumber(_FP32.bits, "FP32's width in bits (lensa.numerics.formats)"),
     ProseNumber(100 / 3, "a subnormal with 2 significant bits: relative error up to 1/3 (quiz.fp16_range_q2_why)"),
-    ProseNumber(ACTIVATION_BYTES_PER_TOKEN_PER_D_MODEL, "lensa.memory, Korthikanti et al. 2022"),
-    ProseNumber(DEFAULT_MFU * 100, "lensa.speed.DEFAULT_MFU, the utilisation step 6 assumes"),
+    ProseNumber(ACTIVATION_BYTES_PER_TOKEN_PER_D_MODEL, "lensa.models.memory, Korthikanti et al. 2022"),
+    ProseNumber(DEFAULT_MFU * 100, "lensa.models.speed.DEFAULT_MFU, the utilisation step 6 assumes"),
     ProseNumber(50, "the high end of typical model FLOPs utilisation for large models (speed.mfu_help)"),
     ProseNumber(64, "2^64, the largest loss scale step 3's data sweep tries"),
-    ProseNumber(65, "the T4's FP16 tensor rate in TFLOP/s (lensa.speed.GPUS)"),
-    ProseNumber(67, "cuBLAS's working buffers in MB, left out of the lab's peak estimate (lensa.lab_memory)"),
-    ProseNumber(70, "Llama 2 70B (lensa.models.PRESETS)"),
+    ProseNumber(65, "the T4's FP16 tensor rate in TFLOP/s (lensa.models.speed.GPUS)"),
+    ProseNumber(67, "cuBLAS's working buffers in MB, left out of the lab's peak estimate (lensa.models.lab_memory)"),
+    ProseNumber(70, "Llama 2 70B (lensa.models.configs.PRESETS)"),
     ProseNumber(100, "100%; w = 100, a stop of step 4's weight control"),
-    ProseNumber(124, "GPT-2 small's 124M parameters (lensa.models.PRESETS)"),
-    ProseNumber(_a100_tflops("tf32"), "the A100's dense TF32 rate in TFLOP/s (lensa.speed.GPUS)"),
-    ProseNumber(_a100_tflops("bf16"), "the A100's dense BF16 and FP16 rates in TFLOP/s (lensa.speed.GPUS)"),
-    ProseNumber(SAMPLE_SIZE, "lensa.gradients.SAMPLE_SIZE; 10^400, the inspector's limit (lensa.numerics.exact)"),
+    ProseNumber(124, "GPT-2 small's 124M parameters (lensa.models.configs.PRESETS)"),
+    ProseNumber(_a100_tflops("tf32"), "the A100's dense TF32 rate in TFLOP/s (lensa.models.speed.GPUS)"),
+    ProseNumber(_a100_tflops("bf16"), "the A100's dense BF16 and FP16 rates in TFLOP/s (lensa.models.speed.GPUS)"),
+    ProseNumber(
+        SAMPLE_SIZE, "lensa.models.gradients.SAMPLE_SIZE; 10^400, the inspector's limit (lensa.numerics.exact)"
+    ),
     ProseNumber(_E4M3.max, "FP8 E4M3's largest value (lensa.numerics.formats)"),
     ProseNumber(_E4M3.overflow_threshold, "FP8 E4M3's saturation threshold (lensa.numerics.formats)"),
-    ProseNumber(512, "the CUDA caching allocator's rounding, 512 bytes (lensa.lab_memory)"),
-    ProseNumber(1000, "1,000: step 4's updates; 10 to 1,000, step 3's spikes (lensa.scaling.SpikeModel)"),
-    ProseNumber(TORCH_GROWTH_INTERVAL, "lensa.scaling.TORCH_GROWTH_INTERVAL, torch.amp.GradScaler's default"),
+    ProseNumber(512, "the CUDA caching allocator's rounding, 512 bytes (lensa.models.lab_memory)"),
+    ProseNumber(1000, "1,000: step 4's updates; 10 to 1,000, step 3's spikes (lensa.models.scaling.SpikeModel)"),
+    ProseNumber(TORCH_GROWTH_INTERVAL, "lensa.models.scaling.TORCH_GROWTH_INTERVAL, torch.amp.GradScaler's default"),
     ProseNumber(8192, "a stop of the tokens control (lensa.ui.site)"),
     ProseNumber(_E5M2.max, "FP8 E5M2's largest value (lensa.numerics.formats)"),
     ProseNumber(_FP16.max, "FP16's largest value (lensa.numerics.formats)"),
@@ -164,11 +168,12 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(1 + float(spacing(1.0, "fp16")), "1 plus one FP16 spacing: 6e-4 added to 1 in FP16"),
     ProseNumber(float(spacing(1.0, "fp32")), "FP32's spacing at 1, 2^−23 (lensa.numerics.formats.spacing)"),
     ProseNumber(
-        accumulate(1.0, 1e-7, 1000, "fp32") - 1.0, "1,000 updates of 1e-7 to w = 1 in FP32 (lensa.master.accumulate)"
+        accumulate(1.0, 1e-7, 1000, "fp32") - 1.0,
+        "1,000 updates of 1e-7 to w = 1 in FP32 (lensa.models.master.accumulate)",
     ),
     ProseNumber(
         (float(spacing(1.0, "fp32")) / 1e-7 - 1) * 100,
-        "an update of 1e-7 stored as 2^−23 at w = 1: +19% (lensa.master)",
+        "an update of 1e-7 stored as 2^−23 at w = 1: +19% (lensa.models.master)",
     ),
     ProseNumber(0.0999755859375, "FP16's 0.1, exactly (lensa.numerics.exact)"),
     ProseNumber(1.0625, "1 + 2^−4, the top of step 5's precision figure (pages/bf16.py)"),
@@ -177,18 +182,22 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(1e-9, "the lowest stop of step 2's gradient control (lensa.ui.site)"),
     ProseNumber(1e-8, "an inspector example; 1e-4 squared (quiz.master_weights_q2_why)"),
     ProseNumber(2e-8, "quiz.fp16_range_q1's gradient, below 2^−25"),
-    ProseNumber(1e-7, "a learning rate of 1e-4 times a gradient of 1e-3 (lensa.master.EXAMPLE_LR × EXAMPLE_GRAD)"),
-    ProseNumber(1e-4, "lensa.master.EXAMPLE_LR; a gradient in quiz.master_weights_q2_why; quiz.master_weights_q1_a"),
+    ProseNumber(
+        1e-7, "a learning rate of 1e-4 times a gradient of 1e-3 (lensa.models.master.EXAMPLE_LR × EXAMPLE_GRAD)"
+    ),
+    ProseNumber(
+        1e-4, "lensa.models.master.EXAMPLE_LR; a gradient in quiz.master_weights_q2_why; quiz.master_weights_q1_a"
+    ),
     ProseNumber(3e-4, "quiz.master_weights_q1_b, a stop of step 4's update control: under half of FP16's spacing at 1"),
     ProseNumber(5e-4, "quiz.master_weights_q1_c, a stop of step 4's update control: over half of FP16's spacing at 1"),
     ProseNumber(1e-10, "quiz.bf16_q1, a stop of step 5's gradient control (lensa.ui.site)"),
     ProseNumber(2.5e-3, "an example the inspector reads (formats.parse_error)"),
     ProseNumber(0.01, "the highest stop of step 5's gradient control (lensa.ui.site)"),
     ProseNumber(0.1, "an inspector example; the top stop of step 2's gradient control; 0.1% = 1 − KEEP_SHARE"),
-    ProseNumber(_STEP_MODEL.noise_decades, "lensa.scaling.SpikeModel.noise_decades"),
+    ProseNumber(_STEP_MODEL.noise_decades, "lensa.models.scaling.SpikeModel.noise_decades"),
     ProseNumber(KEEP_SHARE * 100, "lensa.measured.KEEP_SHARE"),
-    ProseNumber(SPREAD_DECADES, "lensa.gradients.SPREAD_DECADES: one decade"),
-    ProseNumber(_a100_tflops("fp32"), "the A100's FP32 rate in TFLOP/s (lensa.speed.GPUS)"),
+    ProseNumber(SPREAD_DECADES, "lensa.models.gradients.SPREAD_DECADES: one decade"),
+    ProseNumber(_a100_tflops("fp32"), "the A100's FP32 rate in TFLOP/s (lensa.models.speed.GPUS)"),
     ProseNumber(1.12, "PyTorch 1.12, which turned TF32 off for matrix multiplies by default (its release notes)"),
     ProseNumber(
         2.12,

@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa.master import MASTER_FORMAT, master_lost_count
+from lensa.models.master import MASTER_FORMAT, master_lost_count
 from lensa.numerics.formats import FORMATS, cast, get_format
 from lensa.runstats import RunStats, TensorStats, combine, combine_over_ranks
 from lensa.runstats.binning import CELL_CLASSES, cell_classes
@@ -205,7 +205,7 @@ def lost_share(stats: TensorStats, fmt: str) -> float:
     """Share of the non-zero updates that a weight held in ``fmt`` would lose (NaN when there are none).
 
     ``fmt`` FP32 is the master copy: for an update read as after − before of an FP32 weight the record keeps no
-    count for it, and :func:`lensa.master.master_lost_count` gives it (none); for an intended update (a weight of
+    count for it, and :func:`lensa.models.master.master_lost_count` gives it (none); for an intended update (a weight of
     a narrow type, file version 3) the record counts what an FP32 weight would lose of it. A record that is not an
     update raises ValueError.
     """
@@ -310,7 +310,8 @@ class ScalerHistory:
 
 
 class ScaleStep(Protocol):
-    """A step of a loss-scaling run: :class:`lensa.scaling.ScalerStep`, or a live run's ``TraceStep`` (read only)."""
+    """A step of a loss-scaling run: :class:`lensa.models.scaling.ScalerStep`, or a live run's ``TraceStep`` (read
+    only)."""
 
     @property
     def step(self) -> int: ...
@@ -323,7 +324,7 @@ class ScaleStep(Protocol):
 
 
 def history_of(run: Sequence[ScaleStep]) -> ScalerHistory:
-    """A simulated (:func:`lensa.scaling.dynamic_run`) or live run, as the same history a recording gives."""
+    """A simulated (:func:`lensa.models.scaling.dynamic_run`) or live run, as the same history a recording gives."""
     return ScalerHistory(
         tuple(s.step for s in run), tuple(float(np.log2(s.scale)) for s in run), tuple(s.skipped for s in run)
     )

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 import streamlit as st
 
 from lensa.measured import ScalerHistory, history_of
-from lensa.scaling import scale_from_exp
+from lensa.models.scaling import scale_from_exp
 from lensa.ui import display, figures, jobs, layout, live_view, recorded_run, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two

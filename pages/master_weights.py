@@ -14,7 +14,7 @@ from lensa.lessons.master_weights import (
     master_weights_view,
     notes_numbers,
 )
-from lensa.master import UpdateOutcome
+from lensa.models.master import UpdateOutcome
 from lensa.ui import display, figures, i18n, layout, recorded_run, widgets
 from lensa.ui.components import scrub
 from lensa.ui.controls import NumberControl

@@ -5,8 +5,8 @@ from collections.abc import Sequence
 import streamlit as st
 
 from lensa.lessons.memory import MemorySetup, MemoryView, StatePart, memory_view, shared_axis_top_gb
-from lensa.memory import Fit, ModelShape
-from lensa.models import PRESETS, model_text_key, others_comparison, shape_for_params
+from lensa.models.configs import PRESETS, model_text_key, others_comparison, shape_for_params
+from lensa.models.memory import Fit, ModelShape
 from lensa.ui import display, figures, layout, widgets
 from lensa.ui.components import scrub
 from lensa.ui.controls import NumberControl

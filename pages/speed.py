@@ -6,7 +6,7 @@ import streamlit as st
 
 from lensa.lessons.speed import Hardware, SpeedView, memory_axis_top_gb, speed_view, time_axis_top_s
 from lensa.live import LiveError
-from lensa.speed import GPUS, Gpu, mixed_precision_mode
+from lensa.models.speed import GPUS, Gpu, mixed_precision_mode
 from lensa.ui import figures, jobs, layout, live_view, widgets
 from lensa.ui.components import scrub
 from lensa.ui.controls import NumberControl

@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lensa import live
-from lensa.lab_memory import PEAK_SLACK_BYTES, PEAK_TOLERANCE, lab_mlp_memory, peak_bounds
-from lensa.scaling import simulate
+from lensa.models.lab_memory import PEAK_SLACK_BYTES, PEAK_TOLERANCE, lab_mlp_memory, peak_bounds
+from lensa.models.scaling import simulate
 
 SMALL = live.RunConfig(width=128, depth=2, batch_size=256, features=32, steps=30, warmup_steps=2, lr=1e-2)
 LOSS_GAP = 0.05  # largest |final loss - FP32 final loss| accepted for the 16-bit arms
@@ -147,7 +147,7 @@ def _compare(args: argparse.Namespace, kind: str) -> tuple[live.RunConfig, live.
 
 
 def _memory(cfg: live.RunConfig, comp: live.Comparison, checks: Checks) -> None:
-    """Lensa's byte-by-byte prediction (lensa.lab_memory.lab_mlp_memory) next to what the run measured."""
+    """Lensa's byte-by-byte prediction (lensa.models.lab_memory.lab_mlp_memory) next to what the run measured."""
     resident = cfg.train_batches(comp.device) * cfg.batch_size + cfg.eval_size
     memory_rows = []
     for name, a in comp.arms.items():
@@ -255,7 +255,7 @@ def _matmul(args: argparse.Namespace, kind: str, info: live.DeviceInfo, checks: 
 
 
 def _gradscaler(kind: str, checks: Checks) -> None:
-    """A real FP16 run with a forced overflow: its GradScaler trace against lensa.scaling.simulate."""
+    """A real FP16 run with a forced overflow: its GradScaler trace against lensa.models.scaling.simulate."""
     section("GradScaler trace (real FP16 run, forced overflow)")
     settings = {"init_scale": 2.0**24, "growth_interval": 3}
     trace = live.gradscaler_trace(steps=30, spike_steps=(20,), spike_factor=1e6, device=kind, **settings)
@@ -273,7 +273,7 @@ def _gradscaler(kind: str, checks: Checks) -> None:
     same = [s.scale_after for s in trace] == [p.scale_after for p in predicted] and [s.skipped for s in trace] == [
         p.skipped for p in predicted
     ]
-    checks.add("real GradScaler trace equals lensa.scaling.simulate", same)
+    checks.add("real GradScaler trace equals lensa.models.scaling.simulate", same)
     checks.add(
         "overflow really happened and those steps were skipped",
         bool(overflowed) and all(s.skipped == s.found_inf for s in trace),

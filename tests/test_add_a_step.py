@@ -24,7 +24,7 @@ COPIED = ("app.py", "pyproject.toml", ".streamlit/", "pages/", "lensa/", "bench/
 
 PAGE = '''"""Step 7 · A step added by tests/test_add_a_step.py."""
 
-from lensa import doubling
+from lensa.models import doubling
 from lensa.ui import display, layout, widgets
 from lensa.ui.frame import setup
 
@@ -109,7 +109,7 @@ def _insert_after(text: str, line: str, added: str) -> str:
 def _add_a_step(root: Path) -> None:
     """What a newcomer writes: four files touched, nothing else."""
     (root / "pages" / "doubling.py").write_text(PAGE)
-    (root / "lensa" / "doubling.py").write_text(CORE)
+    (root / "lensa" / "models" / "doubling.py").write_text(CORE)
     site_py = root / "lensa" / "ui" / "site.py"
     source = site_py.read_text()
     speed_end = source.index('    PageInfo("formats"')

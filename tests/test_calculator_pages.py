@@ -6,10 +6,10 @@ import itertools
 
 import pytest
 
-from lensa.estimators import how_others_count
-from lensa.memory import activation_bytes_per_token_per_layer, training_memory
-from lensa.models import PRESETS
-from lensa.speed import GPUS, days_to_train
+from lensa.models.configs import PRESETS
+from lensa.models.estimators import how_others_count
+from lensa.models.memory import activation_bytes_per_token_per_layer, training_memory
+from lensa.models.speed import GPUS, days_to_train
 from lensa.ui import i18n
 from tests.conftest import requires_torch
 from tests.pagetools import chart_specs, metrics, notices, open_page, scrub_frame, scrub_texts, unlinked

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from lensa import measured
-from lensa.master import NOTICEABLE_ROUNDING, accumulate, update_outcome
+from lensa.models.master import NOTICEABLE_ROUNDING, accumulate, update_outcome
+from lensa.models.scaling import per_tensor_scale_exp
 from lensa.numerics import formats as F
-from lensa.scaling import per_tensor_scale_exp
 from lensa.ui import i18n
 from tests.conftest import requires_torch
 

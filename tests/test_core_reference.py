@@ -14,12 +14,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from lensa.gradients import SAMPLE_SIZE, SPREAD_DECADES, gradient_sample
-from lensa.master import is_update_lost, total_change
-from lensa.memory import SEVEN_B, activation_bytes, training_memory
+from lensa.models.gradients import SAMPLE_SIZE, SPREAD_DECADES, gradient_sample
+from lensa.models.master import is_update_lost, total_change
+from lensa.models.memory import SEVEN_B, activation_bytes, training_memory
+from lensa.models.scaling import dynamic_run, static_shift_shares
+from lensa.models.speed import GPUS, step_time_s
 from lensa.numerics import formats as F
-from lensa.scaling import dynamic_run, static_shift_shares
-from lensa.speed import GPUS, step_time_s
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
 

@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from lensa.gradients import SAMPLE_SIZE, gradient_sample
-from lensa.master import accumulate, total_change
-from lensa.memory import (
+from lensa.models.gradients import SAMPLE_SIZE, gradient_sample
+from lensa.models.master import accumulate, total_change
+from lensa.models.memory import (
     SEVEN_B,
     ModelShape,
     bytes_per_param,
@@ -18,8 +18,8 @@ from lensa.memory import (
     state_bytes_by_component,
     state_components,
 )
+from lensa.models.speed import GPUS, step_time_s, tokens_per_second, training_flops
 from lensa.numerics import formats as F
-from lensa.speed import GPUS, step_time_s, tokens_per_second, training_flops
 from tests.conftest import requires_torch
 
 pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
@@ -166,9 +166,9 @@ def test_step_time_invariants():
 
 def test_core_imports_no_view_or_torch():
     code = (
-        "import sys, lensa, lensa.numerics.formats, lensa.gradients, lensa.memory, lensa.estimators, lensa.lab_memory,"
-        " lensa.scaling, lensa.master, lensa.speed, lensa.facts, lensa.measured, lensa.numerics.blockscale,"
-        " lensa.runstats;"
+        "import sys, lensa, lensa.numerics.formats, lensa.numerics.blockscale, lensa.models.gradients,"
+        " lensa.models.memory, lensa.models.estimators, lensa.models.lab_memory, lensa.models.scaling,"
+        " lensa.models.master, lensa.models.speed, lensa.facts, lensa.measured, lensa.runstats;"
         "bad = [m for m in ('streamlit', 'plotly', 'torch', 'numba') if m in sys.modules];"
         "print(bad); sys.exit(bool(bad))"
     )
@@ -177,7 +177,7 @@ def test_core_imports_no_view_or_torch():
 
 
 def test_step6_memory_is_drawn_for_every_mode_but_fp8_wherever_it_stands():
-    from lensa.speed import step_memories, step_times
+    from lensa.models.speed import step_memories, step_times
 
     tokens = 2048
     # Korthikanti et al. eq. (1) with FlashAttention: 34 h bytes a token a layer at 16 bits, twice that in FP32;
@@ -196,14 +196,14 @@ def test_step6_memory_is_drawn_for_every_mode_but_fp8_wherever_it_stands():
 
 
 def test_the_default_sample_is_step_2s_default_made_once_and_read_only():
-    from lensa.gradients import DEFAULT_TYPICAL, default_sample
+    from lensa.models.gradients import DEFAULT_TYPICAL, default_sample
     from lensa.ui.site import PAGES_BY_KEY
 
     assert PAGES_BY_KEY["fp16_range"].control("grad").default == DEFAULT_TYPICAL  # type: ignore[attr-defined]
     shared = default_sample()
     assert shared is default_sample() and not shared.flags.writeable
     assert np.array_equal(shared, gradient_sample(DEFAULT_TYPICAL))
-    # The seed's counts in FP16 (lensa/gradients.py): 17 of 400 round to 0, 364 subnormal, 19 normal.
+    # The seed's counts in FP16 (lensa/models/gradients.py): 17 of 400 round to 0, 364 subnormal, 19 normal.
     cats = F.classify(shared, "fp16")
     assert [int(np.count_nonzero(cats == c)) for c in ("zero", "subnormal", "normal")] == [17, 364, 19]
     with pytest.raises(ValueError):
@@ -238,7 +238,7 @@ def _float32_pairs() -> tuple[np.ndarray, np.ndarray]:
 
 def test_an_fp32_master_copy_loses_no_recorded_update():
     from lensa import measured
-    from lensa.master import lost_updates, master_lost_count
+    from lensa.models.master import lost_updates, master_lost_count
     from lensa.runstats import summarize_update
 
     before, after = _float32_pairs()

@@ -359,6 +359,6 @@ def notes_keys(keys: set[str]) -> set[str]:
 
 
 def test_the_code_words_are_found():
-    found = CODE_WORDS.findall("(lensa.lab_memory.lab_mlp_memory) and scripts/gpu_check.py")
-    assert found == ["lensa.l", "scripts/", "k.py"]
+    found = CODE_WORDS.findall("(lensa.models.lab_memory.lab_mlp_memory) and scripts/gpu_check.py")
+    assert found == ["lensa.m", "scripts/", "k.py"]
     assert not CODE_WORDS.findall("Lensa's prediction, in Lensa. A 16-bit copy.")

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from lensa.memory import SEVEN_B
-from lensa.speed import GPUS, step_times
+from lensa.models.memory import SEVEN_B
+from lensa.models.speed import GPUS, step_times
 from lensa.ui import figures, i18n
 from lensa.ui.controls import NumberControl
 from lensa.ui.site import MEASURED_ONLY, PAGES, PAGES_BY_KEY

@@ -9,10 +9,10 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from lensa.gradients import gradient_sample
 from lensa.lessons.common import log_histogram
+from lensa.models.gradients import gradient_sample
+from lensa.models.scaling import dynamic_run
 from lensa.numerics.formats import FORMATS, classify, representable_between
-from lensa.scaling import dynamic_run
 from lensa.ui import figures
 from lensa.ui.components import scrub
 from lensa.ui.site import PAGES

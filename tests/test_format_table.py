@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from lensa.gradients import gradient_sample
+from lensa.models.gradients import gradient_sample
 from lensa.numerics.formats import FORMATS
 from lensa.ui import format_table
 from lensa.ui.frame import Page

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from streamlit.testing.v1.element_tree import Block
 
+from lensa.models.scaling import TORCH_GROWTH_INTERVAL, TORCH_INIT_SCALE
+from lensa.models.speed import GPUS, TERA
 from lensa.numerics.formats import FORMATS, spacing
-from lensa.scaling import TORCH_GROWTH_INTERVAL, TORCH_INIT_SCALE
-from lensa.speed import GPUS, TERA
 from lensa.ui import glossary, i18n, layout
 from lensa.ui.site import PAGES_BY_KEY
 from tests.pagetools import notices, open_page

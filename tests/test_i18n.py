@@ -213,7 +213,7 @@ def test_indonesian_follows_the_house_style(pattern):
 
 
 def test_every_gpu_source_is_written_in_both_languages():
-    from lensa.speed import GPUS
+    from lensa.models.speed import GPUS
 
     for lang in i18n.LANGUAGES:
         assert all(has_text(lang, f"speed.source_{key}") for key in GPUS)
@@ -239,16 +239,17 @@ def dynamic_keys() -> dict[str, set[str]]:
     import inspect
     from typing import get_args, get_type_hints
 
-    from lensa import estimators, lowp_lesson, master, memory
+    from lensa import lowp_lesson
     from lensa.lessons import blocks as lesson_blocks
     from lensa.lessons import master_weights as lesson_master
     from lensa.live import ALL_ARMS
     from lensa.live.errors import ErrorKind
-    from lensa.models import PRESETS
+    from lensa.models import estimators, master, memory
+    from lensa.models.configs import PRESETS
+    from lensa.models.speed import GPUS, mixed_precision_mode
     from lensa.numerics import blockscale, exact, formats, inspector
     from lensa.numerics.training_recipes import ROLES
     from lensa.runstats import KINDS
-    from lensa.speed import GPUS, mixed_precision_mode
     from lensa.ui.glossary import TERM_KEYS
     from lensa.ui.site import ALSO, DATA_SOURCES, PAGES, PAGES_BY_KEY, STEPS
 
@@ -349,7 +350,7 @@ def test_the_key_check_fails_on_a_missing_or_an_unused_key():
     catalogues = _catalogues()
     broken = {lang: dict(c) for lang, c in catalogues.items()}
     del broken["id"]["memory.title"]  # used literally: page.t("title") in pages/memory.py via step_header
-    del broken["en"]["speed.source_h100"]  # built from data: f"source_{...}" over lensa.speed.GPUS
+    del broken["en"]["speed.source_h100"]  # built from data: f"source_{...}" over lensa.models.speed.GPUS
     broken["en"]["speed.not_shown_anywhere"] = broken["id"]["speed.not_shown_anywhere"] = "Nothing uses this."
     problems = _problems(catalogues=broken)
     assert any(p.startswith("memory.title ") for p in problems["missing in id"]), problems

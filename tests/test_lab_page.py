@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from lensa.scaling import dynamic_run
+from lensa.models.scaling import dynamic_run
 from lensa.ui import i18n, recorded_run
 from tests.conftest import requires_torch
 from tests.pagetools import metrics, open_page
@@ -378,7 +378,7 @@ def test_lab_trains_the_recipes_below_16_bits(monkeypatch):
 
 @pytest.mark.parametrize("lang", ["en", "id"])
 def test_step6s_ratio_names_each_modes_size_and_keeps_a_small_ratios_digits(lang):
-    from lensa.speed import GPUS
+    from lensa.models.speed import GPUS
     from lensa.ui import live_view
     from lensa.ui.frame import Page
     from lensa.ui.site import PAGES_BY_KEY

@@ -9,13 +9,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from lensa.gradients import gradient_sample
 from lensa.lessons import bf16, blocks, fp16_range, loss_scaling, master_weights, memory, speed
 from lensa.lessons.common import CATEGORIES, log_histogram
-from lensa.memory import SEVEN_B
+from lensa.models.gradients import gradient_sample
+from lensa.models.memory import SEVEN_B
+from lensa.models.speed import DEFAULT_GPU, DEFAULT_MFU
 from lensa.numerics import blockscale
 from lensa.numerics.formats import FORMATS, category_shares, classify
-from lensa.speed import DEFAULT_GPU, DEFAULT_MFU
 from lensa.ui import figures, i18n
 from lensa.ui.site import PAGES_BY_KEY
 

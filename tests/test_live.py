@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lensa import live
-from lensa.scaling import simulate
+from lensa.models.scaling import simulate
 from tests.conftest import requires_torch
 
 pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels

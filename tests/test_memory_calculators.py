@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from lensa.estimators import accelerate_estimate, deepspeed_zero2_estimate, deepspeed_zero3_estimate, how_others_count
-from lensa.lab_memory import lab_mlp_memory
-from lensa.memory import SEVEN_B, ModelShape, activation_bytes, model_state_bytes, training_memory
-from lensa.models import PRESETS
+from lensa.models.configs import PRESETS
+from lensa.models.estimators import (
+    accelerate_estimate,
+    deepspeed_zero2_estimate,
+    deepspeed_zero3_estimate,
+    how_others_count,
+)
+from lensa.models.lab_memory import lab_mlp_memory
+from lensa.models.memory import SEVEN_B, ModelShape, activation_bytes, model_state_bytes, training_memory
 from tests.conftest import requires_torch
 
 pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
@@ -231,7 +236,7 @@ def test_lab_resident_bytes_are_the_tensors_a_cpu_step_keeps(arm):
 
 
 def test_the_peak_bound_is_the_one_the_lab_states():
-    from lensa.lab_memory import PEAK_SLACK_BYTES, PEAK_TOLERANCE
+    from lensa.models.lab_memory import PEAK_SLACK_BYTES, PEAK_TOLERANCE
     from lensa.ui import i18n
 
     for lang in i18n.LANGUAGES:
@@ -249,7 +254,7 @@ def test_the_gpu_check_sets_the_predicted_peak_against_the_measured_one(monkeypa
     from dataclasses import replace
     from pathlib import Path
 
-    from lensa.lab_memory import PEAK_SLACK_BYTES
+    from lensa.models.lab_memory import PEAK_SLACK_BYTES
 
     path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
     spec = importlib.util.spec_from_file_location("gpu_check", path)

@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from lensa.memory import SEVEN_B, ModelShape, training_memory
-from lensa.models import (
+from lensa.models.configs import (
     CUSTOM_ASPECT_RATIO,
     DEFAULT_PRESET,
     PRESETS,
@@ -16,6 +15,7 @@ from lensa.models import (
     parameter_count,
     shape_for_params,
 )
+from lensa.models.memory import SEVEN_B, ModelShape, training_memory
 from tests.conftest import requires_torch
 
 pytestmark = [pytest.mark.torch_kernels]  # rerun by make test-kernels
@@ -185,7 +185,7 @@ def test_shape_for_params_follows_its_rule():
 
 def test_models_import_no_view_or_torch():
     code = (
-        "import sys, lensa.models; bad = [m for m in ('streamlit', 'plotly', 'torch') if m in sys.modules];"
+        "import sys, lensa.models.configs; bad = [m for m in ('streamlit', 'plotly', 'torch') if m in sys.modules];"
         "print(bad); sys.exit(bool(bad))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -193,7 +193,7 @@ def test_models_import_no_view_or_torch():
 
 
 def test_every_model_choice_has_a_distinct_name_in_both_catalogues():
-    from lensa.models import model_text_key
+    from lensa.models.configs import model_text_key
     from lensa.ui import i18n
     from lensa.ui.site import PAGES_BY_KEY
 

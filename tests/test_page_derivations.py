@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from lensa.live.rows import CLEARLY_FASTER, arm_scale_history, clearly_faster, loss_gap, speedup
+from lensa.models.scaling import scale_from_exp
 from lensa.numerics import inspector
 from lensa.numerics.formats import FORMATS, value_of
-from lensa.scaling import scale_from_exp
 
 pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
 

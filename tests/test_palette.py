@@ -15,8 +15,8 @@ import math
 import numpy as np
 import pytest
 
-from lensa.gradients import gradient_sample
 from lensa.lessons.common import log_histogram
+from lensa.models.gradients import gradient_sample
 from lensa.numerics.formats import FORMATS, classify
 from lensa.ui import figures
 

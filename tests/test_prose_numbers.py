@@ -1,8 +1,8 @@
 """Every number written in the catalogues is computed or sourced.
 
 A number in either catalogue must be one of: a placeholder (filled by a page from the core); a citation's year or
-identifier (the ``refs`` keys); a figure of the GPU table (``speed.source_*``, :data:`lensa.speed.GPUS`) or of the
-model table (``memory.model_*``, :data:`lensa.models.PRESETS`); or a value listed with its source in
+identifier (the ``refs`` keys); a figure of the GPU table (``speed.source_*``, :data:`lensa.models.speed.GPUS`) or of
+the model table (``memory.model_*``, :data:`lensa.models.configs.PRESETS`); or a value listed with its source in
 :data:`lensa.facts.PROSE_NUMBERS`. A number typed into the prose without a source fails here.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 import pytest
 
 from lensa.facts import PROSE_NUMBERS
-from lensa.models import PRESETS
-from lensa.speed import GPUS
+from lensa.models.configs import PRESETS
+from lensa.models.speed import GPUS
 from lensa.ui import i18n
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels

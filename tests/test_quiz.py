@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1.element_tree import Block
 
-from lensa.gradients import gradient_sample
-from lensa.master import update_outcome
-from lensa.memory import bytes_per_param, training_memory
-from lensa.models import DEFAULT_PRESET, PRESETS
+from lensa.models.configs import DEFAULT_PRESET, PRESETS
+from lensa.models.gradients import gradient_sample
+from lensa.models.master import update_outcome
+from lensa.models.memory import bytes_per_param, training_memory
+from lensa.models.scaling import static_shift_shares
 from lensa.numerics.formats import category_shares, mean_relative_error
-from lensa.scaling import static_shift_shares
 from lensa.ui import i18n, progress, quiz
 from lensa.ui.frame import DONE_MARK
 from lensa.ui.site import PAGES_BY_KEY, STEPS, NumberControl

@@ -1,4 +1,4 @@
-"""lensa.scaling: the static shift, and the dynamic scaler against torch's GradScaler."""
+"""lensa.models.scaling: the static shift, and the dynamic scaler against torch's GradScaler."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from lensa.gradients import gradient_sample
-from lensa.numerics import formats as F
-from lensa.scaling import (
+from lensa.models.gradients import gradient_sample
+from lensa.models.scaling import (
     DynamicLossScaler,
     SpikeModel,
     dynamic_run,
@@ -17,6 +16,7 @@ from lensa.scaling import (
     simulate,
     static_shift_shares,
 )
+from lensa.numerics import formats as F
 from tests.conftest import requires_torch
 
 pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
@@ -135,7 +135,7 @@ def test_bf16_needs_no_scaling_for_the_same_run():
 
 
 def test_per_tensor_scale_brings_amax_just_under_the_top():
-    from lensa.scaling import per_tensor_scale_exp
+    from lensa.models.scaling import per_tensor_scale_exp
 
     def per_tensor_scale(values, fmt, margin=0):
         return 2.0 ** per_tensor_scale_exp(values, fmt, margin)

@@ -13,7 +13,7 @@ import pytest
 
 from lensa.lessons.fp16_range import fp16_range_view
 from lensa.lessons.speed import Hardware, speed_view
-from lensa.speed import DEFAULT_GPU, DEFAULT_MFU
+from lensa.models.speed import DEFAULT_GPU, DEFAULT_MFU
 from lensa.ui import i18n, limits
 from lensa.ui.components import scrub
 from lensa.ui.site import PAGES_BY_KEY

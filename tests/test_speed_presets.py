@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from lensa.speed import (
+from lensa.models.speed import (
     DEFAULT_GPU,
     GPUS,
     get_gpu,
@@ -15,7 +15,7 @@ from lensa.speed import (
     step_time_s,
     tokens_per_second,
 )
-from lensa.speed import days_to_train as days
+from lensa.models.speed import days_to_train as days
 from lensa.ui import i18n
 
 TFLOPS = 1e12

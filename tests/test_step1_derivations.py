@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from lensa.estimators import how_others_count
-from lensa.memory import (
+from lensa.models.configs import COMPARISON_GPUS, PRESETS, others_comparison, shape_for_params
+from lensa.models.estimators import how_others_count
+from lensa.models.memory import (
     OPTIMIZERS,
     SEVEN_B,
     MemoryBreakdown,
@@ -19,7 +20,6 @@ from lensa.memory import (
     state_components,
     training_memory,
 )
-from lensa.models import COMPARISON_GPUS, PRESETS, others_comparison, shape_for_params
 from lensa.numerics.formats import FORMATS
 from lensa.ui import figures, i18n
 

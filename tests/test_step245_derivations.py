@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from lensa.gradients import gradient_sample
-from lensa.master import accumulate, master_weight_example
+from lensa.models.gradients import gradient_sample
+from lensa.models.master import accumulate, master_weight_example
 from lensa.numerics.formats import (
     category_shares,
     fp16_against_bf16,

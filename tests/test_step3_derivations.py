@@ -8,10 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from lensa.gradients import gradient_sample
 from lensa.measured import history_of
-from lensa.numerics.formats import FORMATS
-from lensa.scaling import (
+from lensa.models.gradients import gradient_sample
+from lensa.models.scaling import (
     TORCH_INIT_SCALE,
     SpikeModel,
     dynamic_run,
@@ -21,6 +20,7 @@ from lensa.scaling import (
     static_shift_regime,
     static_shift_shares,
 )
+from lensa.numerics.formats import FORMATS
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
 

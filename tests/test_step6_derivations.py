@@ -8,8 +8,8 @@ import itertools
 
 import pytest
 
-from lensa.memory import SEVEN_B, training_memory
-from lensa.speed import (
+from lensa.models.memory import SEVEN_B, training_memory
+from lensa.models.speed import (
     GPUS,
     MEMORY_PRECISION,
     days_to_train,

@@ -10,8 +10,8 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa.gradients import gradient_sample
 from lensa.lessons.common import FormatLimits, LogCounts, limits_of, log_counts
+from lensa.models.gradients import gradient_sample
 from lensa.numerics.formats import (
     Fp16AgainstBf16,
     category_shares,

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa.gradients import gradient_sample
 from lensa.lessons.common import FormatOnSample, LogHistogram, format_histogram, formats_on
+from lensa.models.gradients import gradient_sample
 from lensa.numerics.formats import FORMATS, category_shares, largest_magnitude, most_common_category
 
 FP16 = FORMATS["fp16"]

@@ -10,11 +10,10 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa.gradients import default_sample
 from lensa.lessons.common import FormatOnSample, LogHistogram, format_histogram, formats_on
 from lensa.measured import ScalerHistory, history_of
-from lensa.numerics.formats import largest_magnitude
-from lensa.scaling import (
+from lensa.models.gradients import default_sample
+from lensa.models.scaling import (
     SpikeModel,
     StaticRegime,
     dynamic_run,
@@ -24,6 +23,7 @@ from lensa.scaling import (
     static_shift_regime,
     static_shift_shares,
 )
+from lensa.numerics.formats import largest_magnitude
 
 SPIKES = SpikeModel()
 FP4 = "fp4_e2m1"

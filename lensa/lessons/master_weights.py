@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lensa.master import (
+from lensa.models.master import (
     EXAMPLE_GRAD,
     EXAMPLE_LR,
     MASTER_FORMAT,

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from lensa.memory import (
+from lensa.models.memory import (
     BYTES_PER_GB,
     PRECISIONS,
     Checkpointing,

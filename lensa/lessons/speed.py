@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lensa.memory import BYTES_PER_GB, SEVEN_B, MemoryBreakdown
-from lensa.speed import (
+from lensa.models.memory import BYTES_PER_GB, SEVEN_B, MemoryBreakdown
+from lensa.models.speed import (
     GPUS,
     Gpu,
     StepTimes,

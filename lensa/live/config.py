@@ -113,7 +113,7 @@ class RunConfig:
         """FLOP of one arm's training, warm-up included: 6 x multiply-adds x samples x steps.
 
         2 FLOP per multiply-add forward and 4 backward, the usual estimate
-        (see :mod:`lensa.speed`); elementwise work and the optimizer are left
+        (see :mod:`lensa.models.speed`); elementwise work and the optimizer are left
         out, so real runs do a little more.
         """
         return 6.0 * self.matmul_macs_per_sample() * self.batch_size * (self.steps + self.warmup_steps)

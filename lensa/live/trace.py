@@ -68,7 +68,7 @@ def gradscaler_trace(
     multiplied by ``spike_factor``, like a bad batch. A short
     ``growth_interval`` (PyTorch's default is 2000) shows the scale doubling
     after that many clean steps. The result matches
-    :func:`lensa.scaling.simulate` fed the ``found_inf`` pattern. Takes well
+    :func:`lensa.models.scaling.simulate` fed the ``found_inf`` pattern. Takes well
     under a second on a CPU. Holds the run slot.
     """
     values = {"steps": steps, "init_scale": init_scale, "growth_interval": growth_interval}

@@ -27,7 +27,7 @@ tensor "in BF16" loses nothing by construction: only an FP32 recording asks the 
 update judged against the update the optimizer meant to make (an *intended* update, :func:`summarize_intended`,
 which the recorder works out for weights held in a type other than FP32), how many of them an FP32 weight would
 lose too; for an update read as after − before of an FP32 weight that count is 0 by construction
-(:func:`lensa.master.master_lost_count`) and is not kept.
+(:func:`lensa.models.master.master_lost_count`) and is not kept.
 
 Records of one tensor that several ranks each hold a part of (each rank's activations, in data-parallel
 training) become one with :func:`combine_over_ranks`: counts and sums add, and the block recipe records too.

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 import streamlit as st
 
+from lensa.models.scaling import loss_scaled
 from lensa.numerics.formats import FORMATS, category_shares, formats_in, relative_error
-from lensa.scaling import loss_scaled
 from lensa.ui import widgets
 from lensa.ui.frame import Page
 from lensa.ui.i18n import exact_or_sci, power_of_two

@@ -333,7 +333,7 @@ def states_formula(params: float, whole_bytes: float, split_bytes: float, gpus: 
     """Step 1's model-state sum per GPU: ``6.74B × 16 B``, ``70B × 16 B ÷ 8`` or ``7B × (4 + 12 ÷ 8) B``.
 
     ``whole_bytes`` and ``split_bytes`` are bytes a parameter that every GPU
-    keeps and that ZeRO splits over ``gpus`` (:func:`lensa.memory.split_bytes_per_param`).
+    keeps and that ZeRO splits over ``gpus`` (:func:`lensa.models.memory.split_bytes_per_param`).
     """
     count = compact(params, lang)
     whole, split, n = number(whole_bytes, lang), number(split_bytes, lang), number(gpus, lang)

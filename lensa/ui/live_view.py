@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lensa.scaling import ScalerStep, simulate
+from lensa.models.scaling import ScalerStep, simulate
 from lensa.ui import i18n
 from lensa.ui.frame import Page
 
@@ -163,7 +163,7 @@ def memory_table(page: Page, comparison: Any) -> list[dict[str, str]]:
     (``max_memory_allocated``), where the prediction counts the data the lab
     keeps on the device.
     """
-    from lensa.lab_memory import lab_mlp_memory
+    from lensa.models.lab_memory import lab_mlp_memory
 
     cfg = comparison.config
     resident = cfg.train_batches(comparison.device) * cfg.batch_size + cfg.eval_size
@@ -217,7 +217,7 @@ def matmul_ratio_text(page: Page, rows: Sequence[Any], mode: str, gpu: Any) -> s
     """Step 6's sentence on ``mode``'s measured speed over FP32's (TFLOP/s over TFLOP/s) beside ``gpu``'s datasheet
     ratio, naming the size each was measured at (an emulated mode is measured smaller); None unless both ran and the
     datasheet has ``mode``."""
-    from lensa.speed import measured_speedup, peak_speedup
+    from lensa.models.speed import measured_speedup, peak_speedup
 
     measured, datasheet = measured_speedup(rows, mode), peak_speedup(gpu, mode)
     if measured is None or datasheet is None:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lensa.memory import CHECKPOINTING, OPTIMIZERS
-from lensa.models import DEFAULT_PRESET, PRESETS
+from lensa.models.configs import DEFAULT_PRESET, PRESETS
+from lensa.models.memory import CHECKPOINTING, OPTIMIZERS
+from lensa.models.speed import DEFAULT_GPU, DEFAULT_MFU, GPUS
 from lensa.numerics.blockscale import RECIPES
 from lensa.numerics.exact import try_parse_exact
 from lensa.numerics.formats import FormatGroup
 from lensa.numerics.training_recipes import TRAINING_RECIPES
 from lensa.runstats import KINDS
-from lensa.speed import DEFAULT_GPU, DEFAULT_MFU, GPUS
 from lensa.ui.controls import (
     ChoiceControl,
     Control,

@@ -22,8 +22,8 @@ simplification the lesson's figures keep. The 34 is GPT-style (4h GeLU MLP,
 dropout): a Llama-style layer differs in detail, not in size class.
 
 How DeepSpeed and Hugging Face accelerate count the same model states is in
-:mod:`lensa.estimators`; the live lab's MLP, byte by byte, in
-:mod:`lensa.lab_memory`.
+:mod:`lensa.models.estimators`; the live lab's MLP, byte by byte, in
+:mod:`lensa.models.lab_memory`.
 
 All sizes are in bytes; the view converts to decimal gigabytes (1 GB = 1e9 B).
 """

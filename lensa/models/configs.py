@@ -16,7 +16,7 @@ architecture alone, so a reader can see where the parameters sit:
   token embeddings.
 
 All counts are numbers of parameters (not bytes). :meth:`ModelPreset.shape`
-turns a preset into the :class:`lensa.memory.ModelShape` the memory and speed
+turns a preset into the :class:`lensa.models.memory.ModelShape` the memory and speed
 models take; the count used there is the published one.
 
 Custom sizes: :func:`shape_for_params` picks ``d_model`` and ``layers`` for a
@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from lensa.estimators import OthersComparison, how_others_count
-from lensa.memory import ModelShape
+from lensa.models.estimators import OthersComparison, how_others_count
+from lensa.models.memory import ModelShape
 
 MlpStyle = Literal["gpt2", "gated"]
 
@@ -143,7 +143,8 @@ class ModelPreset:
         return max(candidates)
 
     def how_others_count(self, gpus: int = 8) -> OthersComparison:
-        """:func:`lensa.estimators.how_others_count` for this model, with its own embedding and largest module."""
+        """:func:`lensa.models.estimators.how_others_count` for this model, with its own embedding and largest
+        module."""
         p = parameter_count(self)
         return how_others_count(
             self.shape(),

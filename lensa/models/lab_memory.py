@@ -1,7 +1,7 @@
 """The live lab's MLP, byte by byte: what PyTorch AMP should allocate for it on the device.
 
 A prediction to set next to the measured peak (see :func:`lab_mlp_memory`);
-the lesson's general model of training memory is :mod:`lensa.memory`. All
+the lesson's general model of training memory is :mod:`lensa.models.memory`. All
 sizes are in bytes.
 """
 

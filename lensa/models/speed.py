@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lensa.memory import MemoryBreakdown, ModelShape, Precision, training_memory
+from lensa.models.memory import MemoryBreakdown, ModelShape, Precision, training_memory
 
 FLOPS_PER_PARAM_PER_TOKEN = 6
 DEFAULT_MFU = 0.40
@@ -187,8 +187,8 @@ def days_to_train(params: float, tokens: float, peak_flops: float, gpus: int = 1
 # --- step 6's comparison of one chip's modes -----------------------------------------------------------------
 
 # The precision of the memory each math mode trains with: TF32 is FP32 storage with a faster multiply, BF16 and
-# FP16 are mixed precision (lensa.memory). FP8 is left out on purpose: FP8 training keeps its own mix of 8- and
-# 16-bit copies that lensa.memory does not model, so step 6 draws no memory bar for it.
+# FP16 are mixed precision (lensa.models.memory). FP8 is left out on purpose: FP8 training keeps its own mix of 8- and
+# 16-bit copies that lensa.models.memory does not model, so step 6 draws no memory bar for it.
 MEMORY_PRECISION: dict[str, Precision] = {"fp32": "fp32", "tf32": "fp32", "bf16": "mixed", "fp16": "mixed"}
 
 
@@ -242,7 +242,7 @@ def measured_speedup(rows: Sequence[Mapping[str, Any]], mode: str) -> float | No
 
 
 def step_memories(modes: Sequence[str], model: ModelShape, tokens: int) -> dict[str, MemoryBreakdown]:
-    """Training memory (:func:`lensa.memory.training_memory`, Adam, one GPU) of each of ``modes`` whose memory
+    """Training memory (:func:`lensa.models.memory.training_memory`, Adam, one GPU) of each of ``modes`` whose memory
     is modelled (:data:`MEMORY_PRECISION`), in the order given; a mode without a memory model (FP8) is left out,
     wherever it stands. ``tokens`` per GPU per step; negative tokens raise ValueError."""
     return {m: training_memory(model, tokens, MEMORY_PRECISION[m]) for m in modes if m in MEMORY_PRECISION}

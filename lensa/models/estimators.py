@@ -2,7 +2,7 @@
 
 Written out line for line from their sources (:data:`OTHER_TOOL_SOURCES`) so
 a reader can set them next to the lesson's own count
-(:func:`how_others_count`, which takes that from :mod:`lensa.memory`).
+(:func:`how_others_count`, which takes that from :mod:`lensa.models.memory`).
 
 All sizes are in bytes. The tools print binary units: their "GB" is a GiB
 (2**30 B), their "MB" a MiB.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from lensa.memory import ModelShape, model_state_bytes
+from lensa.models.memory import ModelShape, model_state_bytes
 
 GIB = 2**30  # what DeepSpeed and accelerate print as "GB"
 
@@ -240,7 +240,7 @@ def how_others_count(
     embedding of :data:`DEFAULT_VOCAB` tokens; ``lm_head_params`` (what
     accelerate leaves out) to 0; ``largest_block_params`` (accelerate's
     largest layer) to the larger of that embedding and one layer's share of
-    the parameters. :meth:`lensa.models.ModelPreset.how_others_count` fills all
+    the parameters. :meth:`lensa.models.configs.ModelPreset.how_others_count` fills all
     three from a real configuration.
     """
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
