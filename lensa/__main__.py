@@ -11,7 +11,7 @@
     lensa merge run.npz rank0.npz rank1.npz    # one run from a distributed run's per-rank files (checked first)
 
 Exit codes: 0 done (and every check passed), 1 a check failed, 2 the file could not be read or the arguments
-are wrong (the message says which). The numbers are :mod:`lensa.report`'s, which are the pages' own; the text
+are wrong (the message says which). The numbers are :mod:`lensa.runstats.report`'s, which are the pages' own; the text
 comes from the same catalogues as the pages (``lensa/text``): in ``--lang``, else Indonesian where the
 ``LC_ALL`` / ``LC_MESSAGES`` / ``LANG`` locale starts with ``id``, else English (a terminal's locale is often
 ``C.UTF-8``, which names no language). The text fits the terminal's width (``shutil.get_terminal_size``, or
@@ -36,10 +36,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from lensa import report as R
 from lensa.numerics.blockscale import RECIPES
 from lensa.numerics.formats import FORMATS
 from lensa.runstats import KINDS, NotOneRunError, RunStats, RunStatsError, check_one_run, load, merge_ranks
+from lensa.runstats import report as R
 from lensa.ui import i18n
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -94,7 +94,7 @@ class _Words:
 
     def scale(self, k: int | None) -> str:
         """2^k; past the top of the search (2^64) "≥ 2^64": no scale searched overflows, not that 2^64 is the end."""
-        from lensa.measured import SCALE_SEARCH
+        from lensa.runstats.measured import SCALE_SEARCH
 
         if k is None:
             return "—"
@@ -192,7 +192,7 @@ def _error_text(w: _Words, share: float | None, shares: dict[str, Any]) -> str:
 
 
 def _dtype_words(dtypes: Sequence[str]) -> str:
-    from lensa import measured
+    from lensa.runstats import measured
 
     return ", ".join(FORMATS[k].label if (k := measured.format_of_dtype(d)) else d for d in dtypes)
 
@@ -255,7 +255,7 @@ def _write_kind(w: _Words, doc: dict[str, Any], kind: str, out: TextIO) -> None:
 def _weight_formats(doc: dict[str, Any]) -> list[str]:
     """The report's formats the weights were held in, where their updates were recorded and the file says their types
     (an FP32 weight's format is none of them)."""
-    from lensa import measured
+    from lensa.runstats import measured
 
     section = doc["kinds"].get("update")
     if section is None or doc["updates"] is None:
@@ -276,7 +276,7 @@ def _row_marks(w: _Words, doc: dict[str, Any], kind: str) -> dict[str, str]:
 
 def _write_recipes(w: _Words, doc: dict[str, Any], kind: str, out: TextIO) -> None:
     """Every block recipe on the kind's layers (each with its own scales), then which recipes fit how many layers."""
-    from lensa import measured
+    from lensa.runstats import measured
 
     section = doc["kinds"][kind]
     totals = section.get("recipes")

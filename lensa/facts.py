@@ -22,7 +22,6 @@ import math
 from dataclasses import dataclass
 
 from lensa.lowp_lesson import FP4_ALL_THE_WAY_RUN, NVIDIA_NVFP4_RUN, ROUNDING_LOW
-from lensa.measured import KEEP_SHARE
 from lensa.models.gradients import SAMPLE_SIZE, SPREAD_DECADES
 from lensa.models.master import accumulate
 from lensa.models.memory import ACTIVATION_BYTES_PER_TOKEN_PER_D_MODEL
@@ -32,6 +31,7 @@ from lensa.numerics.blockscale import RECIPES
 from lensa.numerics.formats import FORMATS, quantize, spacing
 from lensa.numerics.training_recipes import HADAMARD_SIZE, hadamard_matrix
 from lensa.runstats import MAX_FILE_BYTES
+from lensa.runstats.measured import KEEP_SHARE
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(0.01, "the highest stop of step 5's gradient control (lensa.ui.site)"),
     ProseNumber(0.1, "an inspector example; the top stop of step 2's gradient control; 0.1% = 1 − KEEP_SHARE"),
     ProseNumber(_STEP_MODEL.noise_decades, "lensa.models.scaling.SpikeModel.noise_decades"),
-    ProseNumber(KEEP_SHARE * 100, "lensa.measured.KEEP_SHARE"),
+    ProseNumber(KEEP_SHARE * 100, "lensa.runstats.measured.KEEP_SHARE"),
     ProseNumber(SPREAD_DECADES, "lensa.models.gradients.SPREAD_DECADES: one decade"),
     ProseNumber(_a100_tflops("fp32"), "the A100's FP32 rate in TFLOP/s (lensa.models.speed.GPUS)"),
     ProseNumber(1.12, "PyTorch 1.12, which turned TF32 off for matrix multiplies by default (its release notes)"),

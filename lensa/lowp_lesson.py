@@ -28,10 +28,10 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from lensa import reference
 from lensa.numerics import blockscale
 from lensa.numerics.formats import get_format, quantize
 from lensa.numerics.training_recipes import TRAINING_RECIPES, diverged, final_loss, hadamard_matrix
+from lensa.runstats import reference_run
 
 # --- stochastic rounding ----------------------------------------------------------------------------------------
 
@@ -372,7 +372,7 @@ def summarize(data: RecordedRecipes, arm: str) -> ArmSummary:
 def _parameters(recipe_meta: object) -> int:
     """The recorded model's parameter count from the run's recipe; 0 where the file does not give its sizes."""
     try:
-        return reference.parameters(recipe_meta) if isinstance(recipe_meta, dict) else 0
+        return reference_run.parameters(recipe_meta) if isinstance(recipe_meta, dict) else 0
     except (KeyError, TypeError, ValueError):
         return 0
 

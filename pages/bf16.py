@@ -5,9 +5,9 @@ from collections.abc import Sequence
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from lensa import measured
 from lensa.lessons.bf16 import Bf16View, bf16_view, precision_grids
 from lensa.numerics.formats import FORMATS, fp16_against_bf16
+from lensa.runstats import measured
 from lensa.ui import display, figures, format_table, layout, recorded_run, widgets, zone_charts
 from lensa.ui.components import scrub
 from lensa.ui.controls import NumberControl

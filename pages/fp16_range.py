@@ -5,10 +5,10 @@ from collections.abc import Sequence
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from lensa import measured
 from lensa.lessons.common import limits_of, shares_of
 from lensa.lessons.fp16_range import Fp16RangeView, fp16_range_view
 from lensa.numerics.formats import FORMATS, most_common_category
+from lensa.runstats import measured
 from lensa.ui import display, figures, format_table, i18n, layout, recorded_run, widgets, zone_charts
 from lensa.ui.components import scrub
 from lensa.ui.controls import NumberControl

@@ -4,8 +4,8 @@ from collections.abc import Sequence
 
 import streamlit as st
 
-from lensa.measured import ScalerHistory, history_of
 from lensa.models.scaling import scale_from_exp
+from lensa.runstats.measured import ScalerHistory, history_of
 from lensa.ui import display, figures, jobs, layout, live_view, recorded_run, widgets
 from lensa.ui.frame import setup
 from lensa.ui.i18n import power_of_two

@@ -5,11 +5,11 @@ from collections.abc import Sequence
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from lensa import measured
 from lensa.lessons.common import limits_of
 from lensa.lessons.loss_scaling import FP4, SPIKES, LossScalingView, illustrative_run, loss_scaling_view
 from lensa.models.scaling import TORCH_INIT_SCALE
 from lensa.numerics.formats import FORMATS
+from lensa.runstats import measured
 from lensa.ui import display, figures, format_table, i18n, jobs, layout, live_view, recorded_run, widgets, zone_charts
 from lensa.ui.components import scrub
 from lensa.ui.controls import NumberControl

@@ -4,7 +4,6 @@ from collections.abc import Sequence
 
 import streamlit as st
 
-from lensa import measured
 from lensa.lessons.master_weights import (
     EXAMPLE_FORMAT,
     LOW_PRECISION,
@@ -15,6 +14,7 @@ from lensa.lessons.master_weights import (
     notes_numbers,
 )
 from lensa.models.master import UpdateOutcome
+from lensa.runstats import measured
 from lensa.ui import display, figures, i18n, layout, recorded_run, widgets
 from lensa.ui.components import scrub
 from lensa.ui.controls import NumberControl

@@ -68,7 +68,7 @@ def _frames(at) -> list:
 
 
 def test_the_reference_run_gives_every_recipe_per_layer_and_the_replay():
-    from lensa import measured
+    from lensa.runstats import measured
     from lensa.ui import recorded_run
 
     recorded_run._load_reference.clear()

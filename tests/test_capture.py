@@ -1059,8 +1059,8 @@ def test_a_pure_bf16_sgd_run_is_told_it_loses_its_updates(lr, at_least, backgrou
     share of weights that did not move, counted here by hand; an FP32 weight would have kept them all."""
     import torch
 
-    from lensa import measured
     from lensa.live.capture import Recorder
+    from lensa.runstats import measured
 
     torch.manual_seed(0)
     model = torch.nn.Linear(32, 32).to(torch.bfloat16)

@@ -12,10 +12,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from lensa import measured
 from lensa.models.master import NOTICEABLE_ROUNDING, accumulate, update_outcome
 from lensa.models.scaling import per_tensor_scale_exp
 from lensa.numerics import formats as F
+from lensa.runstats import measured
 from lensa.ui import i18n
 from tests.conftest import requires_torch
 
@@ -214,7 +214,7 @@ def test_bf16_rounds_to_nearest_even_and_its_limits():
 
 
 def test_depth_sentence_is_what_the_reference_run_shows():
-    from lensa.reference import load_reference
+    from lensa.runstats.reference_run import load_reference
 
     fp32, _ = load_reference()
     step = fp32.steps("activation_grad")[-1]

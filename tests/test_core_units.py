@@ -168,7 +168,7 @@ def test_core_imports_no_view_or_torch():
     code = (
         "import sys, lensa, lensa.numerics.formats, lensa.numerics.blockscale, lensa.models.gradients,"
         " lensa.models.memory, lensa.models.estimators, lensa.models.lab_memory, lensa.models.scaling,"
-        " lensa.models.master, lensa.models.speed, lensa.facts, lensa.measured, lensa.runstats;"
+        " lensa.models.master, lensa.models.speed, lensa.facts, lensa.runstats.measured, lensa.runstats;"
         "bad = [m for m in ('streamlit', 'plotly', 'torch', 'numba') if m in sys.modules];"
         "print(bad); sys.exit(bool(bad))"
     )
@@ -237,9 +237,8 @@ def _float32_pairs() -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_an_fp32_master_copy_loses_no_recorded_update():
-    from lensa import measured
     from lensa.models.master import lost_updates, master_lost_count
-    from lensa.runstats import summarize_update
+    from lensa.runstats import measured, summarize_update
 
     before, after = _float32_pairs()
     with np.errstate(invalid="ignore", over="ignore"):

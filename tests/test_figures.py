@@ -93,8 +93,7 @@ def test_every_chart_a_page_draws_is_valid(key):
 
 
 def test_measured_builders_make_valid_figures():
-    from lensa import measured
-    from lensa.runstats import summarize
+    from lensa.runstats import measured, summarize
 
     stats = summarize(np.concatenate([gradient_sample(1e-6), [7e4, 1e5]]))
     hist = measured.zone_histogram(stats, "fp16")

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from lensa import measured
-from lensa.runstats import KINDS, load, summarize
+from lensa.runstats import KINDS, load, measured, summarize
 from tests.conftest import requires_torch
 
 pytestmark = requires_torch

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from lensa import lowp_lesson as LL
-from lensa import reference
 from lensa.numerics import blockscale, training_recipes
 from lensa.numerics.formats import quantize
+from lensa.runstats import reference_run
 from lensa.ui import i18n
 from tests.pagetools import open_page
 
@@ -233,12 +233,12 @@ def test_the_comparisons_shares_are_its_percents() -> None:
 
 @pytest.mark.parametrize("lang", ["en", "id"])
 def test_the_recorded_paragraph_sizes_the_model_against_the_papers(lang: str) -> None:
-    """The recorded paragraph gives the reference model's parameter count (lensa.reference.parameters, which
-    tests/test_reference.py checks against torch) and the NVFP4 papers' models as multiples of it, and says that the
-    recipe arm keeps the output head in BF16: the head is the reference model's last linear layer, and the recorded
+    """The recorded paragraph gives the reference model's parameter count (lensa.runstats.reference_run.parameters,
+    which tests/test_reference.py checks against torch) and the NVFP4 papers' models as multiples of it, and says that
+    the recipe arm keeps the output head in BF16: the head is the reference model's last linear layer, and the recorded
     nvfp4_recipe arm lost none of its values where plain NVFP4 did."""
     view = LL.comparison_view("nvfp4_recipe")
-    count = reference.parameters(reference.reference_recipe())
+    count = reference_run.parameters(reference_run.reference_recipe())
     assert view.parameters == count
     text = _recorded_text(lang)
     assert i18n.number(count, lang) in text

@@ -1,4 +1,5 @@
-"""lensa.measured against brute force on the raw tensors: zones, the two loss scales, lost updates, the scaler."""
+"""lensa.runstats.measured against brute force on the raw tensors: zones, the two loss scales, lost updates, the
+scaler."""
 
 from __future__ import annotations
 
@@ -7,9 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from lensa import measured
 from lensa.numerics.formats import FORMATS, classify, quantize
-from lensa.runstats import RunStats, summarize, summarize_update
+from lensa.runstats import RunStats, measured, summarize, summarize_update
 from tests.runfixtures import SKIPPED, reference_arms
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 from streamlit.testing.v1 import AppTest
 
-from lensa import measured
-from lensa.reference import load_reference
+from lensa.runstats import measured
+from lensa.runstats.reference_run import load_reference
 from lensa.ui import i18n, recorded_run
 from lensa.ui.site import MEASURED_ONLY, PAGES_BY_KEY
 from tests.pagetools import (
@@ -210,10 +210,11 @@ def test_step4_offers_updates_only():
 
 
 def test_reference_unavailable_says_so(monkeypatch):
-    import lensa
+    import lensa.runstats
 
-    monkeypatch.setitem(sys.modules, "lensa.reference", None)  # import fails as if the module did not exist
-    monkeypatch.delattr(lensa, "reference", raising=False)
+    # the import fails as if the module did not exist
+    monkeypatch.setitem(sys.modules, "lensa.runstats.reference_run", None)
+    monkeypatch.delattr(lensa.runstats, "reference_run", raising=False)
     recorded_run._load_reference.clear()
     at = visit("loss_scaling", "id", data="reference")
     assert not at.exception

@@ -191,7 +191,7 @@ def test_record_from_the_installed_wheel_in_a_fresh_environment(wheel, tmp_path)
         import torch
         import lensa
         from lensa.live.capture import Recorder
-        from lensa.reference import load_reference
+        from lensa.runstats.reference_run import load_reference
 
         assert lensa.__file__.startswith(sys.prefix), lensa.__file__  # the installed copy, not the checkout
         missing = [m for m in ("streamlit", "plotly") if importlib.util.find_spec(m) is None]

@@ -1,4 +1,5 @@
-"""The shipped reference run (lensa/data) and its recipe (lensa.live.reference), read through lensa.reference."""
+"""The shipped reference run (lensa/data) and its recipe (lensa.live.reference), read through
+lensa.runstats.reference_run."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lensa import reference as ref
 from lensa import runstats as R
+from lensa.runstats import reference_run as ref
 from tests.conftest import requires_torch
 
 pytestmark = [pytest.mark.torch_kernels, pytest.mark.numpy_kernels]  # rerun by make test-kernels
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_loader_does_not_import_torch():
     code = (
-        "import sys, lensa.reference as r\nr.load_reference(); r.reference_recipe()\n"
+        "import sys, lensa.runstats.reference_run as r\nr.load_reference(); r.reference_recipe()\n"
         "assert 'torch' not in sys.modules\nprint('clean')"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -197,8 +198,8 @@ def test_the_recipe_repeats_bit_for_bit_on_one_machine(short_runs, tmp_path):
 
 @requires_torch
 def test_the_parameter_count_without_torch_is_the_models():
-    """lensa.reference.parameters (which /low_bits sets beside the NVFP4 papers' models) counts what torch does for
-    the reference transformer, its tied head once, at the recipe and at another size."""
+    """lensa.runstats.reference_run.parameters (which /low_bits sets beside the NVFP4 papers' models) counts what torch
+    does for the reference transformer, its tied head once, at the recipe and at another size."""
     from lensa.live.reference import Recipe, TinyGPT
 
     for r in (Recipe(), Recipe(d_model=32, n_layers=3, d_mlp=96, context=16, vocab_size=64)):

@@ -18,10 +18,9 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lensa import measured
-from lensa import report as R
 from lensa.__main__ import main
-from lensa.runstats import KINDS, RunStats, RunStatsError, load, summarize, summarize_update
+from lensa.runstats import KINDS, RunStats, RunStatsError, load, measured, summarize, summarize_update
+from lensa.runstats import report as R
 from lensa.ui import i18n
 from tests.pagetools import APP, metrics
 from tests.runfixtures import upload_bytes

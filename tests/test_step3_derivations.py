@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 
-from lensa.measured import history_of
 from lensa.models.gradients import gradient_sample
 from lensa.models.scaling import (
     TORCH_INIT_SCALE,
@@ -21,6 +20,7 @@ from lensa.models.scaling import (
     static_shift_shares,
 )
 from lensa.numerics.formats import FORMATS
+from lensa.runstats.measured import history_of
 
 pytestmark = [pytest.mark.numpy_kernels]  # rerun by make test-kernels
 

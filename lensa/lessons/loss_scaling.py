@@ -11,7 +11,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from lensa.lessons.common import FormatOnSample, LogHistogram, format_histogram, formats_on
-from lensa.measured import ScalerHistory, history_of
 from lensa.models.gradients import default_sample
 from lensa.models.scaling import (
     SpikeModel,
@@ -24,6 +23,7 @@ from lensa.models.scaling import (
     static_shift_shares,
 )
 from lensa.numerics.formats import largest_magnitude
+from lensa.runstats.measured import ScalerHistory, history_of
 
 SPIKES = SpikeModel()
 FP4 = "fp4_e2m1"

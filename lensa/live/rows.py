@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from lensa.live.config import LOWP_ARMS
-from lensa.measured import ScalerHistory
 from lensa.numerics import training_recipes
+from lensa.runstats.measured import ScalerHistory
 
 if TYPE_CHECKING:
     from lensa.live.arms import ArmResult, Comparison
@@ -48,7 +48,7 @@ def loss_gap(comparison: Comparison, arm: str, magnitude: bool = False) -> float
 
 
 def arm_scale_history(result: ArmResult) -> ScalerHistory:
-    """An arm's loss scale step by step (steps from 1), as :class:`~lensa.measured.ScalerHistory`.
+    """An arm's loss scale step by step (steps from 1), as :class:`~lensa.runstats.measured.ScalerHistory`.
 
     A step without a scale (an arm with no scaler) is drawn at 2**0, the scale that changes nothing.
     """

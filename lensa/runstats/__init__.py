@@ -13,7 +13,7 @@ One room per idea, each module's text says the rest:
 - :mod:`lensa.runstats.binning`: the class table and the exact binning rules (the grid of fine bins, the
   significand edges, the exact fractions and their bit mask, the packing of counts and low bits, the bins of
   zeros and infinities, the re-binning of float32 subnormals), defined once for the numpy path, the torch path
-  (:mod:`lensa.live.torch_binning`) and the measured views (:mod:`lensa.measured`);
+  (:mod:`lensa.live.torch_binning`) and the measured views (:mod:`lensa.runstats.measured`);
 - :mod:`lensa.runstats.record`: the per-tensor record :class:`TensorStats`, made from fine histograms by
   :func:`from_histograms` whoever binned them, its relative error sums and block recipe records, :func:`combine`;
 - :mod:`lensa.runstats.counting`: the numpy counting engine, :func:`summarize`, :func:`summarize_update` and
@@ -21,7 +21,15 @@ One room per idea, each module's text says the rest:
 - :mod:`lensa.runstats.run`: a run's records, :class:`RunStats`, its ``.npz`` file (:func:`load`), and one run of
   a distributed run's parts (:func:`merge_ranks`, after :func:`check_one_run` says they can be).
 
-This package imports numpy (and :mod:`lensa.numerics.formats`, :mod:`lensa.numerics.blockscale`) only.
+Beside them, the recorded-run analysis that the steps and the report read (none of it imported here: import each
+module by its name):
+
+- :mod:`lensa.runstats.measured`: what steps 2–5 say about a recorded run (shares, scale bounds, lost updates);
+- :mod:`lensa.runstats.reference_run`: the shipped reference run, read without torch;
+- :mod:`lensa.runstats.report`: the lesson's verdict on a run file, as data (``python -m lensa report``).
+
+This package imports numpy (and :mod:`lensa.numerics.formats`, :mod:`lensa.numerics.blockscale`) only; the
+analysis modules also import :mod:`lensa.models.master` (measured, for step 4's lost updates). No torch.
 """
 
 from __future__ import annotations

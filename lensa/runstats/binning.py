@@ -2,7 +2,7 @@
 
 Both binning paths follow these rules: the numpy one (:mod:`lensa.runstats.counting`) and the torch one
 (:mod:`lensa.live.torch_binning`), each with kernels of its own; so do the measured views
-(:mod:`lensa.measured`), which ask :func:`cell_classes` what a cell is.
+(:mod:`lensa.runstats.measured`), which ask :func:`cell_classes` what a cell is.
 
 The grid. A finite non-zero float32 value lies in one binade b (|x| in [2**b, 2**(b+1)), -149 ... 127, read
 from its bits; a float32 subnormal by its own binade, see :func:`bin_subnormals`) and has 23 fraction bits F

@@ -4,7 +4,7 @@ A page asks :func:`data_controls` for its selection. With ``data=illustration`` 
 None at once and loads nothing, so the lesson's reruns cost what they always did. Otherwise the run comes
 from one of three places:
 
-- the reference run shipped with Lensa (``lensa.reference.load_reference()``, loaded once per process);
+- the reference run shipped with Lensa (``lensa.runstats.reference_run.load_reference()``, loaded once per process);
 - the visitor's last live-lab run, which the lab hands over with :func:`set_lab_run`;
 - a file from ``recorder.save`` that the visitor uploads (kept for the session, so every step can use it).
 
@@ -26,9 +26,8 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from lensa import measured
 from lensa.numerics.formats import FORMATS
-from lensa.runstats import MAX_FILE_BYTES, RunStats, RunStatsError, TensorStats, load
+from lensa.runstats import MAX_FILE_BYTES, RunStats, RunStatsError, TensorStats, load, measured
 from lensa.ui import format_table, i18n, limits, widgets
 from lensa.ui.controls import ChoiceControl, NumberControl
 from lensa.ui.frame import Page, link_params, page_link, remembered
@@ -62,7 +61,7 @@ def md_escape(text: str, limit: int | None = None) -> str:
 
 
 def _arms(runs: RunStats | Mapping[str, RunStats] | Sequence[RunStats]) -> dict[str, RunStats]:
-    """A run or several (one per arm) as {arm: run} (:func:`lensa.measured.arms_of`)."""
+    """A run or several (one per arm) as {arm: run} (:func:`lensa.runstats.measured.arms_of`)."""
     return measured.arms_of(runs)
 
 
@@ -129,13 +128,13 @@ def lab_run() -> tuple[str, dict[str, RunStats]] | None:
 def _load_reference() -> tuple[dict[str, RunStats] | None, str | None]:
     """The shipped reference run once per process: (arms, None), or (None, why it is unavailable)."""
     try:
-        from lensa import reference
+        from lensa.runstats import reference_run as shipped  # this module names its own reference_run()
     except ModuleNotFoundError as e:
-        if e.name not in ("lensa.reference", "lensa"):
+        if e.name not in ("lensa.runstats.reference_run", "lensa"):
             raise
         return None, None
     try:
-        return _arms(reference.load_reference()), None
+        return _arms(shipped.load_reference()), None
     except (RunStatsError, OSError, TypeError, ValueError) as e:
         LOG.warning("the reference run could not be loaded: %s", e)
         return None, str(e)
@@ -161,7 +160,8 @@ class Source:
 
     @property
     def tensors(self) -> RunStats:
-        """The FP32 arm where there is one, else the arm with most tensors (:func:`lensa.measured.tensors_arm`)."""
+        """The FP32 arm where there is one, else the arm with most tensors
+        (:func:`lensa.runstats.measured.tensors_arm`)."""
         return self.arms[self.tensors_arm]
 
     @property

@@ -2,8 +2,8 @@
 
 The file stands alone: plotly.js is written into it once (``include_plotlyjs=True``), the charts' data beside it,
 no request leaves the page and no server is needed (open it from a disk, attach it to a CI run, mail it). It holds
-the text report (``lensa report``'s text, handed in by :mod:`lensa.__main__`: the numbers of :mod:`lensa.report`),
-then the charts steps 2-5
+the text report (``lensa report``'s text, handed in by :mod:`lensa.__main__`: the numbers of
+:mod:`lensa.runstats.report`), then the charts steps 2-5
 draw for a recorded run, built by the same functions (:mod:`lensa.ui.figures`) from the same records, each with its
 title, caption and its data as a table: per kind, its values per binade against FP16's zones (step 2); per gradient
 kind, the shares lost at every loss scale (step 3); the share of each layer's updates a 16-bit weight would lose
@@ -23,9 +23,8 @@ from typing import Any
 
 import plotly.io as pio
 
-from lensa import measured
 from lensa.numerics.formats import FORMATS
-from lensa.runstats import RunStats
+from lensa.runstats import RunStats, measured
 from lensa.ui import figures, i18n
 
 MAX_LAYER_BARS = 12  # the layers of step 4's chart: those that lose most (the table lists every one)

@@ -110,7 +110,7 @@ def preload() -> list[str]:
     names = [*THIRD_PARTY, *lensa_modules()]
     for name in names:
         importlib.import_module(name)
-    from lensa.reference import load_reference
+    from lensa.runstats.reference_run import load_reference
 
     load_reference()
     return names

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lensa.lessons.common import HIST_HI, HIST_LO, FormatLimits, LogHistogram
-from lensa.measured import ZoneHistogram
 from lensa.numerics.formats import FORMATS
+from lensa.runstats.measured import ZoneHistogram
 from lensa.ui import figures
 from lensa.ui.frame import Page
 

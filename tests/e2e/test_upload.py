@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lensa import measured
-from lensa.runstats import load
+from lensa.runstats import load, measured
 from tests.e2e.harness import wait_for_app
 from tests.runfixtures import upload_bytes
 

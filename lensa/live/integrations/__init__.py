@@ -89,7 +89,7 @@ def tensorboard_scalars(run: RunStats, step: int) -> dict[str, float]:
     (``lensa/<kind>/<format>_zero``, ``..._overflow``; for updates the share a weight in the format would lose,
     ``lensa/update/<format>_lost``); and each kind's largest amax at the step (``lensa/amax/<kind>``), where one was
     kept. Shares are fractions 0..1; a share with no value to count is left out."""
-    from lensa import measured
+    from lensa.runstats import measured
 
     out: dict[str, float] = {}
     for kind in run.kinds():

@@ -16,7 +16,7 @@ from typing import Any
 
 from lensa.runstats import RunStats, load
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"  # lensa/data
 REFERENCE_ARMS: tuple[str, ...] = ("fp32", "fp16")
 RECIPE_FIELDS: tuple[str, ...] = (
     "vocab_size",

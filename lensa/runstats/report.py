@@ -2,7 +2,7 @@
 
 :func:`build` reads a run (one :class:`~lensa.runstats.RunStats`, or one per arm, as an upload gives) and
 returns a JSON-ready dict, the document ``--json`` prints (its schema: ``docs/report.md``). Every number in
-it comes from the functions steps 2-5 call (:mod:`lensa.measured`) on the same arm and step a page picks by
+it comes from the functions steps 2-5 call (:mod:`lensa.runstats.measured`) on the same arm and step a page picks by
 default, so each equals what the page shows for the same file:
 
 - per kind, at that kind's last recorded step, for all layers together and for each layer: the shares of the
@@ -37,10 +37,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lensa import measured
 from lensa.numerics.blockscale import RECIPES, get_recipe
 from lensa.numerics.formats import FORMATS, fp16_against_bf16
-from lensa.runstats import KINDS, SUMMARY_FORMATS, RunStats, TensorStats
+from lensa.runstats import KINDS, SUMMARY_FORMATS, RunStats, TensorStats, measured
 
 SCHEMA = "lensa-report"
 SCHEMA_VERSION = 2  # 2: recipes per kind, fp8_scaled, dtypes and trivial formats, intended updates, the plan
@@ -51,7 +50,7 @@ LOST_KEYS: tuple[str, ...] = ("zero", "overflow")  # what a format loses of a va
 DEFAULT_THRESHOLD = round(1 - measured.KEEP_SHARE, 12)
 FP8_FORMATS: tuple[str, ...] = tuple(f for f in REPORT_FORMATS if f.startswith("fp8"))
 CHECKABLE: tuple[str, ...] = (*REPORT_FORMATS, *RECIPES)  # --check takes a format or any block recipe
-# The smallest SQNR a recipe check accepts (dB): the recipe verdict's own line (lensa.measured.MIN_SQNR_DB).
+# The smallest SQNR a recipe check accepts (dB): the recipe verdict's own line (lensa.runstats.measured.MIN_SQNR_DB).
 DEFAULT_MIN_SQNR_DB = measured.MIN_SQNR_DB
 # What an AMP run stores in the low-precision format: its activations, gradients and the weights' low-precision
 # copies. Updates go to an FP32 master copy, so they are checked only when asked for (--kinds ... update).
@@ -182,7 +181,8 @@ def _verdict(run: RunStats, kind: str, step: int) -> str:
 def build(
     runs: RunStats | Mapping[str, RunStats] | Sequence[RunStats], step: int | None = None, name: str = ""
 ) -> dict[str, Any]:
-    """The report of a run (or of several arms: the one steps 2-5 read, see :func:`lensa.measured.tensors_arm`).
+    """The report of a run (or of several arms: the one steps 2-5 read, see
+    :func:`lensa.runstats.measured.tensors_arm`).
 
     ``step``: report every kind at this recorded step (ValueError when no kind was recorded then); None (the
     default, and the pages' default) takes each kind's last recorded step. ``name`` is the file's name, kept
@@ -301,7 +301,7 @@ def check(
     (activations, weights): the share that rounds to 0 or overflows. For gradients: the same after the loss
     scale :func:`check_scale_k` picks in ``fmt`` (``loss_scaling=False``: unscaled). FP8 as it is trained: every
     tensor, gradients and values alike, at its own power-of-two scale, the largest that overflows none
-    (:func:`lensa.measured.per_tensor_scaled_shares`; ``loss_scaling=False``: the raw, unscaled cast). For
+    (:func:`lensa.runstats.measured.per_tensor_scaled_shares`; ``loss_scaling=False``: the raw, unscaled cast). For
     ``update``: the share a weight held in ``fmt`` would lose (step 4). A block recipe (any key of
     :data:`lensa.numerics.blockscale.RECIPES`): the share of the values it flushes to 0 or saturates, every layer with
     its own scales, and its lowest SQNR, which must reach ``min_sqnr_db``; a run recorded without ``recipes=True``
