@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lensa.lowp_lesson import FP4_ALL_THE_WAY_RUN, NVIDIA_NVFP4_RUN, ROUNDING_LOW
+from lensa.lessons.low_bits import FP4_ALL_THE_WAY_RUN, NVIDIA_NVFP4_RUN, ROUNDING_LOW
 from lensa.models.gradients import SAMPLE_SIZE, SPREAD_DECADES
 from lensa.models.master import accumulate
 from lensa.models.memory import ACTIVATION_BYTES_PER_TOKEN_PER_D_MODEL
@@ -240,11 +240,13 @@ PROSE_NUMBERS: tuple[ProseNumber, ...] = (
     ProseNumber(
         float(quantize(_Q2_CEIL_SCALED, "fp8_e4m3")), "1.9 × 2^7 rounded to FP8 E4M3 (lensa.numerics.formats.quantize)"
     ),
-    # --- training below 16 bits (lensa.numerics.training_recipes, lensa.lowp_lesson)
+    # --- training below 16 bits (lensa.numerics.training_recipes, lensa.lessons.low_bits)
     ProseNumber(
         HADAMARD_SIZE, "the rotation's 16 points and NVFP4's 16×16 weight blocks (lensa.numerics.training_recipes)"
     ),
-    ProseNumber(_ROUNDING_LOW, "E2M1's 1, the lower neighbour of the stochastic-rounding part (lensa.lowp_lesson)"),
+    ProseNumber(
+        _ROUNDING_LOW, "E2M1's 1, the lower neighbour of the stochastic-rounding part (lensa.lessons.low_bits)"
+    ),
     ProseNumber(
         _ROTATION_QUARTER,
         "1/4: the rotation's entries are ±1/4 (lensa.numerics.training_recipes.hadamard_matrix), a quarter",

@@ -4,7 +4,7 @@ import math
 
 import streamlit as st
 
-from lensa import lowp_lesson
+from lensa.lessons import low_bits
 from lensa.numerics.training_recipes import TRAINING_RECIPES, element_of
 from lensa.ui import display, figures, layout, quiz, widgets
 from lensa.ui.figures import FORMAT_COLOURS
@@ -47,23 +47,23 @@ def lesson() -> None:
             page,
             "position",
             page.t("position"),
-            lambda p: page.t("position_stop", value=page.num(lowp_lesson.rounding_view(p).value, 3)),
+            lambda p: page.t("position_stop", value=page.num(low_bits.rounding_view(p).value, 3)),
             help=page.t("position_help"),
         )
     with rotation_area:
         st.subheader(page.t("rotation_title"))
-        st.markdown(page.t("rotation_intro", n=page.num(lowp_lesson.ROTATION_SIZE)))
+        st.markdown(page.t("rotation_intro", n=page.num(low_bits.ROTATION_SIZE)))
         outlier = widgets.slider(
             page,
             "outlier",
             page.t("outlier"),
-            lambda k: page.t("outlier_stop", k=short(k), times=page.significant(lowp_lesson.outlier_times(k), 3)),
-            help=page.t("outlier_help", i=lowp_lesson.OUTLIER_POSITION),
+            lambda k: page.t("outlier_stop", k=short(k), times=page.significant(low_bits.outlier_times(k), 3)),
+            help=page.t("outlier_help", i=low_bits.OUTLIER_POSITION),
         )
     with recorded_area:
         st.subheader(page.t("recorded_title"))
-        data = lowp_lesson.recorded()
-        view = lowp_lesson.comparison_view("nvfp4_recipe", data)
+        data = low_bits.recorded()
+        view = low_bits.comparison_view("nvfp4_recipe", data)
         st.markdown(
             page.t("recorded_intro", steps=page.num(view.steps), seed=page.num(view.seed), command=view.command)
         )
@@ -71,14 +71,14 @@ def lesson() -> None:
     layout.after_controls(page)
 
     with rounding_area:
-        rounding(lowp_lesson.rounding_view(position))
+        rounding(low_bits.rounding_view(position))
     with rotation_area:
-        rotation(lowp_lesson.rotation_view(outlier))
+        rotation(low_bits.rotation_view(outlier))
     with recorded_area:
-        recorded(lowp_lesson.comparison_view(arm, data))
+        recorded(low_bits.comparison_view(arm, data))
 
 
-def rounding(v: lowp_lesson.RoundingView) -> None:
+def rounding(v: low_bits.RoundingView) -> None:
     charts = display.figure_area()
     display.metric_row(
         [
@@ -103,7 +103,7 @@ def rounding(v: lowp_lesson.RoundingView) -> None:
                 "rounding_caption",
                 low=page.num(v.low, 1),
                 high=page.num(v.high, 1),
-                seed=page.num(lowp_lesson.ROUNDING_SEED),
+                seed=page.num(low_bits.ROUNDING_SEED),
             ),
         )
     values = {
@@ -123,7 +123,7 @@ def rounding(v: lowp_lesson.RoundingView) -> None:
     layout.explain(page, page.t(key, **values), page.t("rounding_try"), links=False)
 
 
-def rotation(v: lowp_lesson.RotationView) -> None:
+def rotation(v: low_bits.RotationView) -> None:
     names = (page.t("rot_before"), page.t("rot_after"))
     charts = display.figure_area()
     display.metric_row(
@@ -137,7 +137,7 @@ def rotation(v: lowp_lesson.RotationView) -> None:
         display.chart(
             figures.rotation_bars(v.values, v.rotated, names, page.t("axis_index"), page.t("axis_value"), page.lang),
             page.t("rotation_chart_title"),
-            page.t("rotation_caption", i=lowp_lesson.OUTLIER_POSITION),
+            page.t("rotation_caption", i=low_bits.OUTLIER_POSITION),
         )
     st.dataframe(
         [
@@ -178,7 +178,7 @@ def rotation(v: lowp_lesson.RotationView) -> None:
     layout.explain(page, explanation, page.t("rotation_try"), links=False)
 
 
-def recorded(view: lowp_lesson.ComparisonView) -> None:
+def recorded(view: low_bits.ComparisonView) -> None:
     by_arm = {s.arm: s for s in view.summaries}
     charts = display.figure_area()
     chosen = by_arm[view.recipe]
@@ -212,7 +212,7 @@ def recorded(view: lowp_lesson.ComparisonView) -> None:
         display.chart(
             figures.loss_curves(series, page.t("lab.step_axis"), page.t("curves_axis"), page.lang),
             page.t("curves_title", arm=arm_name(view.recipe)),
-            page.t("curves_caption", n=page.num(lowp_lesson.RELATIVE_WINDOW)),
+            page.t("curves_caption", n=page.num(low_bits.RELATIVE_WINDOW)),
         )
     st.markdown(f"**{page.t('layers_title', arm=arm_name(view.recipe))}**")
     st.dataframe(
@@ -239,7 +239,7 @@ def recorded(view: lowp_lesson.ComparisonView) -> None:
         "mxfp8": gap(by_arm["mxfp8"].gap_bf16) if "mxfp8" in by_arm else "—",
         "mxfp8_ceil": gap(by_arm["mxfp8_ceil"].gap_bf16) if "mxfp8_ceil" in by_arm else "—",
         "fp8": gap(by_arm["fp8_current"].gap_bf16) if "fp8_current" in by_arm else "—",
-        **{k: ablation.get(k, "—") for k in lowp_lesson.NVFP4_ABLATION},
+        **{k: ablation.get(k, "—") for k in low_bits.NVFP4_ABLATION},
         "params": page.num(view.parameters),
         "times_small": page.significant(view.paper_times[0], 2),
         "times_large": page.significant(view.paper_times[1], 2),

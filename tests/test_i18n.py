@@ -239,8 +239,8 @@ def dynamic_keys() -> dict[str, set[str]]:
     import inspect
     from typing import get_args, get_type_hints
 
-    from lensa import lowp_lesson
     from lensa.lessons import blocks as lesson_blocks
+    from lensa.lessons import low_bits
     from lensa.lessons import master_weights as lesson_master
     from lensa.live import ALL_ARMS
     from lensa.live.errors import ErrorKind
@@ -280,8 +280,8 @@ def dynamic_keys() -> dict[str, set[str]]:
             "master_weights", "outcome_", lesson_master.OUTCOME_FORMATS
         ),
         "where OCP's MXFP8 scale stands": family("blocks", "explain_floor_", get_args(blockscale.FloorRegime)),
-        "what the rotation did (lensa.lowp_lesson)": family(
-            "low_bits", "explain_rotation_", get_args(lowp_lesson.RotationVerdict)
+        "what the rotation did (lensa.lessons.low_bits)": family(
+            "low_bits", "explain_rotation_", get_args(low_bits.RotationVerdict)
         ),
         "typed values out of range": family(
             "formats", "out_of_range_", _literal_values(get_type_hints(exact.Parsed)["out_of_range"])

@@ -761,11 +761,11 @@ def test_the_shipped_comparison_is_what_its_command_makes():
     """lensa.live.lowp_reference's first steps, run again: the same losses as the shipped file's (bit for bit on
     the kernels it was made with, within a relative 1e-4 elsewhere, as the reference run's test allows), and the
     same numbers twice in a row (seeded, one thread, deterministic algorithms)."""
-    from lensa import lowp_lesson
+    from lensa.lessons import low_bits
     from lensa.live import lowp_reference
     from lensa.live.reference import Recipe
 
-    shipped = lowp_lesson.recorded()
+    shipped = low_bits.recorded()
     r = replace(Recipe(), steps=shipped.losses.shape[1], threads=lowp_reference.THREADS)
     for arm in ("fp32", "nvfp4_recipe"):
         losses = []

@@ -1,4 +1,4 @@
-"""lensa.lowp_lesson, the "Training below 16 bits" page's numbers, against their definitions: E2M1's grid and
+"""lensa.lessons.low_bits, the "Training below 16 bits" page's numbers, against their definitions: E2M1's grid and
 rounding (lensa.numerics.formats), a binomial mean, the Hadamard rotation as a matrix product, MXFP4
 (lensa.numerics.blockscale), and the shipped comparison's file (its seed, command, arms and what
 lensa.numerics.training_recipes says of their losses)."""
@@ -13,7 +13,7 @@ from typing import get_args
 import numpy as np
 import pytest
 
-from lensa import lowp_lesson as LL
+from lensa.lessons import low_bits as LL
 from lensa.numerics import blockscale, training_recipes
 from lensa.numerics.formats import quantize
 from lensa.runstats import reference_run

@@ -8,6 +8,8 @@ slider's stops, which the server computes once per state of the other controls a
 
 One module per step, named after the page: :mod:`~lensa.lessons.memory` (step 1),
 :mod:`~lensa.lessons.fp16_range` (2), :mod:`~lensa.lessons.loss_scaling` (3),
-:mod:`~lensa.lessons.master_weights` (4), :mod:`~lensa.lessons.bf16` (5), :mod:`~lensa.lessons.speed` (6) and
-:mod:`~lensa.lessons.blocks` (block scaling); :mod:`~lensa.lessons.common` holds what several share.
+:mod:`~lensa.lessons.master_weights` (4), :mod:`~lensa.lessons.bf16` (5), :mod:`~lensa.lessons.speed` (6),
+:mod:`~lensa.lessons.blocks` (block scaling) and :mod:`~lensa.lessons.low_bits` (training below 16 bits: stochastic
+rounding, the rotation and the shipped comparison of the recipes, read from ``lensa/data``);
+:mod:`~lensa.lessons.common` holds what several share.
 """

@@ -14,7 +14,7 @@ same torch and kernel set give the same file bit for bit.
 
 The file (:data:`OUTPUT`, a few tens of kilobytes) is plain numpy: ``losses`` (arms × steps, float32), ``arms``,
 per arm and layer the summed counts, and ``meta``: the recipe of the run, the seed, the command that makes it, the
-torch version, the seconds each arm took. :mod:`lensa.lowp_lesson` reads it, without torch.
+torch version, the seconds each arm took. :mod:`lensa.lessons.low_bits` reads it, without torch.
 """
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ PAGES: tuple[PageInfo, ...] = (
         "pages/low_bits.py",
         None,
         (
-            # where the value lies between E2M1's 1 and 1.5 (lensa.lowp_lesson.rounding_view)
+            # where the value lies between E2M1's 1 and 1.5 (lensa.lessons.low_bits.rounding_view)
             NumberControl("position", tuple(i / 20 for i in range(21)), 0.25),
             # how far the block's outlier stands above its other values: 2**outlier times their largest
             NumberControl("outlier", tuple(i / 2 for i in range(0, 21)), 5.0),

@@ -201,7 +201,7 @@ def rotation_view(outlier_log2: float) -> RotationView:
 
 # --- the recorded comparison --------------------------------------------------------------------------------------
 
-RECORDED = Path(__file__).resolve().parent / "data" / "reference_recipes.npz"
+RECORDED = Path(__file__).resolve().parent.parent / "data" / "reference_recipes.npz"  # lensa/data
 BASES = ("fp32", "bf16")
 
 
